@@ -1,0 +1,1 @@
+"""The search space and shipped default configurations, installed as package data."""

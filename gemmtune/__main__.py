@@ -1,0 +1,3 @@
+from gemmtune.cli import main
+
+main()

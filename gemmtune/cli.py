@@ -1,0 +1,201 @@
+"""The ``gemmtune`` command line: each command is a few lines over the library."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import click
+import numpy as np
+import pandas as pd
+
+from gemmtune.errors import GemmtuneError
+from gemmtune.precision import PRECISIONS, get_precision
+
+
+class Cli(click.Group):
+    """Every error ends as one line on stderr: exit 2 for bad input, 130 for Ctrl-C."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except GemmtuneError as e:
+            click.echo(f"Error: {e}", err=True)
+            sys.exit(2)
+        except click.ClickException as e:
+            click.echo(f"Error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except (click.Abort, KeyboardInterrupt):
+            click.echo("Interrupted.", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gemmtune")
+def cli():
+    """Tune OpenCL GEMM kernels for a device, and reuse what was found."""
+
+
+def main():
+    cli(prog_name="gemmtune")
+
+
+# ---------------------------------------------------------------- shared options
+
+def device_option(f):
+    return click.option("--device", "device", default=None, metavar="N|P:D",
+                        help="Device: flat index from `gemmtune devices`, or platform:device. "
+                             "Default: $GEMMTUNE_DEVICE, else 0.")(f)
+
+
+def precision_option(f):
+    return click.option("--precision", "-p", default="s", show_default=True,
+                        type=click.Choice(list(PRECISIONS), case_sensitive=False),
+                        help="s, d (real float/double), c, z (complex float/double).")(f)
+
+
+def shape_options(f):
+    """--m/--n/--k or --size; passes ``shape=(m, n, k)`` to the command."""
+    dims = click.IntRange(min=1)
+
+    @click.option("--size", type=dims, default=None, help="M = N = K = SIZE (default 1024).")
+    @click.option("--k", "k", type=dims, default=None, help="Inner dimension K.")
+    @click.option("--n", "n", type=dims, default=None, help="Columns of C.")
+    @click.option("--m", "m", type=dims, default=None, help="Rows of C.")
+    @functools.wraps(f)
+    def wrapper(*args, m, n, k, size, **kwargs):
+        default = size or 1024
+        return f(*args, shape=(m or default, n or default, k or default), **kwargs)
+
+    return wrapper
+
+
+def format_option(*choices):
+    return click.option("--format", "fmt", type=click.Choice(choices), default=choices[0],
+                        show_default=True, help="Output format.")
+
+
+def space_option(f):
+    return click.option("--space", "space_file", type=click.Path(dir_okay=False), default=None,
+                        help="Search-space TOML file (default: the shipped configs/space.toml).")(f)
+
+
+def emit(rows: list[dict], fmt: str) -> None:
+    """Print rows as a table, CSV or JSON on stdout."""
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+    elif not rows:
+        click.echo("(none)")
+    elif fmt == "csv":
+        click.echo(pd.DataFrame(rows).to_csv(index=False), nl=False)
+    else:
+        click.echo(pd.DataFrame(rows).to_string(index=False))
+
+
+def parse_config(text: str) -> dict:
+    """``NAME=VALUE,NAME=VALUE`` -> dict; values are integers except KERNEL."""
+    params = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value:
+            raise GemmtuneError(f"bad --config item {part!r}: expected NAME=VALUE")
+        if name.upper() == "KERNEL":
+            params["KERNEL"] = value
+            continue
+        try:
+            params[name] = int(value)
+        except ValueError:
+            raise GemmtuneError(f"bad --config value {part!r}: {name} must be an integer") from None
+    if not params:
+        raise GemmtuneError("empty --config: expected NAME=VALUE,...")
+    return params
+
+
+# ---------------------------------------------------------------- devices
+
+@cli.command()
+@format_option("table", "json")
+def devices(fmt):
+    """List every OpenCL device of every platform, under one flat index."""
+    from gemmtune.device import list_devices
+
+    found = [d.to_json() for d in list_devices()]
+    if fmt == "table":
+        found = [{"index": d["index"], "type": d["type"], "name": d["name"], "platform": d["platform"],
+                  "CUs": d["compute_units"], "MHz": d["max_clock_mhz"],
+                  "global GiB": round(d["global_mem_bytes"] / 2**30, 1),
+                  "local KiB": d["local_mem_bytes"] // 1024, "max WG": d["max_work_group_size"],
+                  "fp64": "yes" if d["double_precision"] else "no"} for d in found]
+    emit(found, fmt)
+
+
+# ---------------------------------------------------------------- space
+
+@cli.command()
+@device_option
+@precision_option
+@shape_options
+@space_option
+@format_option("table", "json", "csv")
+@click.option("--count", is_flag=True, help="Print only the number of valid configurations.")
+@click.option("--explain", is_flag=True, help="Show how many configurations each constraint removed.")
+def space(device, precision, shape, space_file, fmt, count, explain):
+    """Enumerate the valid kernel configurations for a device, precision and shape."""
+    from gemmtune import space as sp
+    from gemmtune.device import resolve_device
+
+    dev = resolve_device(device)
+    prec = get_precision(precision)
+    the_space = sp.load_space(space_file)
+    if explain:
+        counts = sp.explain(the_space, dev, prec)
+        rows = [{"constraint": c.constraint.number, "name": c.constraint.name, "rule": c.constraint.text,
+                 "removed": c.removed, "broken": c.broken} for c in counts]
+        valid = the_space.size - sum(c.removed for c in counts)
+        if fmt == "json":
+            click.echo(json.dumps({"total": the_space.size, "valid": valid, "constraints": rows}, indent=2))
+            return
+        emit(rows, fmt)
+        if fmt == "table":
+            click.echo(f"\n{the_space.size} configurations in {the_space.origin}, {valid} valid on "
+                       f"device {dev.index} ({dev.name}) for precision {prec.code}. 'removed' counts "
+                       f"each configuration under the first constraint it breaks.")
+        return
+    configs = sp.valid_configs(the_space, dev, prec)
+    if count:
+        click.echo(len(configs))
+        return
+    emit([sp.describe(c, prec) for c in configs], fmt)
+
+
+# ---------------------------------------------------------------- verify
+
+@cli.command()
+@device_option
+@precision_option
+@shape_options
+@click.option("--config", "config_text", default=None, metavar="NAME=VALUE,...",
+              help="Kernel parameters; the rest take their defaults. Default: the shipped default.")
+@click.option("--alpha", type=float, default=1.0, show_default=True)
+@click.option("--beta", type=float, default=0.0, show_default=True)
+@click.option("--trans-a", type=click.Choice(["N", "T", "C"]), default="N", show_default=True,
+              help="op(A): N none, T transpose, C conjugate transpose.")
+@click.option("--trans-b", type=click.Choice(["N", "T", "C"]), default="N", show_default=True)
+@click.option("--seed", type=int, default=None, help="Seed of the random operands.")
+@format_option("table", "json")
+def verify(device, precision, shape, config_text, alpha, beta, trans_a, trans_b, seed, fmt):
+    """Run one configuration on random data and check it against numpy in double precision."""
+    from gemmtune.compute import verify_config
+
+    config = parse_config(config_text) if config_text else None
+    result = verify_config(device, get_precision(precision), *shape, config=config, alpha=alpha,
+                           beta=beta, trans_a=trans_a, trans_b=trans_b, seed=seed)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_json()))
+    else:
+        for key, value in result.to_json().items():
+            click.echo(f"{key:20} {value}")
+    return 0 if result.passed else 1

@@ -1,0 +1,89 @@
+"""OpenCL devices: one flat index over every platform, and the choice of one by spec."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pyopencl as cl
+
+from gemmtune.errors import GemmtuneError
+from gemmtune.info import DeviceInfo
+
+NO_PLATFORM = ("no OpenCL platform found; install a CPU driver with "
+               "\"pip install 'gemmtune[pocl]'\" or a GPU vendor's OpenCL driver")
+
+_TYPES = [(cl.device_type.GPU, "GPU"), (cl.device_type.CPU, "CPU"),
+          (cl.device_type.ACCELERATOR, "ACCELERATOR")]
+
+
+def _platforms() -> list[cl.Platform]:
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        platforms = []
+    if not platforms:
+        raise GemmtuneError(NO_PLATFORM)
+    return platforms
+
+
+def _type_name(device: cl.Device) -> str:
+    return next((name for bit, name in _TYPES if device.type & bit), "OTHER")
+
+
+def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> DeviceInfo:
+    return DeviceInfo(
+        index=index, platform_index=pi, device_index=di,
+        platform=platform.name.strip(), name=d.name.strip(), vendor=d.vendor.strip(),
+        type=_type_name(d), opencl_version=d.version.strip(), driver_version=d.driver_version.strip(),
+        compute_units=d.max_compute_units, max_clock_mhz=d.max_clock_frequency,
+        global_mem_bytes=d.global_mem_size, local_mem_bytes=d.local_mem_size,
+        max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes),
+        double_precision=bool(d.double_fp_config), max_alloc_bytes=d.max_mem_alloc_size,
+    )
+
+
+def _all() -> list[tuple[DeviceInfo, cl.Device]]:
+    found = []
+    for pi, platform in enumerate(_platforms()):
+        try:
+            devices = platform.get_devices()
+        except cl.Error:
+            continue  # a platform with no usable device
+        for di, d in enumerate(devices):
+            found.append((_info(len(found), pi, di, platform, d), d))
+    return found
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every device of every platform, numbered in platform order, then device order."""
+    return [info for info, _ in _all()]
+
+
+def device_spec(spec: str | int | None = None) -> str:
+    """The spec in force: the argument, else $GEMMTUNE_DEVICE, else "0"."""
+    if spec is None or spec == "":
+        spec = os.environ.get("GEMMTUNE_DEVICE", "0") or "0"
+    return str(spec).strip()
+
+
+def open_device(spec: str | int | None = None) -> tuple[DeviceInfo, cl.Device]:
+    """The device named by ``spec``: a flat index ``N`` or ``P:D`` (platform : device)."""
+    spec = device_spec(spec)
+    found = _all()
+    if not found:
+        raise GemmtuneError(NO_PLATFORM)
+    listing = "; ".join(f"{i.index} = {i.platform_index}:{i.device_index} {i.name}" for i, _ in found)
+    m = re.fullmatch(r"(\d+)(?::(\d+))?", spec)
+    if not m:
+        raise GemmtuneError(f"bad device {spec!r}: give an index N or P:D (devices: {listing})")
+    for info, dev in found:
+        if (m.group(2) is None and info.index == int(m.group(1))) or (
+            m.group(2) is not None and (info.platform_index, info.device_index) == (int(m.group(1)), int(m.group(2)))
+        ):
+            return info, dev
+    raise GemmtuneError(f"no device {spec} (devices: {listing})")
+
+
+def resolve_device(spec: str | int | None = None) -> DeviceInfo:
+    return open_device(spec)[0]

@@ -1,0 +1,38 @@
+"""What gemmtune knows about a device, as plain data (no OpenCL objects)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int                 # flat index over all platforms, as `gemmtune devices` lists it
+    platform_index: int
+    device_index: int          # index within its platform (PYOPENCL_CTX's P:D)
+    platform: str
+    name: str
+    vendor: str
+    type: str                  # CPU, GPU, ACCELERATOR or OTHER
+    opencl_version: str
+    driver_version: str
+    compute_units: int
+    max_clock_mhz: int
+    global_mem_bytes: int
+    local_mem_bytes: int
+    max_work_group_size: int
+    max_work_item_sizes: tuple[int, ...]
+    double_precision: bool
+    max_alloc_bytes: int = 0
+
+    @property
+    def key(self) -> str:
+        """Stable identity of a device model and driver, used to key results."""
+        return f"{self.platform} | {self.name} | {self.driver_version}"
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["max_work_item_sizes"] = list(self.max_work_item_sizes)
+        for private in ("platform_index", "device_index", "max_alloc_bytes"):
+            d.pop(private)
+        return d

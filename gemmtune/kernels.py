@@ -1,0 +1,134 @@
+"""Building kernel programs and enqueuing one configured GEMM on an OpenCL queue.
+
+Everything here works in BLAS's column-major convention: C (m x n) <- alpha * op(A) * op(B)
++ beta * C with op in N (none), T (transpose), C (conjugate transpose). ``gemmtune.gemm``
+maps numpy's row-major arrays onto it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyopencl as cl
+
+from gemmtune.families import FAMILIES, Family
+from gemmtune.precision import Precision
+from gemmtune.space import Config
+
+BUILD_OPTIONS = ("-cl-mad-enable",)
+
+
+class BuildError(Exception):
+    """The OpenCL compiler rejected a source; ``log`` holds its output."""
+
+    def __init__(self, message: str, log: str):
+        super().__init__(message)
+        self.log = log
+
+
+def normalize_op(op) -> str:
+    """False/None/'N' -> 'N', True/'T' -> 'T', 'C'/'H' -> 'C'."""
+    if op is None or op is False or (isinstance(op, str) and op.upper() == "N"):
+        return "N"
+    if op is True or (isinstance(op, str) and op.upper() == "T"):
+        return "T"
+    if isinstance(op, str) and op.upper() in ("C", "H"):
+        return "C"
+    raise ValueError(f"bad transpose flag {op!r}: use False, True, 'N', 'T' or 'C'")
+
+
+def defines(config: Config, prec: Precision) -> dict[str, int]:
+    return {**config.params, "PRECISION": prec.cl_define}
+
+
+def build_options(defs: dict[str, int]) -> list[str]:
+    return [*BUILD_OPTIONS, *(f"-D{k}={v}" for k, v in defs.items())]
+
+
+_programs: dict[tuple, cl.Program] = {}
+
+
+def build(context: cl.Context, source: str, defs: dict[str, int]) -> cl.Program:
+    """A built program, cached per context, source and defines for the life of the process."""
+    key = (id(context), hashlib.sha1(source.encode()).hexdigest(), tuple(sorted(defs.items())))
+    program = _programs.get(key)
+    if program is None:
+        try:
+            program = cl.Program(context, source).build(options=build_options(defs))
+        except cl.RuntimeError as e:
+            raise BuildError(f"build failed: {str(e).splitlines()[0]}", str(e)) from None
+        _programs[key] = program
+    return program
+
+
+def _roundup(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+class GemmOperation:
+    """One configured GEMM of a fixed shape on one queue, ready to enqueue repeatedly.
+
+    Operands that are not already in the layout the main kernel reads (A as Mp x Kp, B as
+    Np x Kp, column-major, zero-padded to tile multiples) go through pad.cl first; the scratch
+    buffers for that are allocated once here.
+    """
+
+    def __init__(self, queue: cl.CommandQueue, config: Config, source: str, prec: Precision,
+                 m: int, n: int, k: int, trans_a="N", trans_b="N"):
+        self.queue, self.config, self.prec = queue, config, prec
+        self.m, self.n, self.k = m, n, k
+        self.trans_a, self.trans_b = normalize_op(trans_a), normalize_op(trans_b)
+        self.family: Family = FAMILIES[config.kernel]
+        p = config.params
+        self.mp, self.np, self.kp = self.family.padded_shape(p, m, n, k)
+        self.program = build(queue.context, source, defines(config, prec))
+        self.main = cl.Kernel(self.program, self.family.kernel_name)
+        self.pad_copy = cl.Kernel(self.program, "pad_copy")
+        self.pad_transpose = cl.Kernel(self.program, "pad_transpose")
+        self.transpose_tile = (p["TRANSPOSEX"], p["TRANSPOSEY"])
+        item = prec.bytes
+        # A must be Mp x Kp; it is usable as given only untransposed and already that shape.
+        self.a_direct = self.trans_a == "N" and (self.mp, self.kp) == (m, k)
+        # B must be Np x Kp, i.e. op(B) transposed: given as such when trans_b == "T".
+        self.b_direct = self.trans_b == "T" and (self.np, self.kp) == (n, k)
+        mf = cl.mem_flags.READ_WRITE
+        ctx = queue.context
+        self.a_scratch = None if self.a_direct else cl.Buffer(ctx, mf, self.mp * self.kp * item)
+        self.b_scratch = None if self.b_direct else cl.Buffer(ctx, mf, self.np * self.kp * item)
+
+    def _prepare(self, src, transpose: bool, conj: bool, rows: int, cols: int,
+                 rows_p: int, cols_p: int, dst, wait_for) -> cl.Event:
+        """dst (rows_p x cols_p, column-major) <- src (rows x cols), zero-padded and conjugated
+        if asked; with ``transpose``, src is stored cols x rows and dst gets its transpose."""
+        i32 = np.int32
+        if not transpose:
+            return self.pad_copy(self.queue, (rows_p, cols_p), None, i32(rows), i32(cols), i32(rows),
+                                 i32(rows_p), i32(cols_p), i32(conj), src, dst, wait_for=wait_for)
+        tx, ty = self.transpose_tile
+        gsize = (_roundup(cols_p, tx), _roundup(rows_p, ty))
+        return self.pad_transpose(self.queue, gsize, (tx, ty), i32(cols), i32(rows), i32(cols),
+                                  i32(cols_p), i32(rows_p), i32(conj), src, dst, wait_for=wait_for)
+
+    def enqueue(self, a: cl.Buffer, b: cl.Buffer, c: cl.Buffer, alpha=1.0, beta=0.0,
+                wait_for=None) -> list[cl.Event]:
+        """Enqueue the whole operation; returns its events in order (the main kernel's last)."""
+        events = []
+        lda, ldb = self.m, self.n
+        if not self.a_direct:
+            events.append(self._prepare(a, self.trans_a != "N", self.trans_a == "C", self.m, self.k,
+                                        self.mp, self.kp, self.a_scratch, wait_for))
+            a, lda = self.a_scratch, self.mp
+        if not self.b_direct:
+            # The kernel reads op(B) transposed (n x k): B given untransposed needs a transpose.
+            events.append(self._prepare(b, self.trans_b == "N", self.trans_b == "C", self.n, self.k,
+                                        self.np, self.kp, self.b_scratch, wait_for))
+            b, ldb = self.b_scratch, self.np
+        i32 = np.int32
+        dtype = self.prec.dtype.type
+        p = self.config.params
+        events.append(self.main(self.queue, self.family.global_size(p, self.mp, self.np),
+                                self.family.local_size(p), i32(self.m), i32(self.n), i32(self.kp),
+                                dtype(alpha), dtype(beta), a, i32(lda), b, i32(ldb), c, i32(self.m),
+                                wait_for=events or wait_for))
+        return events

@@ -1,0 +1,221 @@
+"""The search space: parameter values from a TOML file, filtered by the families' constraints.
+
+``configs/space.toml`` (or any file given with ``--space``) has one table per kernel family,
+mapping each tunable parameter to the list of values it may take; a parameter left out stays
+at the default its ``.cl`` file declares. A table may also name another ``source`` file, for
+kernel development. The valid configurations are the Cartesian product of those lists, filtered
+by the family's constraints on the given device and precision. Nothing here imports OpenCL.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from gemmtune.errors import GemmtuneError
+from gemmtune.families import FAMILIES, Constraint, Family, kernel_parameters
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import Precision
+from gemmtune.resources import configs_dir, load_kernel_source
+
+RESERVED = {"PRECISION"}  # set by gemmtune itself, never tuned
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of the space: a kernel family and a value for each of its parameters."""
+
+    kernel: str
+    items: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, kernel: str, params: Mapping[str, int]) -> "Config":
+        return cls(kernel, tuple((k, int(v)) for k, v in params.items()))
+
+    @property
+    def params(self) -> dict[str, int]:
+        return dict(self.items)
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.items)
+
+
+@dataclass(frozen=True)
+class FamilySpace:
+    family: Family
+    values: dict[str, list[int]]   # every tunable parameter of the source, in declaration order
+    source: str                    # kernel source text, includes inlined
+    source_name: str
+
+    def configs(self) -> Iterator[Config]:
+        names = list(self.values)
+        for combo in itertools.product(*self.values.values()):
+            yield Config.of(self.family.name, dict(zip(names, combo)))
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for v in self.values.values():
+            n *= len(v)
+        return n
+
+
+@dataclass(frozen=True)
+class Space:
+    families: list[FamilySpace]
+    origin: str = field(default="configs/space.toml")
+
+    def family(self, name: str) -> FamilySpace:
+        for fs in self.families:
+            if fs.family.name == name:
+                return fs
+        raise GemmtuneError(f"kernel family {name!r} is not in the space {self.origin} "
+                            f"(it has: {', '.join(f.family.name for f in self.families)})")
+
+    @property
+    def size(self) -> int:
+        return sum(fs.size for fs in self.families)
+
+    def configs(self) -> Iterator[Config]:
+        for fs in self.families:
+            yield from fs.configs()
+
+
+def check_value(name: str, value, family: Family, where: str) -> None:
+    """Parameters are positive integers; those a family lists in ``may_be_zero`` may also be 0."""
+    low = 0 if name in family.may_be_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a non-negative" if low == 0 else "a positive"
+        raise GemmtuneError(f"{where}: value {value!r} is not {kind} integer")
+
+
+def _value_list(name: str, value, family: Family, where: str) -> list[int]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise GemmtuneError(f"{where}: empty list of values")
+    for v in values:
+        check_value(name, v, family, where)
+    return list(dict.fromkeys(values))
+
+
+def parse_space(text: str, origin: str, base: Path | None = None) -> Space:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise GemmtuneError(f"space file {origin} is not valid TOML: {e}") from None
+    if not doc:
+        raise GemmtuneError(f"space file {origin} names no kernel family (known: {', '.join(FAMILIES)})")
+    families = []
+    for name, table in doc.items():
+        if name not in FAMILIES:
+            raise GemmtuneError(f"space file {origin}: unknown kernel family [{name}] "
+                                f"(known: {', '.join(FAMILIES)})")
+        if not isinstance(table, dict):
+            raise GemmtuneError(f"space file {origin}: [{name}] must be a table of parameter lists")
+        family = FAMILIES[name]
+        table = dict(table)
+        source_name = table.pop("source", family.source_file)
+        if not isinstance(source_name, str):
+            raise GemmtuneError(f"space file {origin}: [{name}] source must be a file name")
+        if source_name != family.source_file and base is not None:
+            source_name = str((base / source_name).resolve())
+        try:
+            source = load_kernel_source(source_name, base)
+        except OSError as e:
+            raise GemmtuneError(f"space file {origin}: [{name}] cannot read kernel source "
+                                f"{source_name}: {e.strerror or e}") from None
+        declared = {k: v for k, v in kernel_parameters(source).items() if k not in RESERVED}
+        for key in table:
+            if key not in declared:
+                raise GemmtuneError(f"space file {origin}: [{name}] {key} is not a parameter of "
+                                    f"{Path(source_name).name} (it has: {', '.join(declared)})")
+        values = {k: _value_list(k, table.get(k, default), family, f"space file {origin}: [{name}] {k}")
+                  for k, (default, _) in declared.items()}
+        families.append(FamilySpace(family, values, source, source_name))
+    return Space(families, origin)
+
+
+def load_space(path: str | Path | None = None) -> Space:
+    """The shipped space, or the one in ``path``."""
+    if path is None:
+        return parse_space((configs_dir() / "space.toml").read_text(encoding="utf-8"), "configs/space.toml")
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise GemmtuneError(f"cannot read space file {path}: {getattr(e, 'strerror', None) or e}") from None
+    return parse_space(text, str(path), path.parent)
+
+
+def require_precision(dev: DeviceInfo, prec: Precision) -> None:
+    """Constraint 6: d and z only where the device has doubles."""
+    if prec.needs_double and not dev.double_precision:
+        raise GemmtuneError(f"device {dev.index} ({dev.name}) does not support double precision, "
+                            f"needed for precision {prec.code!r}")
+
+
+def valid_configs(space: Space, dev: DeviceInfo, prec: Precision) -> list[Config]:
+    """Every configuration of the space that breaks no constraint on this device and precision."""
+    require_precision(dev, prec)
+    return [c for c in space.configs()
+            if FAMILIES[c.kernel].broken(c.params, dev, prec) is None]
+
+
+def check_config(config: Config, dev: DeviceInfo, prec: Precision) -> None:
+    """Raise GemmtuneError naming the first constraint ``config`` breaks."""
+    require_precision(dev, prec)
+    broken = FAMILIES[config.kernel].broken(config.params, dev, prec)
+    if broken is not None:
+        raise GemmtuneError(f"configuration {config} breaks constraint {broken.number} "
+                            f"({broken.name}: {broken.text}) on device {dev.index}")
+
+
+def make_config(space: Space, kernel: str | None, given: Mapping[str, int]) -> Config:
+    """A full configuration from some parameters; the rest take the kernel source's defaults."""
+    fs = space.family(kernel) if kernel else space.families[0]
+    defaults = {k: d for k, (d, _) in kernel_parameters(fs.source).items() if k in fs.values}
+    unknown = [k for k in given if k not in defaults]
+    if unknown:
+        raise GemmtuneError(f"unknown parameter {unknown[0]} for kernel family {fs.family.name} "
+                            f"(it has: {', '.join(defaults)})")
+    for k, v in given.items():
+        check_value(k, v, fs.family, f"parameter {k}")
+    return Config.of(fs.family.name, {**defaults, **given})
+
+
+@dataclass(frozen=True)
+class ConstraintCount:
+    constraint: Constraint
+    removed: int   # configurations for which this is the first constraint broken
+    broken: int    # configurations that break it, whatever else they break
+
+
+def explain(space: Space, dev: DeviceInfo, prec: Precision) -> list[ConstraintCount]:
+    require_precision(dev, prec)
+    removed: dict[Constraint, int] = {}
+    broken: dict[Constraint, int] = {}
+    for fs in space.families:
+        for c in fs.family.constraints:
+            removed.setdefault(c, 0)
+            broken.setdefault(c, 0)
+        for config in fs.configs():
+            first = True
+            for c in fs.family.constraints:
+                if not c.check(config.params, dev, prec):
+                    broken[c] += 1
+                    if first:
+                        removed[c] += 1
+                        first = False
+    return [ConstraintCount(c, removed[c], broken[c]) for c in removed]
+
+
+def describe(config: Config, prec: Precision) -> dict:
+    """A configuration as `gemmtune space --format json` prints it."""
+    family = FAMILIES[config.kernel]
+    p = config.params
+    return {**p, "kernel": config.kernel,
+            "local_mem_bytes": family.local_mem_bytes(p, prec),
+            "work_group_size": family.work_group_size(p)}

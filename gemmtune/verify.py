@@ -1,0 +1,98 @@
+"""Checking a GEMM result against numpy in float64 / complex128 (pure numpy, no OpenCL).
+
+Three figures describe a result C against the reference R computed in double precision:
+
+* ``max_rel_error``: max |C - R| / |R| over the elements, as the seed paper's delta (without
+  its factor 100). It is reported, not judged: an element of R near zero inflates it however
+  good the kernel is.
+* ``norm_rel_error``: ||C - R||_F / ||R||_F.
+* ``componentwise_error``: max |C - R| / (|alpha| |op(A)| |op(B)| + |beta| |C0|), the error of
+  each element relative to the size of the terms it sums. This one decides pass or fail.
+
+Tolerance, per precision: ``16 * sqrt(k + 2) * u``, u the unit roundoff (2^-24 for s and c,
+2^-53 for d and z). Summing k products in any order leaves an error that grows like a random
+walk, sqrt(k) * u relative to the sum of the terms' magnitudes (Higham and Mary, "A new
+approach to probabilistic rounding error analysis", 2019); the worst case k * u is reached
+only by adversarial data, never by uniform random operands. The factor 16 keeps correct
+kernels clear of it, while a dropped, doubled or misplaced term moves an element by about
+1/k of its scale, which exceeds the tolerance for every k below 10^4 in single and far beyond
+in double precision. An unwritten element (NaN from the poisoned output) always fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gemmtune.precision import Precision
+
+
+def op(x: np.ndarray, flag: str) -> np.ndarray:
+    return {"N": x, "T": x.T, "C": x.conj().T}[flag]
+
+
+def random_matrix(prec: Precision, shape, rng: np.random.Generator) -> np.ndarray:
+    """Uniform in [-1, 1) (real and imaginary parts), in the precision's own type."""
+    x = rng.uniform(-1.0, 1.0, size=shape)
+    if prec.is_complex:
+        x = x + 1j * rng.uniform(-1.0, 1.0, size=shape)
+    return np.ascontiguousarray(x.astype(prec.dtype))
+
+
+def tolerance(prec: Precision, k: int) -> float:
+    return float(16.0 * np.sqrt(k + 2) * prec.unit_roundoff)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """alpha * op(a) @ op(b) + beta * c in double precision, and the scale of its terms."""
+
+    value: np.ndarray
+    scale: np.ndarray
+    k: int
+
+    @classmethod
+    def compute(cls, prec: Precision, a, b, c, alpha, beta, trans_a="N", trans_b="N") -> "Reference":
+        rd = prec.reference_dtype
+        opa, opb = op(a.astype(rd), trans_a), op(b.astype(rd), trans_b)
+        value = alpha * (opa @ opb)
+        scale = abs(alpha) * (np.abs(opa) @ np.abs(opb))
+        if beta != 0 and c is not None:
+            value = value + beta * c.astype(rd)
+            scale = scale + abs(beta) * np.abs(c.astype(rd))
+        return cls(value, scale, opa.shape[1])
+
+
+@dataclass(frozen=True)
+class Check:
+    max_rel_error: float
+    norm_rel_error: float
+    componentwise_error: float
+    tolerance: float
+    passed: bool
+
+    def to_json(self) -> dict:
+        return {"max_rel_error": self.max_rel_error, "norm_rel_error": self.norm_rel_error,
+                "componentwise_error": self.componentwise_error, "tolerance": self.tolerance,
+                "passed": self.passed}
+
+
+def compare(result: np.ndarray, ref: Reference, prec: Precision) -> Check:
+    r = result.astype(prec.reference_dtype)
+    diff = np.abs(r - ref.value)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(diff == 0, 0.0, diff / np.abs(ref.value))
+        cw = np.where(diff == 0, 0.0, diff / ref.scale)
+    finite = bool(np.all(np.isfinite(r)))
+    norm_ref = np.linalg.norm(ref.value)
+    norm_rel = float(np.linalg.norm(r - ref.value) / norm_ref) if norm_ref > 0 else float(np.linalg.norm(r - ref.value))
+    tol = tolerance(prec, ref.k)
+    max_cw = float(np.max(cw)) if cw.size else 0.0
+    return Check(
+        max_rel_error=float(np.max(rel)) if rel.size else 0.0,
+        norm_rel_error=norm_rel if finite else float("nan"),
+        componentwise_error=max_cw if finite else float("nan"),
+        tolerance=tol,
+        passed=bool(finite and max_cw <= tol),
+    )

@@ -1,0 +1,56 @@
+// gemmtune: precision definitions shared by every kernel file.
+//
+// PRECISION selects the element type at build time, as BLAS names it:
+//   32 = s (float), 64 = d (double), 3232 = c (float2), 6464 = z (double2).
+// Complex numbers are interleaved (real, imaginary), as BLAS stores them.
+#ifndef GEMMTUNE_COMMON_CL
+#define GEMMTUNE_COMMON_CL
+
+#ifndef PRECISION
+#define PRECISION 32    // element type: 32, 64, 3232 or 6464
+#endif
+
+#if PRECISION == 64 || PRECISION == 6464
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+#if PRECISION == 32
+  typedef float real;
+  #define IS_COMPLEX 0
+#elif PRECISION == 64
+  typedef double real;
+  #define IS_COMPLEX 0
+#elif PRECISION == 3232
+  typedef float2 real;
+  #define IS_COMPLEX 1
+#elif PRECISION == 6464
+  typedef double2 real;
+  #define IS_COMPLEX 1
+#else
+  #error "PRECISION must be 32, 64, 3232 or 6464"
+#endif
+
+#if IS_COMPLEX
+  #define ZERO ((real)(0, 0))
+  #define IS_ZERO(v) ((v).x == 0 && (v).y == 0)
+  #define CONJ(v) ((real)((v).x, -(v).y))
+  // c += a * b, as four multiply-adds so the compiler can fuse each one
+  #define MULADD(c, a, b) do { (c).x += (a).x * (b).x; (c).x -= (a).y * (b).y; \
+                               (c).y += (a).x * (b).y; (c).y += (a).y * (b).x; } while (0)
+  inline real cmul(const real a, const real b) {
+    return (real)(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+  }
+  #define MUL(a, b) cmul((a), (b))
+#else
+  #define ZERO ((real)0)
+  #define IS_ZERO(v) ((v) == 0)
+  #define CONJ(v) (v)
+  #define MULADD(c, a, b) ((c) += (a) * (b))
+  #define MUL(a, b) ((a) * (b))
+#endif
+
+// C <- alpha * acc + beta * C; beta == 0 never reads C, so whatever it held (NaN too) is ignored
+#define STORE_AXPBY(dst, acc, alpha, beta) \
+  (dst) = IS_ZERO(beta) ? MUL((alpha), (acc)) : MUL((alpha), (acc)) + MUL((beta), (dst))
+
+#endif  // GEMMTUNE_COMMON_CL

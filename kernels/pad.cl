@@ -1,0 +1,59 @@
+// gemmtune: operand preparation. The GEMM kernels read A as an Mp x Kp and B as an Np x Kp
+// column-major matrix (both "K-major": K is the slow index), zero-padded to multiples of the
+// tile sizes. These kernels copy a user matrix into that form, transposing and conjugating
+// it where op() asks for it. Skipped entirely when the operand already has that form.
+#include "common.cl"
+
+#ifndef TRANSPOSEX
+#define TRANSPOSEX 16   // transpose tile, work-items along the input's rows (dimension 0)
+#endif
+#ifndef TRANSPOSEY
+#define TRANSPOSEY 16   // transpose tile, work-items along the input's columns (dimension 1)
+#endif
+// Constraint: TRANSPOSEX * TRANSPOSEY work-items fit a work-group, and the local tile of
+// TRANSPOSEY * (TRANSPOSEX + 1) elements fits local memory (+1: no bank conflicts on the read).
+
+// out (P_out x Q_out, column-major) <- in (P x Q, column-major, leading dimension ld_in),
+// zeros outside P x Q, conjugated if conj != 0. Global size: P_out x Q_out.
+__kernel void pad_copy(const int P, const int Q, const int ld_in, const int P_out, const int Q_out,
+                       const int conj, const __global real* restrict in, __global real* restrict out) {
+  const int i = get_global_id(0);
+  const int j = get_global_id(1);
+  if (i < P_out && j < Q_out) {
+    real v = ZERO;
+    if (i < P && j < Q) {
+      v = in[j * ld_in + i];
+      if (conj) { v = CONJ(v); }
+    }
+    out[j * P_out + i] = v;
+  }
+}
+
+// out (Q_out x P_out, column-major) <- transpose of in (P x Q, column-major, leading dimension
+// ld_in), zeros outside, conjugated if conj != 0. Global size: P_out x Q_out rounded up to the
+// tile. Reads are coalesced along P, writes along Q; the tile may be rectangular.
+__kernel __attribute__((reqd_work_group_size(TRANSPOSEX, TRANSPOSEY, 1)))
+void pad_transpose(const int P, const int Q, const int ld_in, const int P_out, const int Q_out,
+                   const int conj, const __global real* restrict in, __global real* restrict out) {
+  __local real tile[TRANSPOSEY][TRANSPOSEX + 1];
+  const int tx = get_local_id(0);
+  const int ty = get_local_id(1);
+  const int i0 = get_group_id(0) * TRANSPOSEX;
+  const int j0 = get_group_id(1) * TRANSPOSEY;
+
+  real v = ZERO;
+  if (i0 + tx < P && j0 + ty < Q) {
+    v = in[(j0 + ty) * ld_in + i0 + tx];
+    if (conj) { v = CONJ(v); }
+  }
+  tile[ty][tx] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+
+  // Re-deal the tile so that consecutive work-items write consecutive output elements.
+  const int f = ty * TRANSPOSEX + tx;
+  const int jj = f % TRANSPOSEY;
+  const int ii = f / TRANSPOSEY;
+  if (i0 + ii < P_out && j0 + jj < Q_out) {
+    out[(i0 + ii) * Q_out + j0 + jj] = tile[jj][ii];
+  }
+}
