@@ -199,3 +199,124 @@ def verify(device, precision, shape, config_text, alpha, beta, trans_a, trans_b,
         for key, value in result.to_json().items():
             click.echo(f"{key:20} {value}")
     return 0 if result.passed else 1
+
+
+# ---------------------------------------------------------------- search
+
+def db_option(f):
+    return click.option("--db", default=None, metavar="URL",
+                        help="SQLAlchemy URL of the results database. Default: $GEMMTUNE_DB, else "
+                             "sqlite:///results/gemmtune.db (under the current directory).")(f)
+
+
+class _ProgressLine:
+    """One line on stderr, redrawn in place on a terminal, appended per trial otherwise."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, p) -> None:
+        if self.quiet:
+            return
+        total = "?" if p.total is None else p.total
+        best = "-" if p.best_gflops is None else f"{p.best_gflops:,.1f}"
+        last = p.last.status if p.last_gflops is None else f"{p.last_gflops:,.1f} GFLOP/s"
+        line = (f"trial {p.done}/{total}  best {best} GFLOP/s  failed {p.failures}  "
+                f"{p.elapsed:,.0f} s  | last: {p.last_config} -> {last}")
+        if self.tty:
+            click.echo("\r\033[K" + line[: click.get_terminal_size()[0] - 1], nl=False, err=True)
+        else:
+            click.echo(line, err=True)
+
+    def close(self) -> None:
+        if self.tty and not self.quiet:
+            click.echo("", err=True)
+
+
+def summary_dict(s) -> dict:
+    best = s.best
+    return {
+        "study": s.study, "db": s.db, "device": s.device.key, "precision": s.precision,
+        "m": s.shape[0], "n": s.shape[1], "k": s.shape[2],
+        "trials": s.trials, "failures": dict(s.failures), "stopped_by": s.stopped_by,
+        "elapsed_s": round(s.elapsed, 2), "valid_configurations": s.space_size,
+        "best": None if best is None else {
+            "kernel": best["kernel"], "params": json.loads(best["params"]), "gflops": best["gflops"],
+            "time_ms": best["time_ms"], "ci_ms": [best["ci_low_ms"], best["ci_high_ms"]],
+            "trial": int(best["trial"]), "found_at": best["created_at"]},
+        "tie_with_runner_up": s.tie_with_runner_up,
+        "baseline": None if s.baseline is None else {
+            "params": json.loads(s.baseline["params"]), "status": s.baseline["status"],
+            "gflops": s.baseline["gflops"]},
+        "speedup_over_baseline": s.speedup,
+    }
+
+
+def print_summary(d: dict) -> None:
+    click.echo(f"study      {d['study']}  ({d['db']})")
+    click.echo(f"device     {d['device']}")
+    click.echo(f"problem    {d['precision']}gemm {d['m']}x{d['n']}x{d['k']}")
+    failed = ", ".join(f"{n} {r}" for r, n in sorted(d["failures"].items())) or "none"
+    click.echo(f"this run   {d['trials']} trials in {d['elapsed_s']:.1f} s (stopped: {d['stopped_by']}), "
+               f"failed: {failed}; {d['valid_configurations']} valid configurations")
+    b = d["best"]
+    if b is None:
+        click.echo("best       no configuration has run correctly yet")
+        return
+    params = ",".join(f"{k}={v}" for k, v in b["params"].items())
+    lo, hi = b["ci_ms"]
+    ci = "" if lo is None else f", 95% CI of the time {lo:.4g}-{hi:.4g} ms"
+    click.echo(f"best       {b['gflops']:,.1f} GFLOP/s  {b['kernel']} {params}")
+    click.echo(f"           {b['time_ms']:.4g} ms median{ci}; trial {b['trial']}, found {b['found_at']}")
+    if d["tie_with_runner_up"] is not None:
+        click.echo("           statistically tied with the runner-up" if d["tie_with_runner_up"]
+                   else "           significantly faster than the runner-up (one-tailed, 95%)")
+    base = d["baseline"]
+    if base is not None and d["speedup_over_baseline"]:
+        click.echo(f"baseline   {base['gflops']:,.1f} GFLOP/s (built-in default): speedup "
+                   f"{d['speedup_over_baseline']:.2f}x")
+    elif base is not None:
+        click.echo(f"baseline   built-in default failed: {base['status']}")
+
+
+@cli.command()
+@device_option
+@precision_option
+@shape_options
+@click.option("--trials", type=int, default=None,
+              help="New trials to measure (default 30; with --sampler grid, the whole space).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop starting trials after this many seconds.")
+@click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="Seconds one trial (build, verify, time) may take.")
+@click.option("--sampler", type=click.Choice(["tpe", "random", "grid"]), default="tpe", show_default=True)
+@click.option("--seed", type=int, default=None, help="Seed of the sampler.")
+@db_option
+@click.option("--study", default=None, help="Study name (default: from device, precision and shape).")
+@space_option
+@click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
+              help="Device seconds of timing per configuration, at most.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@format_option("table", "json")
+def search(device, precision, shape, trials, timeout, trial_timeout, sampler, seed, db, study,
+           space_file, time_cap, quiet, fmt):
+    """Search the valid space with Optuna; build, verify and time each trial; record every result."""
+    from gemmtune.search import SearchRequest, run_search
+    from gemmtune.timing import TimingPolicy
+
+    if trials is not None and trials < 1:
+        raise GemmtuneError(f"--trials must be at least 1, got {trials}")
+    req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2],
+                        trials=trials if trials is not None or sampler == "grid" else 30,
+                        timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
+                        db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap))
+    line = _ProgressLine(quiet)
+    summary = run_search(req, line)
+    line.close()
+    d = summary_dict(summary)
+    if fmt == "json":
+        click.echo(json.dumps(d, indent=2, default=str))
+    else:
+        print_summary(d)
+    return 130 if summary.stopped_by == "interrupted" else 0

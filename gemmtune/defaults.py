@@ -26,11 +26,12 @@ def shipped_default(device_type: str, prec: Precision) -> Config:
     return make_config(load_space(), kernel, entry)
 
 
-def _distance(a: Config, b: Config) -> float:
+def distance(a: Config, b: Config) -> float:
+    """Distance between two configurations of one family: summed log2 ratios of their values."""
     if a.kernel != b.kernel:
         return math.inf
     pa, pb = a.params, b.params
-    return sum(abs(math.log2(pa[k] / pb[k])) for k in pa if k in pb)
+    return sum(abs(math.log2((pa[k] + 1) / (pb[k] + 1))) for k in pa if k in pb)  # +1: PAD may be 0
 
 
 def default_config(dev: DeviceInfo, prec: Precision) -> Config:
@@ -41,4 +42,4 @@ def default_config(dev: DeviceInfo, prec: Precision) -> Config:
     if FAMILIES[config.kernel].broken(config.params, dev, prec) is None:
         return config
     candidates = valid_configs(load_space(), dev, prec)
-    return min(candidates, key=lambda c: _distance(config, c))
+    return min(candidates, key=lambda c: distance(config, c))

@@ -1,0 +1,322 @@
+"""The search: Optuna proposes configurations of the valid space, the runner measures them.
+
+Driven with ``study.ask()`` / ``study.tell()`` so that gemmtune decides what a trial costs:
+
+* A proposal that breaks a constraint is told to Optuna as PRUNED (TPE ranks pruned trials
+  below every completed one, so it learns to avoid them) without any build, and does not count
+  against ``--trials``. Neither does a proposal measured before in this study: Optuna is told
+  the earlier value, and nothing is rebuilt.
+* After a run of such free proposals the search enqueues a random unmeasured valid
+  configuration, so a sampler stuck on measured or invalid points cannot stall it.
+* ``grid`` enqueues every valid configuration in turn and stops when none is left.
+
+Every measured trial becomes one row of ``results``, committed when the trial ends.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from gemmtune.defaults import default_config, distance
+from gemmtune.errors import GemmtuneError
+from gemmtune.families import FAMILIES
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import Precision, get_precision
+from gemmtune.runner import Job, Outcome, Runner
+from gemmtune.space import Config, Space, load_space, require_precision, valid_configs
+from gemmtune.store import Store, database_url
+from gemmtune.timing import Timing, TimingPolicy, gflops, is_tie
+
+SAMPLERS = ("tpe", "random", "grid")
+MAX_FREE_PROPOSALS = 25   # invalid or already-measured proposals in a row before a random pick
+
+
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    # Arguments spelled out: Optuna 5 changed TPE's defaults, and results should not move with them.
+    if name == "tpe":
+        return optuna.samplers.TPESampler(n_startup_trials=10, n_ei_candidates=24, multivariate=True,
+                                          group=False, constant_liar=False, seed=seed)
+    if name in ("random", "grid"):  # grid enqueues every point itself; the sampler never decides
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise GemmtuneError(f"unknown sampler {name!r}: use one of {', '.join(SAMPLERS)}")
+
+
+def default_study_name(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{dev.name}-{dev.driver_version}").strip("-").lower()
+    return f"{slug}-{prec.code}-{m}x{n}x{k}"
+
+
+def problem_bytes(prec: Precision, m: int, n: int, k: int) -> int:
+    """Device memory of one trial: A, B, C and, at worst, padded copies of A and B."""
+    return prec.bytes * (2 * (m * k + k * n) + m * n)
+
+
+def check_problem(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int) -> None:
+    require_precision(dev, prec)
+    need = problem_bytes(prec, m, n, k)
+    if need > dev.global_mem_bytes:
+        raise GemmtuneError(f"{m}x{n}x{k} in precision {prec.code} needs about {need / 2**30:.1f} GiB, "
+                            f"more than the {dev.global_mem_bytes / 2**30:.1f} GiB of device {dev.index}")
+    largest = prec.bytes * max(m * k, k * n, m * n)
+    if dev.max_alloc_bytes and largest > dev.max_alloc_bytes:
+        raise GemmtuneError(f"{m}x{n}x{k} in precision {prec.code} needs a {largest / 2**20:.0f} MiB buffer, "
+                            f"more than device {dev.index} allows in one allocation "
+                            f"({dev.max_alloc_bytes / 2**20:.0f} MiB)")
+
+
+@dataclass
+class SearchRequest:
+    device: str | int | None = None
+    precision: str = "s"
+    m: int = 1024
+    n: int = 1024
+    k: int = 1024
+    trials: int | None = 30          # new measured trials; None with grid: the whole space
+    timeout: float | None = None     # seconds for the whole search
+    trial_timeout: float = 60.0
+    sampler: str = "tpe"
+    seed: int | None = None
+    db: str | None = None
+    study: str | None = None
+    space_file: str | None = None
+    policy: TimingPolicy = field(default_factory=TimingPolicy)
+
+
+@dataclass
+class Progress:
+    """What the progress display shows after each measured trial."""
+
+    done: int
+    total: int | None
+    best_gflops: float | None
+    failures: int
+    elapsed: float
+    last: Outcome | None = None
+    last_config: Config | None = None
+    last_gflops: float | None = None
+
+
+@dataclass
+class Summary:
+    study: str
+    device: DeviceInfo
+    precision: str
+    shape: tuple[int, int, int]
+    trials: int                      # measured in this run
+    failures: Counter                # reason -> count, this run
+    elapsed: float
+    best: dict | None                # the study's best results row
+    baseline: dict | None            # the baseline configuration's row
+    tie_with_runner_up: bool | None
+    space_size: int
+    stopped_by: str                  # trials, timeout, exhausted, interrupted
+    db: str
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best and self.baseline and self.baseline["gflops"]:
+            return self.best["gflops"] / self.baseline["gflops"]
+        return None
+
+
+def _config_key(kernel: str, params: dict) -> tuple:
+    return (kernel, tuple(sorted(params.items())))
+
+
+class _Proposals:
+    """Maps configurations to Optuna parameters and back."""
+
+    def __init__(self, space: Space):
+        self.space = space
+        self.multi = len(space.families) > 1
+
+    def name(self, kernel: str, param: str) -> str:
+        return f"{kernel}.{param}" if self.multi else param
+
+    def suggest(self, trial: optuna.Trial) -> Config:
+        kernel = self.space.families[0].family.name
+        if self.multi:
+            kernel = trial.suggest_categorical("KERNEL", [fs.family.name for fs in self.space.families])
+        fs = self.space.family(kernel)
+        return Config.of(kernel, {p: trial.suggest_categorical(self.name(kernel, p), values)
+                                  for p, values in fs.values.items()})
+
+    def enqueue(self, study: optuna.Study, config: Config) -> None:
+        params = {self.name(config.kernel, p): v for p, v in config.items}
+        if self.multi:
+            params["KERNEL"] = config.kernel
+        study.enqueue_trial(params)
+
+
+def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None = None) -> Summary:
+    """Search, measure and record; returns the summary. Ctrl-C ends it early (stopped_by)."""
+    prec = get_precision(req.precision)
+    if req.trials is not None and req.trials < 1:
+        raise GemmtuneError(f"--trials must be at least 1, got {req.trials}")
+    if req.sampler not in SAMPLERS:
+        raise GemmtuneError(f"unknown sampler {req.sampler!r}: use one of {', '.join(SAMPLERS)}")
+    space = load_space(req.space_file)
+    runner = Runner(req.device, req.trial_timeout)
+    try:
+        dev = runner.device
+        check_problem(dev, prec, req.m, req.n, req.k)
+        valid = valid_configs(space, dev, prec)
+        if not valid:
+            raise GemmtuneError(f"no configuration of {space.origin} is valid on device {dev.index} "
+                                f"for precision {prec.code} (see gemmtune space --explain)")
+        url = database_url(req.db)
+        store = Store(url)  # opened last: bad input above leaves no database behind
+        return _search(req, prec, space, valid, runner, store, progress)
+    finally:
+        runner.close()
+
+
+def _search(req, prec, space, valid, runner, store, progress) -> Summary:
+    dev = runner.device
+    m, n, k = req.m, req.n, req.k
+    name = req.study or default_study_name(dev, prec, m, n, k)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.create_study(storage=optuna.storages.RDBStorage(store.url), study_name=name,
+                                    direction="maximize", load_if_exists=True,
+                                    sampler=make_sampler(req.sampler, req.seed))
+    except Exception as e:  # storage errors come in many types; the message says which
+        raise GemmtuneError(f"cannot open the study {name!r} in {store.url}: {str(e).splitlines()[0]}") from None
+
+    earlier = store.frame(study=name)
+    measured: dict[tuple, tuple[str, float | None]] = {}
+    for row in earlier.itertuples():
+        measured[_config_key(row.kernel, json.loads(row.params))] = (row.status, row.gflops)
+    valid_keys = {_config_key(c.kernel, c.params) for c in valid}
+    proposals = _Proposals(space)
+    rng = random.Random(req.seed)
+
+    def unmeasured() -> list[Config]:
+        return [c for c in valid if _config_key(c.kernel, c.params) not in measured]
+
+    baseline = default_config(dev, prec)
+    if _config_key(baseline.kernel, baseline.params) not in valid_keys:
+        baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
+    baseline_key = _config_key(baseline.kernel, baseline.params)
+    pending: list[Config] = []
+    if baseline_key not in measured:
+        pending.append(baseline)
+    grid_order = list(valid) if req.sampler == "grid" else None
+
+    budget = req.trials
+    if req.sampler == "grid":
+        left = len(unmeasured())
+        budget = left if budget is None else min(budget, left)
+    done, free, failures = 0, 0, Counter()
+    start = time.monotonic()
+    stopped_by = "trials"
+    best = max((g for s, g in measured.values() if s == "ok" and g is not None), default=None)
+
+    trial = None
+    try:
+        while True:
+            if budget is not None and done >= budget:
+                stopped_by = "trials"
+                break
+            if req.timeout is not None and time.monotonic() - start >= req.timeout:
+                stopped_by = "timeout"
+                break
+            if not pending:
+                if grid_order is not None:
+                    nxt = next((c for c in grid_order if _config_key(c.kernel, c.params) not in measured), None)
+                    if nxt is None:
+                        stopped_by = "exhausted"
+                        break
+                    pending.append(nxt)
+                elif free >= MAX_FREE_PROPOSALS:
+                    left = unmeasured()
+                    if not left:
+                        stopped_by = "exhausted"
+                        break
+                    pending.append(rng.choice(left))
+            if pending:
+                proposals.enqueue(study, pending.pop(0))
+            trial = study.ask()
+            config = proposals.suggest(trial)
+            key = _config_key(config.kernel, config.params)
+            if key not in valid_keys:
+                broken = FAMILIES[config.kernel].broken(config.params, dev, prec)
+                trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")
+                study.tell(trial, state=TrialState.PRUNED)
+                trial, free = None, free + 1
+                continue
+            if key in measured:
+                status, value = measured[key]
+                trial.set_user_attr("skipped", "measured before")
+                if status == "ok":
+                    study.tell(trial, value)
+                else:
+                    study.tell(trial, state=TrialState.FAIL)
+                trial, free = None, free + 1
+                continue
+            free = 0
+            outcome = runner.run(Job(config, space.family(config.kernel).source, prec.code, m, n, k, req.policy))
+            value = _record(store, name, trial.number, dev, prec, m, n, k, config, outcome, key == baseline_key)
+            measured[key] = (outcome.status, value)
+            trial.set_user_attr("status", outcome.status)
+            if value is not None:
+                study.tell(trial, value)
+                best = value if best is None else max(best, value)
+            else:
+                failures[outcome.status] += 1
+                study.tell(trial, state=TrialState.FAIL)
+            trial = None
+            done += 1
+            if progress:
+                progress(Progress(done, budget, best, sum(failures.values()), time.monotonic() - start,
+                                  outcome, config, value))
+    except KeyboardInterrupt:
+        stopped_by = "interrupted"
+        if trial is not None:
+            trial.set_user_attr("status", "interrupted")
+            study.tell(trial, state=TrialState.FAIL)
+    return _summarize(store, name, dev, prec, (m, n, k), done, failures, time.monotonic() - start,
+                      baseline_key, len(valid), stopped_by)
+
+
+def _record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precision, m, n, k,
+            config: Config, outcome: Outcome, is_baseline: bool) -> float | None:
+    """Commit one trial's row; returns its GFLOP/s, or None for a failure."""
+    t: Timing | None = outcome.timing
+    value = gflops(prec.flops(m, n, k), t.median_ms) if outcome.status == "ok" and t else None
+    low, high = t.ci_ms if t else (None, None)
+    store.add(
+        study=study, trial=number, device=dev.key, device_name=dev.name, precision=prec.code,
+        m=m, n=n, k=k, kernel=config.kernel, params=config.params, status=outcome.status,
+        gflops=value, time_ms=t.median_ms if t else None, kernel_time_ms=t.kernel_median_ms if t else None,
+        ci_low_ms=None if low is None or low != low else low, ci_high_ms=None if high is None or high != high else high,
+        min_ms=t.min_ms if t else None, repeats=t.repeats if t else None, samples_ms=t.samples_ms if t else None,
+        max_rel_error=outcome.check.max_rel_error if outcome.check else None,
+        norm_rel_error=outcome.check.norm_rel_error if outcome.check else None,
+        compile_s=outcome.compile_s, trial_s=outcome.trial_s, detail=outcome.detail or None,
+        baseline=is_baseline,
+    )
+    return value
+
+
+def _summarize(store, name, dev, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by):
+    rows = store.frame(study=name)
+    ok = rows[rows.status == "ok"].sort_values("gflops", ascending=False)
+    best = ok.iloc[0].to_dict() if len(ok) else None
+    tie = None
+    if len(ok) >= 2:
+        tie = is_tie(json.loads(ok.iloc[0].samples_ms), json.loads(ok.iloc[1].samples_ms))
+    base_rows = rows[rows.apply(lambda r: _config_key(r.kernel, json.loads(r.params)) == baseline_key, axis=1)] \
+        if len(rows) else rows
+    baseline = base_rows.iloc[0].to_dict() if len(base_rows) else None
+    return Summary(name, dev, prec.code, shape, done, failures, elapsed, best, baseline, tie, space_size,
+                   stopped_by, store.url)

@@ -1,0 +1,131 @@
+"""gemmtune's results database: one row per trial in the table ``results`` (SQLAlchemy, no OpenCL).
+
+The same URL also holds Optuna's study tables; those are Optuna's internals and nothing in
+gemmtune reads them with SQL. ``results`` is the documented interface (see README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import sqlalchemy as sa
+
+from gemmtune.errors import GemmtuneError
+
+DEFAULT_DB = "sqlite:///results/gemmtune.db"
+
+metadata = sa.MetaData()
+results = sa.Table(
+    "results", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study", sa.String(255), nullable=False, index=True),
+    sa.Column("trial", sa.Integer, nullable=False),          # Optuna's trial number
+    sa.Column("device", sa.String(512), nullable=False),     # platform | name | driver version
+    sa.Column("device_name", sa.String(255), nullable=False),
+    sa.Column("precision", sa.String(1), nullable=False),
+    sa.Column("m", sa.Integer, nullable=False),
+    sa.Column("n", sa.Integer, nullable=False),
+    sa.Column("k", sa.Integer, nullable=False),
+    sa.Column("kernel", sa.String(64), nullable=False),
+    sa.Column("params", sa.Text, nullable=False),            # JSON object, name -> value
+    sa.Column("status", sa.String(32), nullable=False),      # ok or a failure reason
+    sa.Column("gflops", sa.Float),
+    sa.Column("time_ms", sa.Float),                          # median, whole operation
+    sa.Column("kernel_time_ms", sa.Float),                   # median, main kernel alone
+    sa.Column("ci_low_ms", sa.Float),
+    sa.Column("ci_high_ms", sa.Float),
+    sa.Column("min_ms", sa.Float),
+    sa.Column("repeats", sa.Integer),
+    sa.Column("samples_ms", sa.Text),                        # JSON list, whole-operation times
+    sa.Column("max_rel_error", sa.Float),
+    sa.Column("norm_rel_error", sa.Float),
+    sa.Column("compile_s", sa.Float),
+    sa.Column("trial_s", sa.Float),                          # wall time of the whole trial
+    sa.Column("detail", sa.Text),                            # build log, OpenCL error, error figures
+    sa.Column("baseline", sa.Boolean, nullable=False, default=False),
+    sa.Column("created_at", sa.String(32), nullable=False),  # UTC, ISO 8601
+    sa.Column("gemmtune_version", sa.String(32), nullable=False),
+)
+
+STATUSES = ("ok", "compile_error", "launch_error", "crash", "timeout", "wrong_result")
+
+
+def database_url(url: str | None = None) -> str:
+    """The URL in force: the argument, else $GEMMTUNE_DB, else SQLite under results/."""
+    return url or os.environ.get("GEMMTUNE_DB") or DEFAULT_DB
+
+
+def check_url(url: str) -> sa.engine.URL:
+    """Parse a URL and, for SQLite, make sure the file can be created, without creating it."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise GemmtuneError(f"malformed database URL {url!r}: expected e.g. sqlite:///results/gemmtune.db "
+                            "or postgresql://user@host/db") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database)
+        if url == DEFAULT_DB:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            if not os.access(path, os.R_OK | os.W_OK):
+                raise GemmtuneError(f"database file {path} is not writable")
+        elif not path.parent.is_dir():
+            raise GemmtuneError(f"cannot create database {path}: directory {path.parent} does not exist")
+        elif not os.access(path.parent, os.W_OK):
+            raise GemmtuneError(f"cannot create database {path}: directory {path.parent} is not writable")
+    return parsed
+
+
+class Store:
+    """Read and append rows of the ``results`` table. Each append is its own transaction."""
+
+    def __init__(self, url: str | None = None, create: bool = True):
+        self.url = database_url(url)
+        check_url(self.url)
+        try:
+            self.engine = sa.create_engine(self.url)
+            with self.engine.begin() as conn:
+                if create:
+                    metadata.create_all(conn)
+        except sa.exc.NoSuchModuleError as e:
+            raise GemmtuneError(f"database URL {self.url!r}: {e}") from None
+        except ModuleNotFoundError as e:
+            raise GemmtuneError(f"database URL {self.url!r} needs the driver module {e.name!r}") from None
+        except sa.exc.SQLAlchemyError as e:
+            raise GemmtuneError(f"cannot open database {self.url}: {str(e.orig if hasattr(e, 'orig') else e).splitlines()[0]}") from None
+
+    def add(self, **row) -> int:
+        from gemmtune import __version__
+
+        row.setdefault("created_at", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        row.setdefault("gemmtune_version", __version__)
+        if isinstance(row.get("params"), dict):
+            row["params"] = json.dumps(row["params"])
+        if isinstance(row.get("samples_ms"), (list, tuple)):
+            row["samples_ms"] = json.dumps([round(x, 6) for x in row["samples_ms"]])
+        with self.engine.begin() as conn:
+            return conn.execute(results.insert().values(**row)).inserted_primary_key[0]
+
+    def frame(self, **filters) -> pd.DataFrame:
+        """Rows of ``results`` matching column == value filters (None values are ignored)."""
+        query = sa.select(results)
+        for column, value in filters.items():
+            if value is not None:
+                query = query.where(results.c[column] == value)
+        with self.engine.connect() as conn:
+            return pd.read_sql(query.order_by(results.c.id), conn)
+
+    def best(self, study: str) -> dict | None:
+        """The ok row with the highest GFLOP/s of a study."""
+        query = (sa.select(results).where(results.c.study == study, results.c.status == "ok")
+                 .order_by(results.c.gflops.desc()).limit(2))
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).mappings().all()
+        return dict(rows[0]) if rows else None
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,92 @@
+"""Timing statistics: when to stop repeating, confidence intervals, and ties (pure Python).
+
+Times come from device profiling events. A measurement repeats until the distribution-free
+95 % confidence interval of the median (order statistics, via ``scipy.stats.quantile_test``)
+is within ``rel_ci`` of the median, or until a cap of repeats or seconds. Medians resist the
+occasional slow launch that would drag a mean.
+
+Two configurations are compared as the seed paper decides between variants: a one-tailed test
+at 95 % confidence (here Mann-Whitney U on the time samples, which assumes no distribution),
+asking whether the faster-looking one is really faster. When it is not, they are a tie.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    warmup: int = 2            # launches before any sample is kept
+    min_repeats: int = 10      # samples before the interval is judged
+    max_repeats: int = 200     # cap on samples
+    max_seconds: float = 2.0   # cap on device time spent sampling one configuration
+    rel_ci: float = 0.02       # stop once the interval lies within this fraction of the median
+
+
+def median_ci(samples) -> tuple[float, float]:
+    """95 % confidence interval of the median; (nan, nan) with too few samples (< 6)."""
+    x = np.asarray(samples, dtype=float)
+    if x.size < 6:
+        return math.nan, math.nan
+    ci = stats.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(CONFIDENCE)
+    return float(ci.low), float(ci.high)
+
+
+def converged(samples, policy: TimingPolicy) -> bool:
+    if len(samples) < policy.min_repeats:
+        return False
+    med = float(np.median(samples))
+    low, high = median_ci(samples)
+    return med - low <= policy.rel_ci * med and high - med <= policy.rel_ci * med
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Samples of one configuration, in milliseconds: the whole operation and its main kernel."""
+
+    samples_ms: tuple[float, ...]
+    kernel_ms: tuple[float, ...]
+
+    @property
+    def repeats(self) -> int:
+        return len(self.samples_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return float(np.median(self.samples_ms))
+
+    @property
+    def min_ms(self) -> float:
+        return float(np.min(self.samples_ms))
+
+    @property
+    def kernel_median_ms(self) -> float:
+        return float(np.median(self.kernel_ms))
+
+    @property
+    def ci_ms(self) -> tuple[float, float]:
+        return median_ci(self.samples_ms)
+
+
+def significantly_faster(fast_ms, slow_ms, confidence: float = CONFIDENCE) -> bool:
+    """True when times ``fast_ms`` are smaller than ``slow_ms`` by a one-tailed test."""
+    if len(fast_ms) < 3 or len(slow_ms) < 3:
+        return False
+    p = stats.mannwhitneyu(fast_ms, slow_ms, alternative="less").pvalue
+    return bool(p < 1 - confidence)
+
+
+def is_tie(a_ms, b_ms) -> bool:
+    """Neither sample set is significantly faster than the other."""
+    return not (significantly_faster(a_ms, b_ms) or significantly_faster(b_ms, a_ms))
+
+
+def gflops(flops: int, time_ms: float) -> float:
+    return flops / (time_ms * 1e-3) / 1e9

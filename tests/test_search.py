@@ -1,0 +1,265 @@
+"""gemmtune search on PoCL: results rows, resume, grid, fault isolation, kill -9, Ctrl-C, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from gemmtune.cli import cli
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import get_precision
+from gemmtune.search import check_problem
+from gemmtune.space import load_space, valid_configs
+from gemmtune.device import resolve_device
+
+HERE = Path(__file__).parent
+FAULTS = HERE / "kernels" / "faults.toml"
+
+# Four configurations, all valid on PoCL, differing in tile shape (TSM != TSN included).
+TINY_SPACE = """
+[xgemm_k5]
+TSM = [16, 32]
+TSN = [16, 32]
+TSK = [16]
+WPTN = [2]
+PAD = [1]
+TRANSPOSEX = [8]
+TRANSPOSEY = [8]
+"""
+FAST = ["--time-cap", "0.05", "-q"]
+
+
+def rows(db: Path, where: str = "1=1") -> list[dict]:
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in con.execute(f"SELECT * FROM results WHERE {where} ORDER BY id")]
+    finally:
+        con.close()
+
+
+def search(*args, db: Path, expect: int = 0):
+    result = CliRunner().invoke(cli, ["search", "--db", f"sqlite:///{db}", *FAST, *args])
+    assert result.exit_code == expect, (result.output, result.stderr if hasattr(result, "stderr") else "")
+    return result
+
+
+@pytest.fixture
+def tiny_space(tmp_path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_SPACE)
+    return path
+
+
+def test_search_fills_results_with_verified_rows(tmp_path, tiny_space):
+    db = tmp_path / "r.db"
+    out = search("--m", "40", "--n", "24", "--k", "56", "--trials", "3", "--space", str(tiny_space),
+                 "--seed", "3", "--format", "json", db=db)
+    summary = json.loads(out.stdout)
+    got = rows(db)
+    assert len(got) == summary["trials"] == 3
+    space = load_space(tiny_space)
+    allowed = [c.params for c in valid_configs(space, resolve_device(0), get_precision("s"))]
+    for r in got:
+        assert r["status"] == "ok", r["detail"]
+        assert json.loads(r["params"]) in allowed
+        assert (r["m"], r["n"], r["k"], r["precision"], r["kernel"]) == (40, 24, 56, "s", "xgemm_k5")
+        assert r["max_rel_error"] is not None and r["norm_rel_error"] < 1e-5
+        # GFLOP/s is computed from the median device time of the whole operation.
+        assert r["gflops"] == pytest.approx(2 * 40 * 24 * 56 / (r["time_ms"] * 1e-3) / 1e9)
+        assert 0 < r["kernel_time_ms"] <= r["time_ms"]
+        assert r["ci_low_ms"] <= r["time_ms"] <= r["ci_high_ms"]
+        assert r["min_ms"] <= r["time_ms"]
+        assert r["repeats"] == len(json.loads(r["samples_ms"])) >= 6
+        assert r["compile_s"] >= 0 and r["created_at"].endswith("+00:00")
+        assert "PoCL" in r["device"] or "Portable" in r["device"]
+    best = max(got, key=lambda r: r["gflops"])
+    assert summary["best"]["gflops"] == pytest.approx(best["gflops"])
+    assert summary["best"]["params"] == json.loads(best["params"])
+    # The baseline (the built-in default, or the nearest point of this space) is measured first.
+    assert got[0]["baseline"] == 1 and sum(r["baseline"] for r in got) == 1
+    assert summary["speedup_over_baseline"] == pytest.approx(best["gflops"] / got[0]["gflops"])
+
+
+def test_resume_adds_trials_to_the_same_study(tmp_path):
+    db = tmp_path / "r.db"
+    first = json.loads(search("--size", "24", "--trials", "2", "--seed", "1", "--format", "json", db=db).stdout)
+    second = json.loads(search("--size", "24", "--trials", "2", "--seed", "2", "--format", "json", db=db).stdout)
+    assert first["study"] == second["study"]
+    got = rows(db)
+    assert len(got) == 4 and {r["study"] for r in got} == {first["study"]}
+    # Optuna numbered the new trials after the old ones, and no configuration was measured twice.
+    assert min(r["trial"] for r in got[2:]) > max(r["trial"] for r in got[:2])
+    assert len({r["params"] for r in got}) == 4
+
+
+def test_grid_covers_a_tiny_space_once_and_stops(tmp_path, tiny_space):
+    db = tmp_path / "g.db"
+    out = json.loads(search("--size", "33", "--sampler", "grid", "--space", str(tiny_space),
+                            "--format", "json", db=db).stdout)
+    got = rows(db)
+    assert out["trials"] == len(got) == out["valid_configurations"] == 4
+    assert len({r["params"] for r in got}) == 4
+    again = json.loads(search("--size", "33", "--sampler", "grid", "--space", str(tiny_space),
+                              "--format", "json", db=db).stdout)
+    assert again["trials"] == 0 and len(rows(db)) == 4
+
+
+def test_each_injected_fault_costs_one_trial_and_the_good_trial_survives(tmp_path):
+    db = tmp_path / "f.db"
+    out = json.loads(search("--size", "40", "--sampler", "grid", "--space", str(FAULTS),
+                            "--trial-timeout", "8", "--format", "json", db=db).stdout)
+    by_fault = {json.loads(r["params"])["FAULT"]: r for r in rows(db)}
+    assert {f: r["status"] for f, r in by_fault.items()} == {
+        1: "ok", 2: "compile_error", 3: "crash", 4: "timeout", 5: "wrong_result", 6: "launch_error"}
+    assert "not OpenCL C" in by_fault[2]["detail"] or "error" in by_fault[2]["detail"].lower()
+    assert "signal" in by_fault[3]["detail"]
+    assert "INVALID_WORK_GROUP_SIZE" in by_fault[6]["detail"]
+    assert by_fault[5]["max_rel_error"] > 1e-3 and "componentwise" in by_fault[5]["detail"]
+    good = by_fault[1]
+    assert good["gflops"] > 0 and good["norm_rel_error"] < 1e-5
+    assert out["best"]["params"]["FAULT"] == 1  # a wrong result can never be best
+    assert out["failures"] == {"compile_error": 1, "crash": 1, "timeout": 1, "wrong_result": 1, "launch_error": 1}
+
+
+def _spawn_search(db: Path, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gemmtune", "search", "--db", f"sqlite:///{db}", *FAST, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_rows(db: Path, count: int, proc: subprocess.Popen, limit: float = 120) -> None:
+    end = time.time() + limit
+    while time.time() < end:
+        assert proc.poll() is None, proc.communicate()
+        if db.exists():
+            try:
+                if len(rows(db)) >= count:
+                    return
+            except sqlite3.OperationalError:
+                pass  # table not created yet, or locked for a moment
+        time.sleep(0.2)
+    raise AssertionError(f"no {count} rows within {limit} s")
+
+
+def _children(parent: int) -> list[int]:
+    out = subprocess.run(["ps", "-eo", "pid,ppid"], capture_output=True, text=True).stdout
+    return [int(p) for p, pp in (line.split() for line in out.splitlines()[1:]) if int(pp) == parent]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in state  # a zombie has exited; only its parent's reaping is left
+
+
+def test_kill_9_loses_at_most_the_trial_in_flight_and_resume_works(tmp_path):
+    db = tmp_path / "k.db"
+    proc = _spawn_search(db, "--size", "32", "--trials", "50", "--seed", "5")
+    _wait_for_rows(db, 2, proc)
+    workers = _children(proc.pid)
+    assert workers and all(_alive(w) for w in workers)
+    proc.kill()
+    proc.wait()
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    con.close()
+    before = rows(db)
+    assert len(before) >= 2 and all(r["status"] == "ok" for r in before)
+    # The orphaned worker notices its parent is gone and exits.
+    deadline = time.time() + 10
+    while any(_alive(w) for w in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(w) for w in workers)
+    out = json.loads(search("--size", "32", "--trials", "2", "--seed", "6", "--format", "json", db=db).stdout)
+    after = rows(db)
+    assert len(after) == len(before) + 2
+    assert {r["study"] for r in after} == {out["study"]}
+
+
+def test_ctrl_c_keeps_finished_trials_prints_the_summary_and_exits_130(tmp_path):
+    db = tmp_path / "c.db"
+    proc = _spawn_search(db, "--size", "32", "--trials", "50", "--seed", "7")
+    _wait_for_rows(db, 2, proc)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "stopped: interrupted" in stdout and "best" in stdout
+    assert "Traceback" not in stderr
+    assert len(rows(db)) >= 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "9"], "no device 9"),
+    (["--size", "0"], "--size"),
+    (["--size", "300000"], "GiB"),
+    (["--trials", "0"], "--trials"),
+    (["--precision", "x"], "--precision"),
+    (["--space", "/nonexistent/space.toml"], "cannot read space file"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
+    db = tmp_path / "bad.db"
+    result = CliRunner().invoke(cli, ["search", "--db", f"sqlite:///{db}", *FAST, *args])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0], result.stderr
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("url, message", [
+    ("sqlite:////nonexistent-dir/x.db", "does not exist"),
+    ("not a url", "malformed database URL"),
+    ("nosuchdb://user@host/db", "database URL"),
+])
+def test_bad_database_urls_are_refused(url, message):
+    result = CliRunner().invoke(cli, ["search", "--db", url, "--size", "16", *FAST])
+    assert result.exit_code == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unwritable_database_directory_is_refused(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):  # root ignores permissions: use a path under a file instead
+            target = tmp_path / "file"
+            target.write_text("")
+            url, message = f"sqlite:///{target}/x.db", "does not exist"
+        else:
+            url, message = f"sqlite:///{ro}/x.db", "not writable"
+        result = CliRunner().invoke(cli, ["search", "--db", url, "--size", "16", *FAST])
+        assert result.exit_code == 2 and message in result.stderr
+    finally:
+        ro.chmod(0o700)
+
+
+def _device(**changes) -> DeviceInfo:
+    base = dict(index=0, platform_index=0, device_index=0, platform="P", name="D", vendor="V", type="GPU",
+                opencl_version="OpenCL 3.0", driver_version="1", compute_units=1, max_clock_mhz=1,
+                global_mem_bytes=2**30, local_mem_bytes=48 * 1024, max_work_group_size=1024,
+                max_work_item_sizes=(1024, 1024, 64), double_precision=True, max_alloc_bytes=2**28)
+    return DeviceInfo(**{**base, **changes})
+
+
+def test_problem_checks_name_what_is_wrong():
+    from gemmtune.errors import GemmtuneError
+
+    with pytest.raises(GemmtuneError, match="double precision"):
+        check_problem(_device(double_precision=False), get_precision("z"), 8, 8, 8)
+    with pytest.raises(GemmtuneError, match="GiB"):
+        check_problem(_device(), get_precision("s"), 16384, 16384, 16384)
+    with pytest.raises(GemmtuneError, match="one allocation"):
+        check_problem(_device(global_mem_bytes=2**40), get_precision("d"), 8192, 8192, 8)
+    check_problem(_device(), get_precision("d"), 1024, 1024, 1024)  # fits: no error
