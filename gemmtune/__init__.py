@@ -1,7 +1,9 @@
 """gemmtune: an auto-tuner for OpenCL GEMM kernels.
 
-Public API: ``gemm`` (GEMM on numpy arrays on any OpenCL device), ``list_devices``,
-``load_space`` / ``valid_configs`` (the search space), ``GemmtuneError``.
+Public API: ``gemm`` (GEMM on numpy arrays on any OpenCL device), ``Gemm`` (in place on
+pyopencl arrays), ``best_config`` (the tuned configuration for a problem, from the results
+database), ``list_devices``, ``load_space`` / ``valid_configs`` (the search space),
+``GemmtuneError``.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -20,10 +22,17 @@ def __getattr__(name):
     if name == "gemm":
         from gemmtune.compute import gemm
         return gemm
+    if name == "Gemm":
+        from gemmtune.compute import Gemm
+        return Gemm
+    if name == "best_config":  # no OpenCL itself, but it pulls in pandas and SQLAlchemy
+        from gemmtune.tuned import best_config
+        return best_config
     if name == "list_devices":
         from gemmtune.device import list_devices
         return list_devices
     raise AttributeError(f"module 'gemmtune' has no attribute {name!r}")
 
 
-__all__ = ["Config", "GemmtuneError", "gemm", "list_devices", "load_space", "valid_configs", "__version__"]
+__all__ = ["Config", "Gemm", "GemmtuneError", "best_config", "gemm", "list_devices", "load_space",
+           "valid_configs", "__version__"]

@@ -7,7 +7,6 @@ import json
 import sys
 
 import click
-import numpy as np
 import pandas as pd
 
 from gemmtune.errors import GemmtuneError
@@ -152,7 +151,8 @@ def space(device, precision, shape, space_file, fmt, count, explain):
     the_space = sp.load_space(space_file)
     if explain:
         counts = sp.explain(the_space, dev, prec)
-        rows = [{"constraint": c.constraint.number, "name": c.constraint.name, "rule": c.constraint.text,
+        rows = [{"kernel": c.kernel, "constraint": c.constraint.number, "name": c.constraint.name,
+                 "rule": c.constraint.text,
                  "removed": c.removed, "broken": c.broken} for c in counts]
         valid = the_space.size - sum(c.removed for c in counts)
         if fmt == "json":
@@ -320,3 +320,131 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
     else:
         print_summary(d)
     return 130 if summary.stopped_by == "interrupted" else 0
+
+
+# ---------------------------------------------------------------- report, export
+
+def result_filters(f):
+    """Optional filters on the results table; passes ``filters`` (a gemmtune.report.Filters).
+
+    Not device_option/precision_option/shape_options: those default to device 0, precision s
+    and 1024³, while these must default to everything stored.
+    """
+    dims = click.IntRange(min=1)
+
+    @click.option("--device", default=None, metavar="N|P:D|NAME",
+                  help="Only this device: an index or P:D of this machine, or any part of a device "
+                       "name (case-insensitive; results from other machines too). Default: all.")
+    @click.option("--precision", "-p", default=None, type=click.Choice(list(PRECISIONS), case_sensitive=False),
+                  help="Only this precision. Default: all.")
+    @click.option("--m", "m", type=dims, default=None, help="Only M = this.")
+    @click.option("--n", "n", type=dims, default=None, help="Only N = this.")
+    @click.option("--k", "k", type=dims, default=None, help="Only K = this.")
+    @click.option("--size", type=dims, default=None, help="Only M = N = K = SIZE (--m/--n/--k override).")
+    @click.option("--study", default=None, help="Only this study.")
+    @functools.wraps(f)
+    def wrapper(*args, device, precision, m, n, k, size, study, **kwargs):
+        from gemmtune.report import Filters
+
+        return f(*args, filters=Filters(device, precision, m or size, n or size, k or size, study), **kwargs)
+
+    return wrapper
+
+
+@cli.command()
+@result_filters
+@db_option
+@format_option("table", "csv", "json", "markdown")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="Show the TOP best configurations of each shape instead of the summary.")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
+              help="Also plot best-so-far GFLOP/s per search and best GFLOP/s against size "
+                   "(needs matplotlib: pip install 'gemmtune[plot]').")
+@click.option("--importance", is_flag=True, help="Add Optuna's parameter importances of each study shown.")
+def report(filters, db, fmt, top, plot_file, importance):
+    """Show the best configurations found, per device, precision and shape."""
+    from gemmtune import report as rp
+
+    if plot_file:
+        rp.require_matplotlib()
+    found = rp.load(db, filters)
+    if found.rows.empty:
+        click.echo(found.nothing_message())
+        return 0
+    frame = rp.top(found.rows, top) if top else rp.summary(found.rows)
+    if importance:
+        frame, notes = rp.add_importance(frame, found.url)
+        for note in notes:
+            click.echo(note, err=True)
+    click.echo(rp.render(frame, fmt), nl=False)
+    if plot_file:
+        rp.plot(found.rows, plot_file)
+        click.echo(f"Plot written to {plot_file}.", err=True)
+    return 0
+
+
+@cli.command()
+@result_filters
+@db_option
+@format_option("json", "header")
+@click.option("-o", "--output", default="-", show_default=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="File to write; - for stdout.")
+def export(filters, db, fmt, output):
+    """Write the best configuration per device, precision and shape as JSON or a C header."""
+    from gemmtune import export as ex
+    from gemmtune.report import load
+
+    found = load(db, filters)
+    entries = ex.best_entries(found.rows)
+    text = ex.to_json(entries, found.url) if fmt == "json" else ex.to_header(entries, found.url)
+    if not entries:
+        click.echo(found.nothing_message() + " Exported "
+                   + ("no entries." if fmt == "json" else "the shipped defaults only."), err=True)
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        ex.write(text, output)
+    return 0
+
+
+# ---------------------------------------------------------------- bench
+
+@cli.command()
+@device_option
+@precision_option
+@click.option("--sizes", default="1024,2048,4096", show_default=True, metavar="S1,S2,...",
+              help="Cube sizes M = N = K to measure.")
+@click.option("--baseline", "baselines", default="numpy", show_default=True, metavar="B1,B2,...",
+              help="numpy, torch, cupy, and/or config:NAME=VALUE,... (';' separates several configs).")
+@db_option
+@click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
+              help="Seconds of timing per contender and size, at most.")
+@format_option("table", "json")
+def bench(device, precision, sizes, baselines, db, time_cap, fmt):
+    """Measure the tuned configuration against baselines, in one process and one run."""
+    from gemmtune.bench import run_bench
+    from gemmtune.timing import TimingPolicy
+
+    try:
+        size_list = [int(s) for s in sizes.split(",") if s.strip()]
+    except ValueError:
+        raise GemmtuneError(f"bad --sizes {sizes!r}: expected integers like 1024,2048") from None
+    if not size_list or min(size_list) < 1:
+        raise GemmtuneError(f"bad --sizes {sizes!r}: sizes must be at least 1")
+    # config:... items contain commas themselves; split the list on the known names instead.
+    items = []
+    for part in baselines.split(";"):
+        head, sep, rest = part.partition("config:")
+        items += [b.strip() for b in head.split(",") if b.strip()]
+        if sep:
+            items.append("config:" + rest.strip())
+    rows = run_bench(device, get_precision(precision), size_list, items, db, TimingPolicy(max_seconds=time_cap),
+                     progress=lambda s: click.echo(f"size {s} done", err=True))
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = [{"size": r["size"], "contender": r["contender"], "source": r["source"],
+              "GFLOP/s": "-" if r["gflops"] is None else f"{r['gflops']:,.0f}",
+              "gemmtune/this": "-" if r["gemmtune_ratio"] is None else f"{r['gemmtune_ratio']:.3f}",
+              "repeats": r["repeats"], "note": r["skipped"] or r["config"]} for r in rows]
+    emit(table, "table")

@@ -8,13 +8,15 @@ from typing import Mapping
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.array as cla
 
-from gemmtune.defaults import default_config
-from gemmtune.device import device_spec, open_device
+from gemmtune.device import device_spec, list_devices, open_device
 from gemmtune.info import DeviceInfo
 from gemmtune.kernels import GemmOperation, normalize_op
-from gemmtune.precision import Precision, precision_of
-from gemmtune.space import Config, check_config, load_space, make_config
+from gemmtune.errors import GemmtuneError
+from gemmtune.precision import Precision, get_precision, precision_of
+from gemmtune.space import Config, check_config, load_space, make_config, require_precision
+from gemmtune.tuned import best_config
 from gemmtune.verify import Check, Reference, compare, random_matrix
 
 
@@ -66,19 +68,30 @@ def operation(dev: OpenDevice, config: Config, source: str, prec: Precision, m: 
     return op
 
 
+def check_scalars(prec: Precision, alpha, beta) -> None:
+    """ValueError for a complex alpha or beta with real operands: it cannot be applied."""
+    if not prec.is_complex:
+        for name, value in (("alpha", alpha), ("beta", beta)):
+            if np.iscomplexobj(value):
+                raise ValueError(f"{name} = {value} is complex but the operands are real ({prec.dtype})")
+
+
 def _op_shape(x: np.ndarray, flag: str) -> tuple[int, int]:
     return x.shape if flag == "N" else x.shape[::-1]
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
-         config: Mapping | Config | None = None, device=None) -> np.ndarray:
+         config: Mapping | Config | None = None, device=None, db: str | None = None) -> np.ndarray:
     """Return ``alpha * op(a) @ op(b) + beta * c`` as a new array, computed on an OpenCL device.
 
     ``a``, ``b``, ``c`` are numpy arrays with numpy's (row-major) meaning; ``c`` is not modified.
     ``trans_a=True`` means op(a) = a.T, ``trans_a="C"`` means a.conj().T (likewise for b).
     The dtype (float32, float64, complex64, complex128) selects s, d, c or z. ``config`` is a
-    dict of kernel parameters (missing ones take the kernel's defaults); None takes the shipped
-    default for the device. ``device`` is an index, "P:D", or None for $GEMMTUNE_DEVICE or 0.
+    dict of kernel parameters (missing ones take the kernel's defaults) or a Config; None takes
+    ``best_config`` for the problem from the results database ``db`` (default: $GEMMTUNE_DB,
+    else sqlite:///results/gemmtune.db): the tuned configuration of this shape, else of the
+    nearest tuned shape, else the shipped default. Lookups are cached in the process.
+    ``device`` is an index, "P:D", or None for $GEMMTUNE_DEVICE or 0.
     Raises ValueError for mixed dtypes or mismatched shapes, GemmtuneError for a configuration
     that is not valid on the device.
     """
@@ -97,12 +110,17 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
         raise ValueError(f"c must be {m}x{n}, got {'x'.join(map(str, np.asarray(c).shape))}")
     if min(m, n, ka) < 1:
         raise ValueError(f"empty product: {m}x{ka} times {kb}x{n}")
+    if c is None and beta != 0:
+        raise ValueError(f"beta = {beta} needs c: without c, beta must be 0")
+    check_scalars(prec, alpha, beta)
 
     dev = get_device(device)
-    cfg = default_config(dev.info, prec) if config is None else resolve_config(config, dev.info, prec)
-    fs = load_space().family(cfg.kernel)
     # Row-major C = op(a) op(b) is column-major C^T = op(b)^T op(a)^T, and the memory of a
     # row-major matrix is its transpose in column-major: hand b as A and a as B, m and n swapped.
+    # The tuned shape is that column-major one, the problem the kernel actually runs.
+    cfg = (best_config(n, m, ka, prec, device=dev.info, db=db).config if config is None
+           else resolve_config(config, dev.info, prec))
+    fs = load_space().family(cfg.kernel)
     op = operation(dev, cfg, fs.source, prec, n, m, ka, tb, ta)
     mf = cl.mem_flags
     ctx, queue = dev.context, dev.queue
@@ -133,3 +151,80 @@ def verify_config(device, prec: Precision, m: int, n: int, k: int, *, config=Non
     c = random_matrix(prec, (m, n), rng) if beta != 0 else None
     result = gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, config=config, device=device)
     return compare(result, Reference.compute(prec, a, b, c, alpha, beta, ta, tb), prec)
+
+
+def device_info(device: cl.Device) -> DeviceInfo:
+    """gemmtune's description of a pyopencl device, found in the flat device index."""
+    for info in list_devices():
+        if open_device(info.index)[1] == device:
+            return info
+    raise GemmtuneError(f"device {device.name.strip()!r} is not among the OpenCL devices gemmtune lists")
+
+
+class Gemm:
+    """GEMM on ``pyopencl.array.Array`` operands that live on ``queue``'s device, in place.
+
+    ``Gemm(queue, "s")(a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False)`` enqueues
+    c <- alpha * op(a) @ op(b) + beta * c on ``queue`` and returns ``c``, with no host copies.
+    The arrays have numpy's row-major meaning (as ``gemm``): C-contiguous, 2-D, offset 0, the
+    precision's dtype (float32, float64, complex64, complex128 for s, d, c, z). ``trans_a=True``
+    means op(a) = a.T, ``"C"`` a.conj().T. beta == 0 never reads c. The call waits for the
+    operands' pending events and records its own on ``c`` (``c.events``), as pyopencl does.
+
+    The configuration of each shape is chosen the first time the shape is seen, by
+    ``best_config`` on ``db`` (default: $GEMMTUNE_DB, else sqlite:///results/gemmtune.db).
+    Scratch buffers are kept per shape, so calls must run in order: use an in-order queue.
+    """
+
+    _MAX_OPERATIONS = 32
+
+    def __init__(self, queue: cl.CommandQueue, precision: str | Precision = "s", *, db: str | None = None):
+        self.queue = queue
+        self.precision = precision if isinstance(precision, Precision) else get_precision(precision)
+        self.info = device_info(queue.device)
+        require_precision(self.info, self.precision)
+        self.db = db
+        self._operations: OrderedDict[tuple, GemmOperation] = OrderedDict()
+
+    def _check(self, name: str, x) -> None:
+        if not isinstance(x, cla.Array):
+            raise TypeError(f"{name} must be a pyopencl.array.Array, got {type(x).__name__}")
+        if x.ndim != 2 or x.dtype != self.precision.dtype:
+            raise ValueError(f"{name} must be a 2-D {self.precision.dtype} array, got {x.ndim}-D {x.dtype}")
+        if not x.flags.c_contiguous or x.offset != 0:
+            raise ValueError(f"{name} must be C-contiguous with offset 0")
+        if x.context != self.queue.context:
+            raise ValueError(f"{name} lives in another OpenCL context than the queue")
+
+    def operation(self, m: int, n: int, k: int, trans_a: str, trans_b: str) -> GemmOperation:
+        """The prepared column-major operation for (m, n, k, op flags), built on first use."""
+        key = (m, n, k, trans_a, trans_b)
+        op = self._operations.get(key)
+        if op is None:
+            cfg = best_config(m, n, k, self.precision, device=self.info, db=self.db).config
+            op = GemmOperation(self.queue, cfg, load_space().family(cfg.kernel).source, self.precision,
+                               m, n, k, trans_a, trans_b)
+            self._operations[key] = op
+            if len(self._operations) > self._MAX_OPERATIONS:
+                self._operations.popitem(last=False)
+        else:
+            self._operations.move_to_end(key)
+        return op
+
+    def __call__(self, a, b, c, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
+        for name, x in (("a", a), ("b", b), ("c", c)):
+            self._check(name, x)
+        ta, tb = normalize_op(trans_a), normalize_op(trans_b)
+        (m, ka), (kb, n) = _op_shape(a, ta), _op_shape(b, tb)
+        if ka != kb:
+            raise ValueError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
+        if c.shape != (m, n):
+            raise ValueError(f"c must be {m}x{n}, got {'x'.join(map(str, c.shape))}")
+        if min(m, n, ka) < 1:
+            raise ValueError(f"empty product: {m}x{ka} times {kb}x{n}")
+        # Same row-major to column-major swap as gemm: b is A, a is B, m and n exchanged.
+        op = self.operation(n, m, ka, tb, ta)
+        wait = [*a.events, *b.events, *c.events] or None
+        events = op.enqueue(b.data, a.data, c.data, alpha, beta, wait_for=wait)
+        c.add_event(events[-1])
+        return c

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
 
+import numpy as np
+
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision
 from gemmtune.resources import load_kernel_source
@@ -48,15 +50,23 @@ def transpose_local_bytes(p: Params, prec: Precision) -> int:
     return p["TRANSPOSEY"] * (p["TRANSPOSEX"] + 1) * prec.bytes
 
 
+# Constraint checks are written with & and elementwise arithmetic only, so the same function
+# tests one configuration (ints) or a whole Cartesian product at once (numpy columns).
+
+def _safe(x):
+    """x, or 1 where x is 0: a divisor that cannot fail (the rule that needs x > 0 says so)."""
+    return np.maximum(x, 1)
+
+
 TRANSPOSE_FITS = Constraint(
     5, "transpose tile",
     "TRANSPOSEX <= max work-item size[0], TRANSPOSEY <= max work-item size[1], "
     "TRANSPOSEX * TRANSPOSEY <= max work-group size, its local tile fits local memory",
     lambda p, dev, prec: (
-        p["TRANSPOSEX"] <= dev.max_work_item_sizes[0]
-        and p["TRANSPOSEY"] <= dev.max_work_item_sizes[1]
-        and p["TRANSPOSEX"] * p["TRANSPOSEY"] <= dev.max_work_group_size
-        and transpose_local_bytes(p, prec) <= dev.local_mem_bytes
+        (p["TRANSPOSEX"] <= dev.max_work_item_sizes[0])
+        & (p["TRANSPOSEY"] <= dev.max_work_item_sizes[1])
+        & (p["TRANSPOSEX"] * p["TRANSPOSEY"] <= dev.max_work_group_size)
+        & (transpose_local_bytes(p, prec) <= dev.local_mem_bytes)
     ),
 )
 
@@ -89,6 +99,10 @@ class Family:
     def defaults(self) -> Params:
         return {name: default for name, (default, _) in self.parameters.items()}
 
+    def b_k_fast(self, p: Params) -> bool:
+        """Whether the kernel reads B as Kp x Np (k fastest) rather than Np x Kp."""
+        return bool(p.get("BKFAST", 0))
+
     def padded_shape(self, p: Params, m: int, n: int, k: int) -> tuple[int, int, int]:
         tm, tn, tk = (p[name] for name in self.tile_params)
         return _roundup(m, tm), _roundup(n, tn), _roundup(k, tk)
@@ -99,7 +113,7 @@ class Family:
 
     def broken(self, p: Params, dev: DeviceInfo, prec: Precision) -> Constraint | None:
         """The first constraint ``p`` breaks on this device, or None."""
-        return next((c for c in self.constraints if not c.check(p, dev, prec)), None)
+        return next((c for c in self.constraints if not bool(c.check(p, dev, prec))), None)
 
 
 class TiledK5(Family):
@@ -130,14 +144,14 @@ XGEMM_K5 = TiledK5(
         Constraint(2, "work-group", "TSM <= max work-item size[0], RTSN = TSN / WPTN <= max "
                    "work-item size[1], TSM * RTSN <= max work-group size",
                    lambda p, dev, prec: (
-                       p["TSM"] <= dev.max_work_item_sizes[0]
-                       and p["TSN"] // p["WPTN"] <= dev.max_work_item_sizes[1]
-                       and _wgs(p) <= dev.max_work_group_size)),
+                       (p["TSM"] <= dev.max_work_item_sizes[0])
+                       & (p["TSN"] // p["WPTN"] <= dev.max_work_item_sizes[1])
+                       & (_wgs(p) <= dev.max_work_group_size))),
         Constraint(3, "loads per thread", "(TSK * TSM) % (TSM * RTSN) == 0 and "
                    "(TSK * TSN) % (TSM * RTSN) == 0",
-                   lambda p, dev, prec: _wgs(p) > 0
-                   and (p["TSK"] * p["TSM"]) % _wgs(p) == 0
-                   and (p["TSK"] * p["TSN"]) % _wgs(p) == 0),
+                   lambda p, dev, prec: (_wgs(p) > 0)
+                   & ((p["TSK"] * p["TSM"]) % _safe(_wgs(p)) == 0)
+                   & ((p["TSK"] * p["TSN"]) % _safe(_wgs(p)) == 0)),
         Constraint(4, "local memory", "(TSK * TSM + TSN * (TSK + PAD)) * bytes per element <= "
                    "local memory size",
                    lambda p, dev, prec: XGEMM_K5.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
@@ -146,4 +160,73 @@ XGEMM_K5 = TiledK5(
     may_be_zero=frozenset({"PAD"}),
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (XGEMM_K5,)}
+
+class RegisterTiled(Family):
+    """kernels/xgemm_rt.cl: MDIMC x NDIMC work-items, WPTM x WPTN results each."""
+
+    def local_size(self, p):
+        return p["MDIMC"], p["NDIMC"]
+
+    def global_size(self, p, mp, np_):
+        return mp // p["MWG"] * p["MDIMC"], np_ // p["NWG"] * p["NDIMC"]
+
+    def local_mem_bytes(self, p, prec):
+        buffers = 1 + (p["PIPE"] == 2)
+        return buffers * p["KWG"] * (p["MWG"] + p["NWG"] + 2 * p["PADL"]) * prec.bytes
+
+
+def _rt_vectors(p: Params):
+    per_load = p["VWG"] * p["MDIMC"] * p["NDIMC"]
+    return ((p["MWG"] % p["VWG"] == 0) & (p["NWG"] % p["VWG"] == 0)
+            & ((p["BKFAST"] == 0) | (p["KWG"] % p["VWG"] == 0))
+            & ((p["KWG"] * p["MWG"]) % per_load == 0) & ((p["KWG"] * p["NWG"]) % per_load == 0))
+
+
+def _rt_local_vectors(p: Params):
+    wptm, wptn = p["MWG"] // p["MDIMC"], p["NWG"] // p["NDIMC"]
+    return ((p["MWG"] % p["MDIMC"] == 0) & (p["NWG"] % p["NDIMC"] == 0)
+            & (wptm % p["VLM"] == 0) & (wptn % p["VLN"] == 0)
+            & (p["PADL"] % p["VWG"] == 0) & (p["PADL"] % p["VLM"] == 0) & (p["PADL"] % p["VLN"] == 0))
+
+
+def _rt_warp(p: Params):
+    w = p["WARPM"]
+    ws = _safe(w)
+    fits = ((p["MDIMC"] * p["NDIMC"]) % 32 == 0) & (32 % ws == 0) & (p["MDIMC"] % ws == 0) \
+        & (p["NDIMC"] % _safe(32 // ws) == 0)
+    return (w == 0) | fits
+
+
+XGEMM_RT = RegisterTiled(
+    name="xgemm_rt",
+    source_file="xgemm_rt.cl",
+    kernel_name="xgemm",
+    tile_params=("MWG", "NWG", "KWG"),
+    constraints=(
+        Constraint(1, "work per thread", "MWG % MDIMC == 0 and NWG % NDIMC == 0",
+                   lambda p, dev, prec: (p["MWG"] % p["MDIMC"] == 0) & (p["NWG"] % p["NDIMC"] == 0)),
+        Constraint(2, "work-group", "MDIMC <= max work-item size[0], NDIMC <= max work-item size[1], "
+                   "MDIMC * NDIMC <= max work-group size",
+                   lambda p, dev, prec: ((p["MDIMC"] <= dev.max_work_item_sizes[0])
+                                         & (p["NDIMC"] <= dev.max_work_item_sizes[1])
+                                         & (p["MDIMC"] * p["NDIMC"] <= dev.max_work_group_size))),
+        Constraint(3, "vector loads", "MWG and NWG (and KWG if BKFAST) multiples of VWG; KWG * MWG "
+                   "and KWG * NWG multiples of VWG * MDIMC * NDIMC", lambda p, dev, prec: _rt_vectors(p)),
+        Constraint(4, "local vectors", "WPTM % VLM == 0, WPTN % VLN == 0, PADL a multiple of VWG, "
+                   "VLM and VLN", lambda p, dev, prec: _rt_local_vectors(p)),
+        Constraint(5, "local memory", "(2 if PIPE == 2 else 1) * KWG * (MWG + NWG + 2 * PADL) * "
+                   "bytes per element <= local memory size",
+                   lambda p, dev, prec: XGEMM_RT.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
+        Constraint(6, "unroll", "KWG % UNROLL == 0", lambda p, dev, prec: p["KWG"] % p["UNROLL"] == 0),
+        Constraint(7, "warp sub-tile", "WARPM == 0, or MDIMC * NDIMC % 32 == 0 and WARPM divides 32 "
+                   "and MDIMC, and 32 / WARPM divides NDIMC", lambda p, dev, prec: _rt_warp(p)),
+        Constraint(8, "registers", "WPTM * WPTN * bytes per element / 4 <= 128: the accumulators "
+                   "leave room in a 255-register budget",
+                   lambda p, dev, prec: (p["MWG"] // p["MDIMC"]) * (p["NWG"] // p["NDIMC"]) * prec.bytes // 4 <= 128),
+        Constraint(9, "transpose tile", TRANSPOSE_FITS.text, TRANSPOSE_FITS.check),
+    ),
+    may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST"}),
+)
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (XGEMM_K5, XGEMM_RT)}

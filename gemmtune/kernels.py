@@ -8,6 +8,7 @@ maps numpy's row-major arrays onto it.
 from __future__ import annotations
 
 import hashlib
+import warnings
 
 import numpy as np
 import pyopencl as cl
@@ -17,6 +18,7 @@ from gemmtune.precision import Precision
 from gemmtune.space import Config
 
 BUILD_OPTIONS = ("-cl-mad-enable",)
+COPY_TILE = (16, 4)   # work-group of pad_copy: 64 work-items fit every device
 
 
 class BuildError(Exception):
@@ -55,7 +57,10 @@ def build(context: cl.Context, source: str, defs: dict[str, int]) -> cl.Program:
     program = _programs.get(key)
     if program is None:
         try:
-            program = cl.Program(context, source).build(options=build_options(defs))
+            with warnings.catch_warnings():
+                # Drivers print notes on every build; a failed build's log is in BuildError.
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                program = cl.Program(context, source).build(options=build_options(defs))
         except cl.RuntimeError as e:
             raise BuildError(f"build failed: {str(e).splitlines()[0]}", str(e)) from None
         _programs[key] = program
@@ -90,8 +95,10 @@ class GemmOperation:
         item = prec.bytes
         # A must be Mp x Kp; it is usable as given only untransposed and already that shape.
         self.a_direct = self.trans_a == "N" and (self.mp, self.kp) == (m, k)
-        # B must be Np x Kp, i.e. op(B) transposed: given as such when trans_b == "T".
-        self.b_direct = self.trans_b == "T" and (self.np, self.kp) == (n, k)
+        # B must be Np x Kp, i.e. op(B) transposed: given as such when trans_b == "T"; or, for
+        # kernels that read it k-fastest, Kp x Np: given as such when trans_b == "N".
+        self.b_k_fast = self.family.b_k_fast(p)
+        self.b_direct = self.trans_b == ("N" if self.b_k_fast else "T") and (self.np, self.kp) == (n, k)
         mf = cl.mem_flags.READ_WRITE
         ctx = queue.context
         self.a_scratch = None if self.a_direct else cl.Buffer(ctx, mf, self.mp * self.kp * item)
@@ -103,7 +110,10 @@ class GemmOperation:
         if asked; with ``transpose``, src is stored cols x rows and dst gets its transpose."""
         i32 = np.int32
         if not transpose:
-            return self.pad_copy(self.queue, (rows_p, cols_p), None, i32(rows), i32(cols), i32(rows),
+            # A fixed work-group (the kernel guards the edges): with local size left to the driver,
+            # PoCL compiles a new work-group function for every new shape.
+            gsize = (_roundup(rows_p, COPY_TILE[0]), _roundup(cols_p, COPY_TILE[1]))
+            return self.pad_copy(self.queue, gsize, COPY_TILE, i32(rows), i32(cols), i32(rows),
                                  i32(rows_p), i32(cols_p), i32(conj), src, dst, wait_for=wait_for)
         tx, ty = self.transpose_tile
         gsize = (_roundup(cols_p, tx), _roundup(rows_p, ty))
@@ -114,12 +124,19 @@ class GemmOperation:
                 wait_for=None) -> list[cl.Event]:
         """Enqueue the whole operation; returns its events in order (the main kernel's last)."""
         events = []
-        lda, ldb = self.m, self.n
+        lda, ldb = self.m, (self.k if self.b_k_fast else self.n)
         if not self.a_direct:
             events.append(self._prepare(a, self.trans_a != "N", self.trans_a == "C", self.m, self.k,
                                         self.mp, self.kp, self.a_scratch, wait_for))
             a, lda = self.a_scratch, self.mp
-        if not self.b_direct:
+        if self.b_direct:
+            pass
+        elif self.b_k_fast:
+            # The kernel reads op(B) as it is (k x n): B given transposed needs a transpose back.
+            events.append(self._prepare(b, self.trans_b != "N", self.trans_b == "C", self.k, self.n,
+                                        self.kp, self.np, self.b_scratch, wait_for))
+            b, ldb = self.b_scratch, self.kp
+        else:
             # The kernel reads op(B) transposed (n x k): B given untransposed needs a transpose.
             events.append(self._prepare(b, self.trans_b == "N", self.trans_b == "C", self.n, self.k,
                                         self.np, self.kp, self.b_scratch, wait_for))

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+import numpy as np
+
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES, Constraint, Family, kernel_parameters
 from gemmtune.info import DeviceInfo
@@ -54,6 +56,27 @@ class FamilySpace:
         names = list(self.values)
         for combo in itertools.product(*self.values.values()):
             yield Config.of(self.family.name, dict(zip(names, combo)))
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The Cartesian product as one int64 column per parameter, in ``configs()`` order."""
+        grids = np.meshgrid(*(np.asarray(v, dtype=np.int64) for v in self.values.values()), indexing="ij")
+        return {name: g.ravel() for name, g in zip(self.values, grids)}
+
+    def checks(self, dev: DeviceInfo, prec: Precision) -> list[tuple[Constraint, np.ndarray]]:
+        """Each constraint with the mask of the product's points that obey it."""
+        cols = self.columns()
+        size = self.size
+        return [(c, np.broadcast_to(np.asarray(c.check(cols, dev, prec), dtype=bool), (size,)))
+                for c in self.family.constraints]
+
+    def valid(self, dev: DeviceInfo, prec: Precision) -> list[Config]:
+        cols = self.columns()
+        mask = np.ones(self.size, dtype=bool)
+        for _, ok in self.checks(dev, prec):
+            mask &= ok
+        names = list(self.values)
+        rows = np.column_stack([cols[n][mask] for n in names]).tolist() if mask.any() else []
+        return [Config(self.family.name, tuple(zip(names, row))) for row in rows]
 
     @property
     def size(self) -> int:
@@ -160,8 +183,8 @@ def require_precision(dev: DeviceInfo, prec: Precision) -> None:
 def valid_configs(space: Space, dev: DeviceInfo, prec: Precision) -> list[Config]:
     """Every configuration of the space that breaks no constraint on this device and precision."""
     require_precision(dev, prec)
-    return [c for c in space.configs()
-            if FAMILIES[c.kernel].broken(c.params, dev, prec) is None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return [c for fs in space.families for c in fs.valid(dev, prec)]
 
 
 def check_config(config: Config, dev: DeviceInfo, prec: Precision) -> None:
@@ -188,6 +211,7 @@ def make_config(space: Space, kernel: str | None, given: Mapping[str, int]) -> C
 
 @dataclass(frozen=True)
 class ConstraintCount:
+    kernel: str
     constraint: Constraint
     removed: int   # configurations for which this is the first constraint broken
     broken: int    # configurations that break it, whatever else they break
@@ -195,21 +219,14 @@ class ConstraintCount:
 
 def explain(space: Space, dev: DeviceInfo, prec: Precision) -> list[ConstraintCount]:
     require_precision(dev, prec)
-    removed: dict[Constraint, int] = {}
-    broken: dict[Constraint, int] = {}
+    counts = []
     for fs in space.families:
-        for c in fs.family.constraints:
-            removed.setdefault(c, 0)
-            broken.setdefault(c, 0)
-        for config in fs.configs():
-            first = True
-            for c in fs.family.constraints:
-                if not c.check(config.params, dev, prec):
-                    broken[c] += 1
-                    if first:
-                        removed[c] += 1
-                        first = False
-    return [ConstraintCount(c, removed[c], broken[c]) for c in removed]
+        alive = np.ones(fs.size, dtype=bool)  # obeys every constraint checked so far
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for c, ok in fs.checks(dev, prec):
+                counts.append(ConstraintCount(fs.family.name, c, int((alive & ~ok).sum()), int((~ok).sum())))
+                alive &= ok
+    return counts
 
 
 def describe(config: Config, prec: Precision) -> dict:

@@ -59,8 +59,9 @@ def database_url(url: str | None = None) -> str:
     return url or os.environ.get("GEMMTUNE_DB") or DEFAULT_DB
 
 
-def check_url(url: str) -> sa.engine.URL:
-    """Parse a URL and, for SQLite, make sure the file can be created, without creating it."""
+def check_url(url: str, create: bool = True) -> sa.engine.URL:
+    """Parse a URL and, for SQLite, make sure the file can be created (or, with ``create``
+    False, read), without creating it."""
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
@@ -68,6 +69,13 @@ def check_url(url: str) -> sa.engine.URL:
                             "or postgresql://user@host/db") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         path = Path(parsed.database)
+        if not create:
+            # Reading: a missing file (or the default's missing results/) means no results yet.
+            if path.exists() and not os.access(path, os.R_OK):
+                raise GemmtuneError(f"database file {path} is not readable")
+            if not path.exists() and url != DEFAULT_DB and not path.parent.is_dir():
+                raise GemmtuneError(f"no database {path}: directory {path.parent} does not exist")
+            return parsed
         if url == DEFAULT_DB:
             path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
@@ -84,8 +92,17 @@ class Store:
     """Read and append rows of the ``results`` table. Each append is its own transaction."""
 
     def __init__(self, url: str | None = None, create: bool = True):
+        """``create`` False opens for reading only: nothing is created, not even a missing
+        SQLite file (``exists`` is then False and ``frame`` is empty)."""
         self.url = database_url(url)
-        check_url(self.url)
+        parsed = check_url(self.url, create)
+        self.exists = True
+        if not create and parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+            # Connecting would create the file.
+            self.exists = Path(parsed.database).exists()
+        self.engine = None
+        if not self.exists:
+            return
         try:
             self.engine = sa.create_engine(self.url)
             with self.engine.begin() as conn:
@@ -96,7 +113,7 @@ class Store:
         except ModuleNotFoundError as e:
             raise GemmtuneError(f"database URL {self.url!r} needs the driver module {e.name!r}") from None
         except sa.exc.SQLAlchemyError as e:
-            raise GemmtuneError(f"cannot open database {self.url}: {str(e.orig if hasattr(e, 'orig') else e).splitlines()[0]}") from None
+            raise GemmtuneError(f"cannot open database {self.url}: {_first_line(e)}") from None
 
     def add(self, **row) -> int:
         from gemmtune import __version__
@@ -111,13 +128,22 @@ class Store:
             return conn.execute(results.insert().values(**row)).inserted_primary_key[0]
 
     def frame(self, **filters) -> pd.DataFrame:
-        """Rows of ``results`` matching column == value filters (None values are ignored)."""
+        """Rows of ``results`` matching column == value filters (None values are ignored).
+
+        Empty, with the table's columns, when the database or its ``results`` table does not
+        exist yet; GemmtuneError when it cannot be read (e.g. a file that is not SQLite).
+        """
         query = sa.select(results)
         for column, value in filters.items():
             if value is not None:
                 query = query.where(results.c[column] == value)
-        with self.engine.connect() as conn:
-            return pd.read_sql(query.order_by(results.c.id), conn)
+        try:
+            if self.engine is None or not sa.inspect(self.engine).has_table(results.name):
+                return pd.DataFrame(columns=[c.name for c in results.columns])
+            with self.engine.connect() as conn:
+                return pd.read_sql(query.order_by(results.c.id), conn)
+        except sa.exc.SQLAlchemyError as e:
+            raise GemmtuneError(f"cannot read database {self.url}: {_first_line(e)}") from None
 
     def best(self, study: str) -> dict | None:
         """The ok row with the highest GFLOP/s of a study."""
@@ -128,4 +154,9 @@ class Store:
         return dict(rows[0]) if rows else None
 
     def close(self) -> None:
-        self.engine.dispose()
+        if self.engine is not None:
+            self.engine.dispose()
+
+
+def _first_line(e: Exception) -> str:
+    return str(getattr(e, "orig", None) or e).splitlines()[0]

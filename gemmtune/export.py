@@ -1,0 +1,166 @@
+"""``gemmtune export``: the tuned configurations for programs that do not use gemmtune.
+
+JSON (``to_json``)::
+
+    {"gemmtune_version": "0.1.0", "database": "sqlite:///results/gemmtune.db",
+     "entries": [{"device": "<platform> | <device name> | <driver version>",
+                  "device_name": "...", "precision": "s", "m": 1024, "n": 1024, "k": 1024,
+                  "kernel": "xgemm_k5", "params": {"TSM": 64, ...}, "gflops": 1234.5,
+                  "time_ms": 1.74, "study": "...", "trial": 17}, ...]}
+
+one entry per (device, precision, m, n, k): its best ``ok`` row. Shapes are BLAS's
+(column-major, C is m x n), as ``gemmtune search`` uses them.
+
+C header (``to_header``): one block of ``#define``s per device and precision, chosen by macros
+the including program defines; see the header's own comment (``HEADER_USAGE``). Per device and
+precision the block holds the best configuration of the largest shape tuned (by m*n*k, then
+GFLOP/s): large problems are what tuning is for, and the configuration of one shape is valid
+for all. The ``#else`` block holds the shipped defaults of ``configs/defaults.toml``.
+
+Both leave out rows whose parameters are not those of a shipped kernel family (tuned from a
+custom ``--space`` source): the kernels in ``kernels/`` could not use them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from gemmtune.defaults import shipped_default
+from gemmtune.errors import GemmtuneError
+from gemmtune.families import FAMILIES
+from gemmtune.precision import PRECISIONS
+from gemmtune.space import load_space
+from gemmtune.tuned import shipped_config
+
+DEFAULT_TYPES = ("GPU", "CPU")   # defaults.toml's types besides OTHER, selectable in the header
+
+
+def best_entries(rows: pd.DataFrame) -> list[dict]:
+    """The best ok row of each (device, precision, m, n, k) among shipped-family configurations,
+    as JSON entries, sorted by device, precision and shape."""
+    space = load_space()
+    ok = rows[rows.status == "ok"].sort_values(["gflops", "id"], ascending=[False, True])
+    entries: dict[tuple, dict] = {}
+    for row in ok.itertuples():
+        key = (row.device, row.precision, int(row.m), int(row.n), int(row.k))
+        if key in entries:
+            continue
+        config = shipped_config(row.kernel, json.loads(row.params), space)
+        if config is None:
+            continue
+        entries[key] = {"device": row.device, "device_name": row.device_name, "precision": row.precision,
+                        "m": key[2], "n": key[3], "k": key[4], "kernel": config.kernel,
+                        "params": config.params, "gflops": float(row.gflops), "time_ms": float(row.time_ms),
+                        "study": row.study, "trial": int(row.trial)}
+    return [entries[key] for key in sorted(entries)]
+
+
+def to_json(entries: list[dict], database: str) -> str:
+    from gemmtune import __version__
+
+    return json.dumps({"gemmtune_version": __version__, "database": database, "entries": entries},
+                      indent=2) + "\n"
+
+
+def device_macro(device_key: str) -> str:
+    """The macro that selects a device's blocks: GEMMTUNE_DEVICE_ and the key in capitals,
+    every run of other characters than letters and digits as one underscore."""
+    return "GEMMTUNE_DEVICE_" + re.sub(r"[^A-Za-z0-9]+", "_", device_key).strip("_").upper()
+
+
+def header_choice(entries: list[dict]) -> dict[tuple[str, str], dict]:
+    """(device, precision) -> the entry the header uses: the largest shape's best."""
+    chosen: dict[tuple[str, str], dict] = {}
+    for e in entries:
+        key = (e["device"], e["precision"])
+        size = (e["m"] * e["n"] * e["k"], e["gflops"])
+        if key not in chosen or size > (chosen[key]["m"] * chosen[key]["n"] * chosen[key]["k"], chosen[key]["gflops"]):
+            chosen[key] = e
+    return chosen
+
+
+HEADER_USAGE = """\
+Define, then #include this file, in both the host program and the OpenCL source:
+
+  GEMMTUNE_DEVICE_<DEVICE>  the macro of your device, from the list below, and
+  PRECISION                 32 (s), 64 (d), 3232 (c) or 6464 (z), as kernels/common.cl
+                            reads it (default 32).
+
+A device and precision listed below get their tuned configuration. Any other gets the
+shipped default (gemmtune's configs/defaults.toml) of its device type: define
+GEMMTUNE_DEVICE_TYPE_GPU or GEMMTUNE_DEVICE_TYPE_CPU, or neither for the conservative
+OTHER one. Every block defines the kernel parameters and
+  GEMMTUNE_KERNEL         the kernel family, e.g. "xgemm_k5"
+  GEMMTUNE_KERNEL_SOURCE  its file in gemmtune's kernels/, e.g. "xgemm_k5.cl"
+  GEMMTUNE_TUNED          1 for a tuned configuration, 0 for a default.
+In the OpenCL source, put the #include before the text of GEMMTUNE_KERNEL_SOURCE (which
+includes common.cl and pad.cl): these #defines take the place of its #ifndef defaults. The
+host launches that kernel with the geometry the parameters imply (see the comments at the
+top of the file). Per device and precision the block holds the best configuration of the
+largest shape tuned (m*n*k); a configuration is valid for every shape, since operands are
+padded to tile multiples."""
+
+
+def _block(config, lines: list[str], tuned: bool) -> list[str]:
+    family = FAMILIES[config.kernel]
+    out = [*lines, f"#define GEMMTUNE_TUNED {int(tuned)}",
+           f'#define GEMMTUNE_KERNEL "{config.kernel}"',
+           f'#define GEMMTUNE_KERNEL_SOURCE "{family.source_file}"']
+    out += [f"#define {name} {value}" for name, value in config.items]
+    return out
+
+
+def to_header(entries: list[dict], database: str) -> str:
+    """A C header for OpenCL C and host C alike (see HEADER_USAGE)."""
+    from gemmtune import __version__
+
+    chosen = header_choice(entries)
+    macros: dict[str, str] = {}
+    for device in sorted({d for d, _ in chosen}):
+        macro = device_macro(device)
+        while macro in macros.values():  # keys that differ only in punctuation
+            macro += "_"
+        macros[device] = macro
+    usage = "\n".join(f"// {line}".rstrip() for line in HEADER_USAGE.splitlines())
+    order = list(PRECISIONS)
+    tuned_precisions = {d: ", ".join(sorted((c for dd, c in chosen if dd == d), key=order.index)) for d in macros}
+    devices = "\n".join(f"//   {macros[d]}\n//       {d} (precisions {tuned_precisions[d]})"
+                        for d in macros) or "//   (none: nothing was tuned)"
+    out = [f"// gemmtune: tuned kernel configurations, exported by gemmtune {__version__} from {database}.",
+           "//", usage, "//", "// Devices:", devices,
+           "#ifndef GEMMTUNE_TUNED_H", "#define GEMMTUNE_TUNED_H", "",
+           "#ifndef PRECISION", "#define PRECISION 32", "#endif", ""]
+    branch = "#if"
+    for (device, code), e in sorted(chosen.items(), key=lambda item: (item[0][0], order.index(item[0][1]))):
+        config = shipped_config(e["kernel"], e["params"])
+        out += _block(config, [f"{branch} defined({macros[device]}) && PRECISION == {PRECISIONS[code].cl_define}",
+                               f"// {e['device_name']}, {code}gemm {e['m']}x{e['n']}x{e['k']}: "
+                               f"{e['gflops']:.6g} GFLOP/s (study {e['study']}, trial {e['trial']})"], True)
+        branch = "#elif"
+    if chosen:
+        out += ["#else  // not tuned here: the shipped defaults"]
+    branch = "#if"
+    for device_type in (*DEFAULT_TYPES, "OTHER"):
+        for prec in PRECISIONS.values():
+            test = f"PRECISION == {prec.cl_define}"
+            if device_type != "OTHER":
+                test = f"defined(GEMMTUNE_DEVICE_TYPE_{device_type}) && {test}"
+            out += _block(shipped_default(device_type, prec), [f"{branch} {test}",
+                          f"// shipped default, {device_type} {prec.code}gemm"], False)
+            branch = "#elif"
+    out += ["#else", '#error "gemmtune: PRECISION must be 32, 64, 3232 or 6464"', "#endif"]
+    if chosen:
+        out += ["#endif"]
+    out += ["", "#endif  // GEMMTUNE_TUNED_H", ""]
+    return "\n".join(out)
+
+
+def write(text: str, output: str | Path) -> None:
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise GemmtuneError(f"cannot write {output}: {e.strerror or e}") from None

@@ -1,0 +1,350 @@
+"""``gemmtune report``: what the searches found, from gemmtune's ``results`` table.
+
+Only the ``results`` table is read with SQL (through ``gemmtune.store``); parameter importances
+come from Optuna's own API. Each view is a pandas DataFrame with structured cells (``params``
+and ``failed`` are dicts), which ``render`` turns into a table, CSV, JSON or Markdown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gemmtune.errors import GemmtuneError
+from gemmtune.store import Store, database_url
+from gemmtune.timing import is_tie
+
+FORMATS = ("table", "csv", "json", "markdown")
+_DEVICE_SPEC = re.compile(r"\d+(?::\d+)?")
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which rows to show; None means any. ``device`` is an index or "P:D" of this machine
+    (matched on the device key), or else a case-insensitive part of the device name."""
+
+    device: str | None = None
+    precision: str | None = None
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+    study: str | None = None
+
+    def describe(self) -> str:
+        parts = [] if self.device is None else [f"device {self.device!r}"]
+        parts += [f"{name} {value}" for name, value in (("precision", self.precision), ("m", self.m),
+                                                         ("n", self.n), ("k", self.k), ("study", self.study))
+                  if value is not None]
+        return ", ".join(parts)
+
+    def apply(self, rows: pd.DataFrame) -> pd.DataFrame:
+        keep = pd.Series(True, index=rows.index)
+        if self.device is not None:
+            spec = str(self.device).strip()
+            if _DEVICE_SPEC.fullmatch(spec):
+                from gemmtune.device import resolve_device  # OpenCL only for a device of this machine
+
+                keep &= rows.device == resolve_device(spec).key
+            else:
+                keep &= rows.device_name.str.contains(spec, case=False, regex=False)
+        for column in ("precision", "m", "n", "k", "study"):
+            value = getattr(self, column)
+            if value is not None:
+                keep &= rows[column] == (value.lower() if column == "precision" else value)
+        return rows[keep]
+
+
+@dataclass(frozen=True)
+class Results:
+    """The rows of ``results`` that match the filters, and what to say when there are none."""
+
+    url: str
+    exists: bool
+    total: int            # rows in the table, before filtering
+    rows: pd.DataFrame
+    filters: Filters
+
+    def nothing_message(self) -> str:
+        if not self.exists:
+            return f"No results: there is no database at {self.url} yet (run gemmtune search first)."
+        if self.total == 0:
+            return f"No results: the database {self.url} holds no results yet (run gemmtune search first)."
+        return f"No results in {self.url} match {self.filters.describe()} ({self.total} rows in all)."
+
+
+def load(db: str | None = None, filters: Filters = Filters()) -> Results:
+    """Read the ``results`` table without creating or changing anything; GemmtuneError when
+    the database cannot be opened or read."""
+    store = Store(database_url(db), create=False)
+    try:
+        rows = store.frame()
+    finally:
+        store.close()
+    return Results(store.url, store.exists, len(rows), filters.apply(rows), filters)
+
+
+GROUP = ["device", "precision", "m", "n", "k"]
+
+
+def _interval(row) -> tuple[float, float]:
+    """95 % interval of GFLOP/s, from the interval of the median time (GFLOP/s = flops / time)."""
+    low, high = row.ci_low_ms, row.ci_high_ms
+    if row.gflops is None or not (low and high) or math.isnan(low) or math.isnan(high):
+        return math.nan, math.nan
+    return row.gflops * row.time_ms / high, row.gflops * row.time_ms / low
+
+
+def _samples(text) -> list[float]:
+    return json.loads(text) if isinstance(text, str) else []
+
+
+def _ranked(group: pd.DataFrame) -> pd.DataFrame:
+    ok = group[group.status == "ok"]
+    return ok.sort_values(["gflops", "id"], ascending=[False, True])
+
+
+def _best_columns(row) -> dict:
+    low, high = _interval(row)
+    return {"kernel": row.kernel, "params": json.loads(row.params), "gflops": row.gflops,
+            "gflops_low": low, "gflops_high": high, "time_ms": row.time_ms}
+
+
+def summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (device, precision, m, n, k): the best configuration and how it was found.
+
+    ``gflops_low``/``gflops_high``: 95 % interval of the best's GFLOP/s; ``trials``: rows
+    measured; ``failed``: reason -> count; ``tuning_s``: summed wall time of the trials
+    (``compile_s``, the builds' share of it, beside it); ``speedup``: best over the baseline
+    configuration of the best's search (None if that failed or is missing); ``tie``: whether
+    best and runner-up are a statistical tie (one-tailed Mann-Whitney U at 95 % on their time
+    samples), None with fewer than two correct configurations or fewer than three samples
+    each; ``study``/``trial``: where the best was found.
+    """
+    out = []
+    for (device, precision, m, n, k), group in rows.groupby(GROUP, sort=False):
+        ranked = _ranked(group)
+        failed = group[group.status != "ok"].status.value_counts().sort_index()
+        entry = {"device": device, "device_name": group.device_name.iloc[0], "precision": precision,
+                 "m": int(m), "n": int(n), "k": int(k), "kernel": None, "params": None, "gflops": None,
+                 "gflops_low": None, "gflops_high": None, "time_ms": None, "trials": len(group),
+                 "failed": {str(r): int(c) for r, c in failed.items()},
+                 "tuning_s": float(group.trial_s.fillna(0).sum()),
+                 "compile_s": float(group.compile_s.fillna(0).sum()),
+                 "speedup": None, "tie": None, "study": None, "trial": None}
+        if len(ranked):
+            best = ranked.iloc[0]
+            entry.update(_best_columns(best), study=best.study, trial=int(best.trial))
+            baselines = group[group.baseline.astype(bool)]
+            baselines = baselines.assign(same=baselines.study == best.study).sort_values(
+                ["same", "id"], ascending=[False, True])
+            if len(baselines) and baselines.iloc[0].status == "ok" and baselines.iloc[0].gflops:
+                entry["speedup"] = best.gflops / baselines.iloc[0].gflops
+            samples = [_samples(r.samples_ms) for _, r in ranked.head(2).iterrows()]
+            if len(samples) == 2 and min(map(len, samples)) >= 3:  # fewer cannot be tested
+                entry["tie"] = is_tie(*samples)
+        out.append(entry)
+    return _sorted(pd.DataFrame(out))
+
+
+def top(rows: pd.DataFrame, count: int) -> pd.DataFrame:
+    """The ``count`` best correct configurations of each (device, precision, m, n, k)."""
+    out = []
+    for _, group in rows.groupby(GROUP, sort=False):
+        for rank, row in enumerate(_ranked(group).head(count).itertuples(), start=1):
+            out.append({"device": row.device, "device_name": row.device_name, "precision": row.precision,
+                        "m": int(row.m), "n": int(row.n), "k": int(row.k), "rank": rank,
+                        **_best_columns(row), "study": row.study, "trial": int(row.trial)})
+    return _sorted(pd.DataFrame(out), extra=["rank"])
+
+
+def _sorted(frame: pd.DataFrame, extra=()) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    return frame.sort_values(["device_name", "device", "precision", "m", "n", "k", *extra]).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- importances
+
+def importance(url: str, study: str) -> dict[str, float] | str:
+    """Optuna's parameter importances of a study (PED-ANOVA, which needs no scikit-learn),
+    or a sentence saying why there are none. Trials that only repeated an earlier
+    measurement are left out, so a configuration counts once."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        stored = optuna.load_study(study_name=study, storage=url)
+    except KeyError:
+        return f"Study {study!r} has no Optuna study in {url}, so no parameter importances."
+    except Exception as e:  # storage errors come in many types; the message says which
+        raise GemmtuneError(f"cannot read the study {study!r} in {url}: {str(e).splitlines()[0]}") from None
+    trials = [t for t in stored.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+              if "skipped" not in t.user_attrs]
+    if len({tuple(sorted(t.params.items())) for t in trials}) < 2:
+        return (f"Study {study!r}: parameter importances need at least 2 completed trials with "
+                f"different parameters; it has {len(trials)}.")
+    own = optuna.create_study(direction=stored.direction)
+    own.add_trials(trials)
+    values = optuna.importance.get_param_importances(own, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+    return {name: float(v) for name, v in values.items()}
+
+
+def add_importance(frame: pd.DataFrame, url: str) -> tuple[pd.DataFrame, list[str]]:
+    """``frame`` with an ``importance`` column (parameter -> importance, for each row's study),
+    and a sentence for each study that has none."""
+    found, notes = {}, []
+    for study in frame.study.dropna().unique():
+        value = importance(url, study)
+        if isinstance(value, str):
+            notes.append(value)
+            value = None
+        found[study] = value
+    return frame.assign(importance=[found.get(s) for s in frame.study]), notes
+
+
+# ---------------------------------------------------------------- formatting
+
+def _number(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:,.1f}" if abs(x) >= 100 else f"{x:.4g}"
+
+
+def _importance_text(values: dict | None) -> str:
+    if not values:
+        return "-"
+    ranked = sorted(values.items(), key=lambda kv: -kv[1])
+    shown = ", ".join(f"{name} {x:.2f}" for name, x in ranked if round(x, 2) > 0)
+    return shown + (" (others 0)" if any(round(x, 2) == 0 for _, x in ranked) else "")
+
+
+def _for_people(frame: pd.DataFrame) -> pd.DataFrame:
+    """Dicts as short text, numbers rounded, the device shown by name."""
+    shown = frame.drop(columns=["device"])
+    for column in shown.columns:
+        values = shown[column]
+        if column == "params":
+            shown[column] = [",".join(f"{k}={v}" for k, v in p.items()) if p else "-" for p in values]
+        elif column == "failed":
+            shown[column] = [", ".join(f"{n} {r}" for r, n in f.items()) or "none" for f in values]
+        elif column == "importance":
+            shown[column] = [_importance_text(v) for v in values]
+        elif column == "tie":
+            shown[column] = ["-" if v is None or v != v else ("yes" if v else "no") for v in values]
+        elif column in ("gflops", "gflops_low", "gflops_high", "time_ms", "tuning_s", "compile_s", "speedup"):
+            shown[column] = [_number(v) for v in values]
+        else:
+            shown[column] = ["-" if v is None else v for v in values]
+    return shown
+
+
+def render(frame: pd.DataFrame, fmt: str) -> str:
+    """The frame as ``table`` (aligned text), ``csv`` (dict cells as JSON), ``json`` (a list of
+    objects) or ``markdown`` (a pipe table); always ends with a newline."""
+    if fmt == "json":
+        return frame.to_json(orient="records", indent=2, double_precision=15) + "\n"
+    if fmt == "csv":
+        cells = frame.copy()
+        for column in ("params", "failed", "importance"):
+            if column in cells:
+                cells[column] = [None if v is None else json.dumps(v) for v in cells[column]]
+        return cells.to_csv(index=False)
+    if fmt == "markdown":
+        return _for_people(frame).to_markdown(index=False) + "\n"
+    if fmt == "table":
+        return _for_people(frame).to_string(index=False) + "\n"
+    raise GemmtuneError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+
+
+# ---------------------------------------------------------------- plots
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise GemmtuneError("--plot needs matplotlib: pip install 'gemmtune[plot]'") from None
+
+
+def _size(m: int, n: int, k: int) -> float:
+    return float((m * n * k) ** (1 / 3))
+
+
+def plot(rows: pd.DataFrame, path: str | Path):
+    """Draw into a PNG: best-so-far GFLOP/s against measured trial for each study, and, for
+    each (device, precision) tuned at several sizes, best GFLOP/s against size, the geometric
+    mean (m*n*k)^(1/3) (the edge of a cube), on a log2 axis. Returns the matplotlib Figure."""
+    require_matplotlib()
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure  # no pyplot: no global backend, no display needed
+    from matplotlib.ticker import MaxNLocator
+
+    several_devices = rows.device.nunique() > 1
+    best = rows[rows.status == "ok"].groupby(GROUP).agg(gflops=("gflops", "max"), name=("device_name", "first"))
+    series = [(key, g) for key, g in best.reset_index().groupby(["device", "precision"]) if len(g) >= 2]
+    studies = sorted(rows.sort_values("id").groupby("study"),
+                     key=lambda sg: (sg[1].device_name.iloc[0], sg[1].precision.iloc[0],
+                                     int(sg[1].m.iloc[0] * sg[1].n.iloc[0] * sg[1].k.iloc[0]), sg[0]))
+    crowded = len(studies) > 8
+    fig = Figure(figsize=(13 if series else 7.5, 5.2 + (0.2 * len(studies) / 2 if crowded else 0)),
+                 layout="constrained")
+    fig.suptitle("gemmtune results on " + ", ".join(sorted(rows.device_name.unique())), fontweight="bold")
+    axes = fig.subplots(1, 2 if series else 1, squeeze=False)[0]
+
+    ax = axes[0]
+    cmap = colormaps["tab10" if len(studies) <= 10 else "tab20"]
+    for i, (study, g) in enumerate(studies):
+        first = g.iloc[0]
+        label = f"{first.precision} {first.m}x{first.n}x{first.k}"
+        if several_devices:
+            label += f" on {first.device_name}"
+        if rows[(rows[GROUP] == first[GROUP]).all(axis=1)].study.nunique() > 1:
+            label += f" ({study})"
+        color = cmap(i % cmap.N) if len(studies) <= 20 else colormaps["viridis"](i / (len(studies) - 1))
+        trial = np.arange(1, len(g) + 1)
+        so_far = g.gflops.cummax().ffill()  # a failed trial keeps the best before it
+        ax.plot(trial, so_far, "-", marker=".", color=color, label=label)
+        if not crowded:  # each trial's own value: readable for a few searches only
+            ax.plot(trial, g.gflops, "o", color=color, markerfacecolor="none", alpha=0.6, markersize=6)
+    ax.set_title("Best-so-far GFLOP/s during each search" +
+                 ("" if crowded else "\n(circles: each trial's own; a failed trial has none)"))
+    ax.set_xlabel("measured trial")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("GFLOP/s")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if crowded:
+        ax.legend(fontsize="x-small", ncols=2, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    else:
+        ax.legend(fontsize="small")
+
+    if series:
+        ax = axes[1]
+        for (device, precision), g in series:
+            g = g.assign(size=[_size(m, n, k) for m, n, k in zip(g.m, g.n, g.k)]).sort_values("size")
+            label = f"{precision}gemm" + (f" on {g.name.iloc[0]}" if several_devices else "")
+            ax.plot(g["size"], g.gflops, "o-", label=label)
+            for row in g.itertuples():
+                if not row.m == row.n == row.k:
+                    ax.annotate(f"{row.m}x{row.n}x{row.k}", (row.size, row.gflops), fontsize="x-small",
+                                textcoords="offset points", xytext=(4, 4))
+        ax.set_xscale("log", base=2)
+        sizes = sorted({_size(m, n, k) for _, g in series for m, n, k in zip(g.m, g.n, g.k)})
+        ax.set_xticks(sizes, [f"{x:.0f}" for x in sizes])  # the sizes tuned, not just powers of 2
+        ax.minorticks_off()
+        ax.set_title("Best GFLOP/s against problem size")
+        ax.set_xlabel("size: (m·n·k)^(1/3), the edge of a cube (log2 scale)")
+        ax.set_ylabel("best GFLOP/s")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize="small")
+    try:
+        fig.savefig(path, format="png", dpi=110)
+    except OSError as e:
+        raise GemmtuneError(f"cannot write the plot {path}: {e.strerror or e}") from None
+    return fig

@@ -1,0 +1,186 @@
+"""``gemmtune.best_config``: the tuned configuration for a problem, read from the results database.
+
+The answer for (m, n, k, precision) on a device, in this order:
+
+* ``"tuned"``: the best ``ok`` row (highest GFLOP/s) of ``results`` for exactly this device key,
+  precision and shape;
+* ``"nearest"``: else the best row of the tuned shape on the same device key and precision that
+  is closest in log size: the one minimising the Euclidean distance between
+  (ln m, ln n, ln k) vectors (ties go to the larger shape). Tile sizes carry over between
+  shapes because validity does not depend on the shape: the kernels pad any M, N, K;
+* ``"default"``: else the shipped default for the device (``gemmtune.defaults``).
+
+Shapes are BLAS's (column-major, C is m x n), as ``gemmtune search`` and the ``results`` table
+use them. Searches tune op = N, N; their configurations are handed out for every op().
+
+Rows whose configuration is not one of the shipped kernel families' (other parameter names,
+e.g. tuned from a custom ``--space`` source) or that breaks a constraint on the device asked
+are skipped. Nothing here imports OpenCL unless a device has to be opened by index.
+
+The database is read once per (database, device key, precision) in a process, and every lookup
+is memoised: call ``clear_cache()`` (also ``best_config.cache_clear()``) after a search in the
+same process to see its results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from gemmtune.defaults import default_config
+from gemmtune.errors import GemmtuneError
+from gemmtune.families import FAMILIES
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import Precision, get_precision
+from gemmtune.space import Config, Space, load_space, require_precision
+from gemmtune.store import Store, database_url
+
+SOURCES = ("tuned", "nearest", "default")
+
+
+@dataclass(frozen=True)
+class TunedConfig:
+    """What ``best_config`` found.
+
+    ``config`` is a ``gemmtune.space.Config`` (``gemm(config=...)`` takes it as it is);
+    ``params`` its parameters as a new dict, without the kernel family, which is ``kernel``.
+    ``gflops`` was measured at ``shape`` (None for a default); ``source`` is ``"tuned"``,
+    ``"nearest"`` or ``"default"``; ``device`` is the device key of the results table.
+    """
+
+    config: Config
+    gflops: float | None
+    source: str
+    shape: tuple[int, int, int] | None
+    device: str
+    precision: str
+
+    @property
+    def params(self) -> dict[str, int]:
+        return self.config.params
+
+    @property
+    def kernel(self) -> str:
+        return self.config.kernel
+
+
+@dataclass(frozen=True)
+class _Tuned:
+    shape: tuple[int, int, int]
+    config: Config
+    gflops: float
+
+
+def shipped_config(kernel: str, params: dict, space: Space | None = None) -> Config | None:
+    """The Config of a results row if it is a configuration of a shipped kernel family (the
+    parameter names of the family's source in ``space``, default the shipped one), else None."""
+    space = space or load_space()
+    if kernel not in FAMILIES or kernel not in {fs.family.name for fs in space.families}:
+        return None
+    names = list(space.family(kernel).values)
+    if set(params) != set(names) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                            for v in params.values()):
+        return None
+    return Config.of(kernel, {name: params[name] for name in names})
+
+
+_tables: dict[tuple, list[_Tuned]] = {}
+_lookups: dict[tuple, TunedConfig] = {}
+_devices: dict[str, DeviceInfo] = {}
+
+
+def clear_cache() -> None:
+    """Forget what was read from databases (and the devices resolved by spec)."""
+    _tables.clear()
+    _lookups.clear()
+    _devices.clear()
+
+
+def _db_key(url: str) -> str:
+    # A relative SQLite path names another file after a chdir.
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return url
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        return f"sqlite:///{Path(parsed.database).absolute()}"
+    return url
+
+
+def _device_info(device) -> DeviceInfo:
+    if isinstance(device, DeviceInfo):
+        return device
+    from gemmtune.device import device_spec, resolve_device
+
+    spec = device_spec(device)
+    if spec not in _devices:
+        _devices[spec] = resolve_device(spec)
+    return _devices[spec]
+
+
+def _read(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
+    """Per tuned shape, its best row that is a valid configuration here."""
+    store = Store(url, create=False)
+    try:
+        rows = store.frame(device=dev.key, precision=prec.code, status="ok")
+    finally:
+        store.close()
+    space = load_space()
+    best: dict[tuple[int, int, int], _Tuned] = {}
+    for row in rows.sort_values(["gflops", "id"], ascending=[False, True]).itertuples():
+        shape = (int(row.m), int(row.n), int(row.k))
+        if shape in best or row.gflops is None or math.isnan(row.gflops):
+            continue
+        config = shipped_config(row.kernel, json.loads(row.params), space)
+        if config is None or FAMILIES[config.kernel].broken(config.params, dev, prec) is not None:
+            continue
+        best[shape] = _Tuned(shape, config, float(row.gflops))
+    return list(best.values())
+
+
+def _distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    return math.dist([math.log(x) for x in a], [math.log(x) for x in b])
+
+
+def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, device=None,
+                db: str | None = None) -> TunedConfig:
+    """The configuration to use for C (m x n) <- op(A) (m x k) op(B) (k x n) on a device.
+
+    ``precision`` is s, d, c or z; ``device`` an index, "P:D", a ``DeviceInfo``, or None for
+    $GEMMTUNE_DEVICE or 0; ``db`` a database URL (default: $GEMMTUNE_DB, else
+    sqlite:///results/gemmtune.db). A missing database means nothing was tuned: the default.
+    See the module's docstring for the rules. Raises GemmtuneError for a database that cannot
+    be read and for a precision the device cannot do.
+    """
+    prec = precision if isinstance(precision, Precision) else get_precision(precision)
+    if min(m, n, k) < 1:
+        raise GemmtuneError(f"sizes must be at least 1, got {m}x{n}x{k}")
+    dev = _device_info(device)
+    require_precision(dev, prec)
+    url = database_url(db)
+    shape = (int(m), int(n), int(k))
+    key = (_db_key(url), dev.key, prec.code, shape)
+    found = _lookups.get(key)
+    if found is not None:
+        return found
+    table_key = key[:3]
+    if table_key not in _tables:
+        _tables[table_key] = _read(url, dev, prec)
+    tuned = _tables[table_key]
+    exact = next((t for t in tuned if t.shape == shape), None)
+    if exact is not None:
+        found = TunedConfig(exact.config, exact.gflops, "tuned", exact.shape, dev.key, prec.code)
+    elif tuned:
+        near = min(tuned, key=lambda t: (_distance(t.shape, shape), -math.prod(t.shape)))
+        found = TunedConfig(near.config, near.gflops, "nearest", near.shape, dev.key, prec.code)
+    else:
+        found = TunedConfig(default_config(dev, prec), None, "default", None, dev.key, prec.code)
+    _lookups[key] = found
+    return found
+
+
+best_config.cache_clear = clear_cache

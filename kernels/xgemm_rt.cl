@@ -1,0 +1,254 @@
+// gemmtune kernel family "xgemm_rt": register-tiled GEMM (the tutorial's kernels 6 and 7, and
+// the techniques that take a tiled GEMM towards the hardware limit, each a parameter).
+//
+// C (M x N, column-major, leading dimension ldc) <- alpha * A * B^T + beta * C, where
+//   A is Mp x Kp column-major (lda = Mp) and B is Np x Kp column-major (ldb = Np), zero-padded
+//   to multiples of MWG, NWG, KWG by pad.cl, exactly as for xgemm_k5.
+//
+// With BKFAST = 1, B is instead Kp x Np column-major (ldb = Kp): an untransposed column-major
+// B is read as it is, and the transpose pass disappears; the B slice is transposed on its way
+// into local memory.
+//
+// A work-group of MDIMC x NDIMC work-items computes an MWG x NWG tile of C; each work-item
+// holds WPTM x WPTN results in registers. Per K-step of KWG, both slices are staged in local
+// memory k-major ([k][m] and [k][n]: the inner loop reads along m and n, so B is staged
+// transposed relative to xgemm_k5 and neither tile needs padding against bank conflicts; PADL
+// is there to test that on a device). Each k then reads WPTM values of A and WPTN of B into
+// registers and does WPTM * WPTN multiply-adds.
+#include "common.cl"
+
+#ifndef MWG
+#define MWG 64      // tile size along M: rows of C per work-group
+#endif
+#ifndef NWG
+#define NWG 64      // tile size along N: columns of C per work-group
+#endif
+#ifndef KWG
+#define KWG 16      // tile size along K: depth of the slices staged in local memory
+#endif
+#ifndef MDIMC
+#define MDIMC 16    // work-items along M (dimension 0)
+#endif
+#ifndef NDIMC
+#define NDIMC 16    // work-items along N (dimension 1)
+#endif
+#ifndef VWG
+#define VWG 4       // vector width of global loads, in elements (1, 2, 4, 8)
+#endif
+#ifndef VLM
+#define VLM 4       // consecutive M elements per work-item chunk, read from local memory as one vector
+#endif
+#ifndef VLN
+#define VLN 4       // consecutive N elements per work-item chunk, read from local memory as one vector
+#endif
+#ifndef PIPE
+#define PIPE 2      // 0: load, then compute; 1: next K-slice prefetched into registers; 2: and double-buffered local memory
+#endif
+#ifndef PADL
+#define PADL 0      // padding of each local-memory row, in elements
+#endif
+#ifndef UNROLL
+#define UNROLL 1    // unroll factor of the loop over k within a slice
+#endif
+#ifndef BKFAST
+#define BKFAST 0    // layout of B: 0 = Np x Kp, n fastest; 1 = Kp x Np, k fastest (an untransposed B as given)
+#endif
+#ifndef WARPM
+#define WARPM 0     // 0: work-items laid out row by row; else each group of 32 covers a WARPM x (32/WARPM) sub-tile
+#endif
+
+#include "pad.cl"   // the operand preparation kernels, and their TRANSPOSEX/TRANSPOSEY
+
+#define WGS (MDIMC * NDIMC)            // work-items per work-group
+#define WPTM (MWG / MDIMC)             // results per work-item along M
+#define WPTN (NWG / NDIMC)             // results per work-item along N
+#define LDAL (MWG + PADL)              // local row length of the A slice
+#define LDBL (NWG + PADL)              // local row length of the B slice
+#define LPTA ((KWG * MWG) / (VWG * WGS))  // vector loads per work-item, A slice
+#define LPTB ((KWG * NWG) / (VWG * WGS))  // vector loads per work-item, B slice
+#define NBUF (PIPE == 2 ? 2 : 1)       // local buffers per slice
+
+// Constraints, checked by gemmtune.space before any build:
+//   1. MWG % MDIMC == 0 and NWG % NDIMC == 0: WPTM and WPTN are integers
+//   2. MDIMC <= max work-item size[0], NDIMC <= max work-item size[1], WGS <= max work-group size
+//   3. KWG * MWG and KWG * NWG are multiples of VWG * WGS, and MWG, NWG (KWG if BKFAST) of VWG:
+//      whole vector loads
+//   4. WPTM % VLM == 0, WPTN % VLN == 0, and PADL keeps local rows aligned to VWG, VLM and VLN
+//   5. NBUF * KWG * (LDAL + LDBL) * sizeof(real) <= local memory size
+//   6. KWG % UNROLL == 0
+//   7. WARPM == 0, or WGS % 32 == 0, WARPM divides 32 and MDIMC, and 32 / WARPM divides NDIMC
+//   8. WPTM * WPTN accumulators take at most 128 32-bit registers (room left for operands)
+#if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
+#error "xgemm_rt: tiles must split evenly over work-items and vector loads"
+#endif
+
+// Vector types: VW elements of `real` moved as one OpenCL vector of the underlying scalar.
+#if PRECISION == 32 || PRECISION == 3232
+  #define SCALAR float
+#else
+  #define SCALAR double
+#endif
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#if IS_COMPLEX
+  #define SCALARS_1 2
+  #define SCALARS_2 4
+  #define SCALARS_4 8
+  #define SCALARS_8 16
+#else
+  #define SCALARS_1 1
+  #define SCALARS_2 2
+  #define SCALARS_4 4
+  #define SCALARS_8 8
+#endif
+#define VEC_(a, b) a##b
+#define VEC(a, b) VEC_(a, b)   // not CAT: VTYPE_n is expanded inside CAT, which cannot recurse
+#define VTYPE_1 SCALAR
+#define VTYPE_2 VEC(SCALAR, 2)
+#define VTYPE_4 VEC(SCALAR, 4)
+#define VTYPE_8 VEC(SCALAR, 8)
+#define VTYPE_16 VEC(SCALAR, 16)
+#define VTYPE(w) CAT(VTYPE_, CAT(SCALARS_, w))
+typedef VTYPE(VWG) gvec;       // a global load
+typedef VTYPE(VLM) mvec;       // a local read of A
+typedef VTYPE(VLN) nvec;       // a local read of B
+typedef union { gvec v; real e[VWG]; } gunion;
+typedef union { mvec v; real e[VLM]; } munion;
+typedef union { nvec v; real e[VLN]; } nunion;
+
+#define PRAGMA_(x) _Pragma(#x)
+#define PRAGMA(x) PRAGMA_(x)
+
+// Local index along M of chunk c, lane j of work-item tx: chunks of VLM consecutive elements,
+// consecutive work-items on consecutive chunks (VLM = 1 is strided, VLM = WPTM blocked).
+#define MLOC(tx, c, j) ((c) * (MDIMC * VLM) + (tx) * VLM + (j))
+#define NLOC(ty, c, j) ((c) * (NDIMC * VLN) + (ty) * VLN + (j))
+
+__kernel __attribute__((reqd_work_group_size(MDIMC, NDIMC, 1)))
+void xgemm(const int M, const int N, const int Kp, const real alpha, const real beta,
+           const __global real* restrict A, const int lda,
+           const __global real* restrict B, const int ldb,
+           __global real* C, const int ldc) {
+  // Aligned for the widest vector access: NVIDIA faults on a misaligned vector access to local memory.
+  __local real Alm[NBUF * KWG * LDAL] __attribute__((aligned(128)));
+  __local real Blm[NBUF * KWG * LDBL] __attribute__((aligned(128)));
+
+  const int tid = get_local_id(1) * MDIMC + get_local_id(0);
+#if WARPM == 0
+  const int tx = get_local_id(0);
+  const int ty = get_local_id(1);
+#else
+  // Re-map work-items so that each group of 32 covers a WARPM x (32 / WARPM) block of the grid.
+  const int warp = tid / 32, lane = tid % 32;
+  const int tx = (warp % (MDIMC / WARPM)) * WARPM + lane % WARPM;
+  const int ty = (warp / (MDIMC / WARPM)) * (32 / WARPM) + lane / WARPM;
+#endif
+  const int m0 = get_group_id(0) * MWG;
+  const int n0 = get_group_id(1) * NWG;
+  const __global real* Ablock = A + m0;
+#if BKFAST
+  const __global real* Bblock = B + n0 * ldb;
+#else
+  const __global real* Bblock = B + n0;
+#endif
+
+  real acc[WPTM][WPTN];
+  for (int i = 0; i < WPTM; i++) {
+    for (int j = 0; j < WPTN; j++) { acc[i][j] = ZERO; }
+  }
+
+  gunion ra[LPTA], rb[LPTB];
+#if BKFAST
+  // B column n of the slice is contiguous along k: vector v is column v / (KWG/VWG), piece
+  // v % (KWG/VWG); its elements go to VWG rows of the k-major local slice.
+  #define LOAD_B(k0, v) ((const __global gvec*)(Bblock + ((v) / (KWG / VWG)) * ldb + (k0)))[(v) % (KWG / VWG)]
+  #define STORE_B(buf, v, l) \
+    for (int j = 0; j < VWG; j++) { \
+      Blm[(buf) * KWG * LDBL + (((v) % (KWG / VWG)) * VWG + j) * LDBL + (v) / (KWG / VWG)] = rb[l].e[j]; \
+    }
+#else
+  #define LOAD_B(k0, v) ((const __global gvec*)(Bblock + ((k0) + (v) / (NWG / VWG)) * ldb))[(v) % (NWG / VWG)]
+  #define STORE_B(buf, v, l) \
+    *((__local gvec*)(Blm + (buf) * KWG * LDBL + ((v) / (NWG / VWG)) * LDBL) + (v) % (NWG / VWG)) = rb[l].v
+#endif
+  // Global -> registers: vector v of a slice is row v / (MWG/VWG), vector v % (MWG/VWG) of it;
+  // consecutive work-items take consecutive vectors, so the loads are coalesced.
+  #define LOAD_GLOBAL(k0) \
+    for (int l = 0; l < LPTA; l++) { \
+      const int v = tid + l * WGS; \
+      ra[l].v = ((const __global gvec*)(Ablock + ((k0) + v / (MWG / VWG)) * lda))[v % (MWG / VWG)]; \
+    } \
+    for (int l = 0; l < LPTB; l++) { \
+      const int v = tid + l * WGS; \
+      rb[l].v = LOAD_B(k0, v); \
+    }
+  #define STORE_LOCAL(buf) \
+    for (int l = 0; l < LPTA; l++) { \
+      const int v = tid + l * WGS; \
+      *((__local gvec*)(Alm + (buf) * KWG * LDAL + (v / (MWG / VWG)) * LDAL) + v % (MWG / VWG)) = ra[l].v; \
+    } \
+    for (int l = 0; l < LPTB; l++) { \
+      const int v = tid + l * WGS; \
+      STORE_B(buf, v, l); \
+    }
+  #define COMPUTE(buf) \
+    PRAGMA(unroll UNROLL) \
+    for (int k = 0; k < KWG; k++) { \
+      real a[WPTM], b[WPTN]; \
+      const __local real* arow = Alm + (buf) * KWG * LDAL + k * LDAL; \
+      const __local real* brow = Blm + (buf) * KWG * LDBL + k * LDBL; \
+      for (int c = 0; c < WPTM / VLM; c++) { \
+        munion u; u.v = *((const __local mvec*)(arow + MLOC(tx, c, 0))); \
+        for (int j = 0; j < VLM; j++) { a[c * VLM + j] = u.e[j]; } \
+      } \
+      for (int c = 0; c < WPTN / VLN; c++) { \
+        nunion u; u.v = *((const __local nvec*)(brow + NLOC(ty, c, 0))); \
+        for (int j = 0; j < VLN; j++) { b[c * VLN + j] = u.e[j]; } \
+      } \
+      for (int i = 0; i < WPTM; i++) { \
+        for (int j = 0; j < WPTN; j++) { MULADD(acc[i][j], a[i], b[j]); } \
+      } \
+    }
+
+  const int tiles = Kp / KWG;
+#if PIPE == 0
+  for (int t = 0; t < tiles; t++) {
+    LOAD_GLOBAL(t * KWG)
+    STORE_LOCAL(0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    COMPUTE(0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#elif PIPE == 1
+  // The next slice's global loads are in flight while this slice is computed.
+  LOAD_GLOBAL(0)
+  for (int t = 0; t < tiles; t++) {
+    STORE_LOCAL(0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
+    COMPUTE(0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#else
+  // Two local buffers: the next slice is stored into the other one, one barrier per slice.
+  LOAD_GLOBAL(0)
+  STORE_LOCAL(0)
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int t = 0; t < tiles; t++) {
+    if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
+    COMPUTE(t & 1)
+    if (t + 1 < tiles) { STORE_LOCAL((t + 1) & 1) }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#endif
+
+  for (int i = 0; i < WPTM; i++) {
+    const int m = m0 + MLOC(tx, i / VLM, i % VLM);
+    if (m < M) {
+      for (int j = 0; j < WPTN; j++) {
+        const int n = n0 + NLOC(ty, j / VLN, j % VLN);
+        if (n < N) { STORE_AXPBY(C[n * ldc + m], acc[i][j], alpha, beta); }
+      }
+    }
+  }
+}

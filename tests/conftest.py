@@ -1,0 +1,96 @@
+"""A small real results database, built once per test run by short searches on PoCL.
+
+Two shapes in single precision (so that nearest-shape lookups and the size plot have something
+to choose from) and one in double, a few trials each over a four-point space, with little
+timing per trial. Tests that change the database work on a copy (``results_copy``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gemmtune.cli import cli
+
+# Four configurations, all valid on PoCL, differing in tile shape.
+TINY_SPACE = """
+[xgemm_k5]
+TSM = [16, 32]
+TSN = [16, 32]
+TSK = [16]
+WPTN = [2]
+PAD = [1]
+TRANSPOSEX = [8]
+TRANSPOSEY = [8]
+"""
+
+SEARCHES = (
+    ("s", (24, 24, 24), 3),
+    ("s", (40, 40, 40), 3),
+    ("d", (16, 16, 16), 2),
+)
+
+
+@pytest.fixture(scope="session")
+def results_db(tmp_path_factory) -> Path:
+    """Path of the shared SQLite results database; treat it as read-only."""
+    where = tmp_path_factory.mktemp("tuned")
+    space = where / "tiny.toml"
+    space.write_text(TINY_SPACE)
+    db = where / "results.db"
+    for precision, (m, n, k), trials in SEARCHES:
+        result = CliRunner().invoke(cli, [
+            "search", "--db", f"sqlite:///{db}", "--space", str(space), "--time-cap", "0.05", "-q",
+            "--seed", "1", "--precision", precision, "--m", str(m), "--n", str(n), "--k", str(k),
+            "--trials", str(trials)])
+        assert result.exit_code == 0, result.output
+    return db
+
+
+@pytest.fixture
+def results_copy(results_db, tmp_path) -> Path:
+    """A private copy of the shared database, for tests that add rows."""
+    copy = tmp_path / "copy.db"
+    shutil.copy(results_db, copy)
+    return copy
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tuned_cache():
+    # best_config memoises per process; each test must read its own database afresh.
+    from gemmtune.tuned import clear_cache
+
+    clear_cache()
+    yield
+    clear_cache()
+
+
+@pytest.fixture
+def add_result():
+    """``add_result(db, **columns)``: append a hand-made row to ``results`` (an ok row of a
+    made-up study by default) and return its id."""
+    from gemmtune.store import Store
+
+    def add(db: Path, **columns) -> int:
+        row = dict(study="hand-made", trial=0, device="Test | Fancy GPU 9000 | 1.0", device_name="Fancy GPU 9000",
+                   precision="s", m=64, n=64, k=64, kernel="xgemm_k5",
+                   params={"TSM": 32, "TSN": 64, "TSK": 16, "WPTN": 4, "PAD": 1, "TRANSPOSEX": 16, "TRANSPOSEY": 8},
+                   status="ok", gflops=100.0, time_ms=1.0, kernel_time_ms=0.9, ci_low_ms=0.95, ci_high_ms=1.05,
+                   min_ms=0.9, repeats=10, samples_ms=[1.0 + i / 100 for i in range(-5, 5)], compile_s=0.1,
+                   trial_s=0.5, baseline=False)
+        row.update(columns)
+        if row["status"] != "ok":  # a failed trial has no timing
+            for column in ("gflops", "time_ms", "kernel_time_ms", "ci_low_ms", "ci_high_ms", "min_ms",
+                           "repeats", "samples_ms"):
+                if column not in columns:
+                    row[column] = None
+        store = Store(f"sqlite:///{db}")
+        try:
+            return store.add(**row)
+        finally:
+            store.close()
+
+    return add

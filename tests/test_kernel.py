@@ -1,0 +1,274 @@
+"""gemmtune.gemm on the PoCL CPU device, checked against numpy, and the checker itself.
+
+Each (configuration, precision) pair is one OpenCL build, which PoCL compiles for seconds when
+its kernel cache is cold (more for large work-groups, and again for each new local size of the
+padding kernel), so the configurations are few, small, and each covers several features; the
+issue's own example configuration (TSM=16, TSN=32, PAD=1) is run by test_cli's verify tests.
+Within one build every shape, transpose and alpha/beta case is cheap.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
+from helpers_foundation import DTYPES, broken_rules, uniform  # noqa: E402
+
+import gemmtune  # noqa: E402
+from gemmtune.errors import GemmtuneError  # noqa: E402
+from gemmtune.precision import precision_of  # noqa: E402
+from gemmtune.verify import Reference, compare  # noqa: E402
+
+CONFIGS = {
+    # TSM > TSN, PAD = 0, WPTN = 1, rectangular transpose tile (8 x 16).
+    "tsm8-tsn4-wptn1-pad0": dict(TSM=8, TSN=4, TSK=8, WPTN=1, PAD=0, TRANSPOSEX=8, TRANSPOSEY=16),
+    # TSM < TSN, WPTN = 8 (RTSN = 2), odd PAD, rectangular transpose tile the other way (16 x 8).
+    "tsm8-tsn16-wptn8-pad3": dict(TSM=8, TSN=16, TSK=8, WPTN=8, PAD=3, TRANSPOSEX=16, TRANSPOSEY=8),
+    # The shipped default for the device.
+    "default": None,
+}
+
+# (m, n, k): C is m x n, the inner dimension is k. Every configuration and precision runs these.
+SHAPES = [(1, 1, 1), (7, 13, 5), (33, 7, 129), (3, 5, 1000)]
+# The long thin shape makes PoCL compile the padding kernel again for a large work-group (seconds
+# each, cold), so it runs for each precision once and each configuration at least once, rather
+# than for the whole product.
+LONG_THIN = (257, 2, 3)
+LONG_THIN_CASES = [("s", "default"), ("d", "tsm8-tsn4-wptn1-pad0"), ("c", "tsm8-tsn16-wptn8-pad3"),
+                   ("z", "default")]
+
+# Scalars are exact binary fractions, so casting them to the working precision loses nothing.
+# c is None, NaN (with beta = 0 it must be ignored, as BLAS does) or random.
+REAL_SCALARS = [(1.0, 0.0, None), (-1.5, 0.0, "nan"), (0.75, -1.25, "random")]
+COMPLEX_SCALARS = REAL_SCALARS + [(0.5 - 1.25j, -0.75 + 0.5j, "random"), (1j, 0.0, "nan")]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_tuned_results(tmp_path_factory):
+    # config=None takes a tuned configuration from the results database when there is one; an
+    # empty database location makes it the shipped default, whatever was tuned in the checkout.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GEMMTUNE_DB", f"sqlite:///{tmp_path_factory.mktemp('nodb') / 'none.db'}")
+        mp.delenv("GEMMTUNE_DEVICE", raising=False)
+        yield
+
+
+def op(x: np.ndarray, flag: str) -> np.ndarray:
+    return {"N": x, "T": x.T, "C": x.conj().T}[flag]
+
+
+def operands(rng, dtype, m, n, k, ta, tb):
+    a = uniform((m, k) if ta == "N" else (k, m), dtype, rng)
+    b = uniform((k, n) if tb == "N" else (n, k), dtype, rng)
+    return a, b
+
+
+def numpy_product(a, b, c, alpha, beta, ta, tb):
+    """alpha * op(a) @ op(b) + beta * c in complex128 / float64, and each element's term scale."""
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    opa, opb = op(a.astype(wide), ta), op(b.astype(wide), tb)
+    value = alpha * (opa @ opb)
+    scale = abs(alpha) * (np.abs(opa) @ np.abs(opb))
+    if beta != 0:
+        value = value + beta * c.astype(wide)
+        scale = scale + abs(beta) * np.abs(c.astype(wide))
+    return value, scale
+
+
+def numpy_tolerance(dtype, k: int, scale: np.ndarray) -> float:
+    """Worst-case (deterministic) error bound of any summation order, so a correct kernel cannot
+    exceed it: a real dot product of length k errs by at most ~k*u times the sum of the terms'
+    magnitudes (Higham, Accuracy and Stability, Thm 3.5); a complex one sums 2k real products
+    per component, and |ar*br| + |ai*bi| <= |a||b|; the alpha/beta update adds a few roundings
+    more. A factor 2 covers the gamma_n = n*u/(1 - n*u) denominators and sqrt(2) of complex
+    magnitudes. This is loose for large k; compare() (probabilistic bound) is the sharp check."""
+    u = np.finfo(dtype).eps / 2
+    return float(2 * (2 * k + 8) * u * scale.max())
+
+
+def test_test_configurations_are_valid_on_pocl():
+    from gemmtune.device import resolve_device
+
+    dev = resolve_device(0)
+    for name, config in CONFIGS.items():
+        if config is not None:
+            for code in "sdcz":
+                assert not broken_rules(config, dev, code), (name, code)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_gemm_matches_numpy(code, config, shape):
+    check_gemm(code, CONFIGS[config], shape)
+
+
+@pytest.mark.parametrize("code, config", LONG_THIN_CASES, ids=lambda x: x)
+def test_gemm_matches_numpy_long_thin(code, config):
+    check_gemm(code, CONFIGS[config], LONG_THIN)
+
+
+def check_gemm(code, config, shape):
+    """Every transpose pair and alpha/beta case of one configuration, precision and shape."""
+    dtype = DTYPES[code]
+    complex_ = code in "cz"
+    m, n, k = shape
+    flags = ["N", "T", "C"] if complex_ else ["N", "T"]
+    rng = np.random.default_rng([m, n, k, "sdcz".index(code)])
+    prec = precision_of(dtype)
+    for ta in flags:
+        for tb in flags:
+            a, b = operands(rng, dtype, m, n, k, ta, tb)
+            for alpha, beta, c_kind in COMPLEX_SCALARS if complex_ else REAL_SCALARS:
+                case = f"trans_a={ta} trans_b={tb} alpha={alpha} beta={beta} c={c_kind}"
+                c = {None: None, "nan": np.full((m, n), np.nan, dtype=dtype),
+                     "random": uniform((m, n), dtype, rng)}[c_kind]
+                if c is not None and complex_ and c_kind == "nan":
+                    c = c + 1j * np.nan
+                c_before = None if c is None else c.copy()
+                got = gemmtune.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, config=config)
+
+                assert got.dtype == dtype and got.shape == (m, n), case
+                assert np.all(np.isfinite(got)), case
+                if c is not None:
+                    np.testing.assert_array_equal(c, c_before, err_msg="c was modified")
+                value, scale = numpy_product(a, b, c, alpha, beta, ta, tb)
+                np.testing.assert_allclose(got, value, rtol=0, atol=numpy_tolerance(dtype, k, scale),
+                                           err_msg=case)
+                check = compare(got, Reference.compute(prec, a, b, c, alpha, beta, ta, tb), prec)
+                assert check.passed, (case, check)
+
+
+def test_boolean_and_letter_transpose_flags_agree():
+    rng = np.random.default_rng(7)
+    a, b = uniform((5, 9), np.float32, rng), uniform((6, 5), np.float32, rng)
+    by_bool = gemmtune.gemm(a, b, trans_a=True, trans_b=True)
+    np.testing.assert_array_equal(by_bool, gemmtune.gemm(a, b, trans_a="T", trans_b="T"))
+    np.testing.assert_allclose(by_bool, a.T.astype(np.float64) @ b.T, rtol=0, atol=1e-5)
+
+
+def test_inputs_are_not_modified():
+    rng = np.random.default_rng(11)
+    a, b, c = (uniform(s, np.complex64, rng) for s in ((4, 6), (6, 3), (4, 3)))
+    saved = [x.copy() for x in (a, b, c)]
+    gemmtune.gemm(a, b, c, alpha=2.0, beta=0.5 + 0.5j)
+    for x, y in zip((a, b, c), saved):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_non_contiguous_inputs():
+    # Views (a transposed view, a strided slice) have numpy's meaning, not their memory layout.
+    rng = np.random.default_rng(13)
+    big = uniform((12, 14), np.float64, rng)
+    a, b = big[::2, 1:8], big[:7, :10:2]   # 6 x 7 and 7 x 5, both strided
+    got = gemmtune.gemm(a, b)
+    np.testing.assert_allclose(got, a @ b, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("a_shape, b_shape, c_shape, kwargs, match", [
+    ((3, 4), (5, 2), None, {}, "inner"),
+    ((3, 4), (4, 2), None, {"trans_a": True}, "inner"),
+    ((3, 4), (2, 4), None, {}, "inner"),
+    ((3, 4), (4, 2), (2, 3), {"beta": 1.0}, "c must be"),
+    ((3, 4), (4, 2), (3, 3), {"beta": 1.0}, "c must be"),
+    ((4,), (4, 2), None, {}, "2-D"),
+    ((3, 4), (4, 2, 1), None, {}, "2-D"),
+])
+def test_gemm_rejects_bad_shapes(a_shape, b_shape, c_shape, kwargs, match):
+    a, b = np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)
+    c = None if c_shape is None else np.ones(c_shape, np.float32)
+    with pytest.raises(ValueError, match=match):
+        gemmtune.gemm(a, b, c, **kwargs)
+
+
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float64, None), (np.complex64, np.complex128, None),
+                                    (np.float64, np.float64, np.float32), (np.float32, np.complex64, None)])
+def test_gemm_rejects_mixed_dtypes(dtypes):
+    da, db, dc = dtypes
+    a, b = np.ones((3, 4), da), np.ones((4, 2), db)
+    c = None if dc is None else np.ones((3, 2), dc)
+    with pytest.raises(ValueError, match="dtype"):
+        gemmtune.gemm(a, b, c, beta=1.0)
+
+
+@pytest.mark.parametrize("config, number", [
+    ({"TSN": 24, "WPTN": 16}, 1),                               # 16 does not divide 24
+    ({"TSM": 16, "TSN": 32, "TSK": 4, "WPTN": 4}, 3),           # TSK=4 rows of A over RTSN=8
+], ids=["constraint-1", "constraint-3"])
+def test_invalid_config_names_the_constraint(config, number):
+    from gemmtune.device import resolve_device
+    from gemmtune.space import load_space, make_config
+
+    full = make_config(load_space(), None, config).params
+    assert broken_rules(full, resolve_device(0), "s")[0] == number
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(GemmtuneError, match=rf"constraint {number}\b"):
+        gemmtune.gemm(a, a, config=config)
+
+
+def test_unknown_config_parameter():
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(GemmtuneError, match="TSX"):
+        gemmtune.gemm(a, a, config={"TSX": 16})
+
+
+def test_programs_are_cached(monkeypatch):
+    import pyopencl as cl
+
+    built = []
+    real = cl.Program
+
+    def counting(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    rng = np.random.default_rng(17)
+    a, b = uniform((9, 9), np.float32, rng), uniform((9, 9), np.float32, rng)
+    config = CONFIGS["tsm8-tsn4-wptn1-pad0"]
+    gemmtune.gemm(a, b, config=config)
+    monkeypatch.setattr(cl, "Program", counting)
+    for shape in ((9, 9), (17, 3)):
+        x = uniform(shape, np.float32, rng)
+        gemmtune.gemm(x, x.T.copy(), config=config)
+    assert built == []
+
+
+# ---------------------------------------------------------------- the checker can fail
+
+DEFECTS = ["one wrong element", "one NaN element", "dropped k-term"]
+
+
+@pytest.mark.parametrize("k", [5, 129, 1000])
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_compare_flags_defects(code, k):
+    """A correct gemm result passes; the same result with a defect put in by hand does not.
+
+    The defects are as small as real bugs get: one term counted twice in one element, one
+    NaN, one term of the K sum missing everywhere. With |entries| >= 0.25 each term is at
+    least 1/16 of the largest possible one, so each defect moves an element by at least
+    1/(16 k) of its scale, above the tolerance for every k here."""
+    dtype = DTYPES[code]
+    prec = precision_of(dtype)
+    rng = np.random.default_rng(k)
+    m, n = 6, 5
+    a, b = uniform((m, k), dtype, rng), uniform((k, n), dtype, rng)
+    alpha = 1.0
+    ref = Reference.compute(prec, a, b, None, alpha, 0.0)
+    good = gemmtune.gemm(a, b, alpha=alpha)
+    assert compare(good, ref, prec).passed
+
+    wide = ref.value.dtype
+    results = {}
+    results["one wrong element"] = good.copy()
+    results["one wrong element"][2, 3] += (a[2, 0].astype(wide) * b[0, 3]).astype(dtype)
+    results["one NaN element"] = good.copy()
+    results["one NaN element"][4, 1] = np.nan
+    results["dropped k-term"] = (a[:, 1:].astype(wide) @ b[1:, :].astype(wide)).astype(dtype)
+    for defect in DEFECTS:
+        check = compare(results[defect], ref, prec)
+        assert not check.passed, (defect, check)
+    assert compare(results["one wrong element"], ref, prec).componentwise_error > compare(good, ref, prec).tolerance

@@ -1,0 +1,265 @@
+"""Tuned configurations reused from Python: best_config, gemm(config=None, db=...), Gemm on
+pyopencl arrays. Results are checked against numpy in float64/complex128 on fresh random data
+with the output first filled with NaN."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+
+import gemmtune
+from gemmtune import compute, tuned
+from gemmtune.defaults import default_config
+from gemmtune.device import open_device, resolve_device
+from gemmtune.precision import get_precision
+from gemmtune.space import Config
+from gemmtune.verify import Reference, compare, random_matrix
+
+# Valid on PoCL, outside the fixture's space, unlike any default: if it is used, it was looked up.
+MARKED = {"TSM": 16, "TSN": 64, "TSK": 16, "WPTN": 8, "PAD": 3, "TRANSPOSEX": 8, "TRANSPOSEY": 16}
+OTHER = {"TSM": 64, "TSN": 16, "TSK": 32, "WPTN": 1, "PAD": 0, "TRANSPOSEX": 16, "TRANSPOSEY": 8}
+
+
+def url(db: Path) -> str:
+    return f"sqlite:///{db}"
+
+
+def best_row(db: Path, precision: str, m: int, n: int, k: int) -> dict:
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    try:
+        return dict(con.execute("SELECT * FROM results WHERE status = 'ok' AND precision = ? AND m = ? AND n = ? "
+                                "AND k = ? ORDER BY gflops DESC LIMIT 1", (precision, m, n, k)).fetchone())
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def pocl():
+    return resolve_device(0)
+
+
+def test_tuned_shape_gets_its_best_row(results_db, pocl):
+    for precision, size in (("s", 24), ("s", 40), ("d", 16)):
+        got = gemmtune.best_config(size, size, size, precision, db=url(results_db))
+        row = best_row(results_db, precision, size, size, size)
+        assert got.source == "tuned" and got.shape == (size, size, size)
+        assert got.params == json.loads(row["params"]) and got.kernel == row["kernel"]
+        assert got.config == Config.of(row["kernel"], json.loads(row["params"]))
+        assert got.gflops == pytest.approx(row["gflops"])
+        assert got.device == pocl.key and got.precision == precision
+
+
+@pytest.mark.parametrize("shape, tuned_at", [
+    ((30, 30, 30), 24),     # |ln 30/24| = 0.22 < |ln 40/30| = 0.29
+    ((34, 34, 34), 40),     # |ln 34/24| = 0.35 > |ln 40/34| = 0.16
+    ((24, 40, 24), 24),     # one axis off by ln 40/24 beats all three off by it
+    ((2000, 3, 3), 24),     # sqrt(4.4² + 2.1² * 2) ~ 5.3 against sqrt(3.9² + 2.6² * 2) ~ 5.4
+    ((1, 1, 1), 24),
+])
+def test_untuned_shape_gets_the_nearest_in_log_size(results_db, shape, tuned_at):
+    got = gemmtune.best_config(*shape, "s", db=url(results_db))
+    row = best_row(results_db, "s", tuned_at, tuned_at, tuned_at)
+    assert got.source == "nearest" and got.shape == (tuned_at,) * 3
+    assert got.params == json.loads(row["params"]) and got.gflops == pytest.approx(row["gflops"])
+
+
+def test_nothing_tuned_gets_the_valid_default(results_db, tmp_path, pocl):
+    for precision in ("c", "z"):
+        got = gemmtune.best_config(24, 24, 24, precision, db=url(results_db))
+        assert got.source == "default" and got.shape is None and got.gflops is None
+        assert got.config == default_config(pocl, get_precision(precision))
+    missing = tmp_path / "none.db"
+    got = gemmtune.best_config(24, 24, 24, "s", db=url(missing))
+    assert got.source == "default" and not missing.exists()
+
+
+def test_the_default_database_before_any_search_means_defaults(tmp_path, monkeypatch, pocl):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GEMMTUNE_DB", raising=False)
+    got = gemmtune.best_config(24, 24, 24, "s")
+    assert got.source == "default" and got.config == default_config(pocl, get_precision("s"))
+    assert not (tmp_path / "results").exists()
+    with pytest.raises(gemmtune.GemmtuneError, match="does not exist"):
+        gemmtune.best_config(24, 24, 24, "s", db=url(tmp_path / "no-such-dir" / "x.db"))
+
+
+def test_rows_of_other_devices_kernels_or_limits_are_not_used(results_copy, add_result, pocl):
+    huge = 1e9
+    add_result(results_copy, m=30, n=30, k=30, gflops=huge)  # another device
+    add_result(results_copy, device=pocl.key, m=24, n=24, k=24, gflops=huge,  # a custom kernel source
+               params={**MARKED, "FAULT": 1})
+    add_result(results_copy, device=pocl.key, m=24, n=24, k=24, gflops=huge,  # work-group too big here
+               params={**MARKED, "TSM": 8192})
+    add_result(results_copy, device=pocl.key, m=24, n=24, k=24, gflops=huge, status="wrong_result")
+    add_result(results_copy, device=pocl.key, m=24, n=24, k=24, gflops=huge, precision="d", params=MARKED)
+    row = best_row(results_copy, "s", 24, 24, 24)
+    assert row["gflops"] == huge  # the invalid ones are the table's best
+    for shape in ((24, 24, 24), (30, 30, 30)):
+        got = gemmtune.best_config(*shape, "s", db=url(results_copy))
+        assert got.shape == (24, 24, 24) and got.gflops < huge and got.device == pocl.key
+        assert "FAULT" not in got.params and got.params["TSM"] <= 128
+
+
+def test_lookups_are_cached_until_cleared(results_copy, add_result, pocl, monkeypatch):
+    opened = []
+
+    class CountingStore(tuned.Store):
+        def __init__(self, *args, **kwargs):
+            opened.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(tuned, "Store", CountingStore)
+    first = gemmtune.best_config(24, 24, 24, "s", db=url(results_copy))
+    assert len(opened) == 1
+    add_result(results_copy, device=pocl.key, m=24, n=24, k=24, gflops=1e9, params=MARKED)
+    for shape in ((24, 24, 24), (30, 30, 30), (24, 24, 24)):
+        assert gemmtune.best_config(*shape, "s", db=url(results_copy)).params == first.params
+    assert len(opened) == 1  # same database, device and precision: read once
+    gemmtune.best_config(16, 16, 16, "d", db=url(results_copy))
+    assert len(opened) == 2
+    gemmtune.best_config.cache_clear()
+    again = gemmtune.best_config(24, 24, 24, "s", db=url(results_copy))
+    assert len(opened) == 3 and again.params == MARKED and again.gflops == 1e9
+
+
+# ---------------------------------------------------------------- gemm(config=None)
+
+@pytest.fixture
+def spy_operation(monkeypatch):
+    """Records (config, m, n, k) of every operation gemm prepares."""
+    seen = []
+    real = compute.operation
+
+    def spy(dev, config, source, prec, m, n, k, trans_a, trans_b):
+        seen.append((config, (m, n, k)))
+        return real(dev, config, source, prec, m, n, k, trans_a, trans_b)
+
+    monkeypatch.setattr(compute, "operation", spy)
+    return seen
+
+
+def check(result, prec, a, b, c, alpha, beta, ta="N", tb="N"):
+    got = compare(result, Reference.compute(prec, a, b, c, alpha, beta, ta, tb), prec)
+    assert got.passed, got
+
+
+def test_gemm_without_config_uses_the_tuned_configuration(results_db, spy_operation):
+    rng = np.random.default_rng(11)
+    prec = get_precision("s")
+    for size in (24, 40):
+        a, b = random_matrix(prec, (size, size), rng), random_matrix(prec, (size, size), rng)
+        result = gemmtune.gemm(a, b, db=url(results_db))
+        check(result, prec, a, b, None, 1.0, 0.0)
+        row = best_row(results_db, "s", size, size, size)
+        assert spy_operation[-1] == (Config.of(row["kernel"], json.loads(row["params"])), (size, size, size))
+    prec = get_precision("d")
+    a, b, c = (random_matrix(prec, (16, 16), rng) for _ in range(3))
+    check(gemmtune.gemm(a, b, c, alpha=0.5, beta=-2.0, db=url(results_db)), prec, a, b, c, 0.5, -2.0)
+    row = best_row(results_db, "d", 16, 16, 16)
+    assert spy_operation[-1][0] == Config.of(row["kernel"], json.loads(row["params"]))
+
+
+def test_gemm_looks_up_the_column_major_shape_it_runs(results_copy, add_result, spy_operation, pocl):
+    # numpy's a (20 x 28) @ b (28 x 36) runs as the column-major 36 x 20 x 28 product.
+    add_result(results_copy, device=pocl.key, m=36, n=20, k=28, params=MARKED, gflops=5.0)
+    add_result(results_copy, device=pocl.key, m=20, n=36, k=28, params=OTHER, gflops=9.0)
+    rng = np.random.default_rng(12)
+    prec = get_precision("s")
+    a, b = random_matrix(prec, (20, 28), rng), random_matrix(prec, (28, 36), rng)
+    result = gemmtune.gemm(a, b, db=url(results_copy))
+    assert result.shape == (20, 36)
+    check(result, prec, a, b, None, 1.0, 0.0)
+    assert spy_operation[-1] == (Config.of("xgemm_k5", MARKED), (36, 20, 28))
+    # Transposed operands: same problem, same lookup.
+    result = gemmtune.gemm(np.ascontiguousarray(a.T), b, trans_a=True, db=url(results_copy))
+    check(result, prec, np.ascontiguousarray(a.T), b, None, 1.0, 0.0, "T", "N")
+    assert spy_operation[-1][0] == Config.of("xgemm_k5", MARKED)
+
+
+def test_gemm_with_an_empty_database_uses_the_default(tmp_path, spy_operation, pocl):
+    rng = np.random.default_rng(13)
+    prec = get_precision("c")
+    a, b = random_matrix(prec, (9, 17), rng), random_matrix(prec, (17, 5), rng)
+    check(gemmtune.gemm(a, b, alpha=1 - 2j, db=url(tmp_path / "none.db")), prec, a, b, None, 1 - 2j, 0.0)
+    assert spy_operation[-1][0] == default_config(pocl, prec)
+
+
+# ---------------------------------------------------------------- Gemm on pyopencl arrays
+
+@pytest.fixture(scope="module")
+def queue():
+    _, device = open_device(0)
+    return cl.CommandQueue(cl.Context([device]))
+
+
+@pytest.fixture
+def spy_operations(monkeypatch):
+    seen = []
+    real = compute.GemmOperation
+
+    def spy(queue, config, source, prec, m, n, k, trans_a="N", trans_b="N"):
+        seen.append((config, (m, n, k)))
+        return real(queue, config, source, prec, m, n, k, trans_a, trans_b)
+
+    monkeypatch.setattr(compute, "GemmOperation", spy)
+    return seen
+
+
+def test_gemm_object_computes_in_place_on_device_arrays(queue, results_copy, add_result, pocl, spy_operations):
+    add_result(results_copy, device=pocl.key, m=36, n=20, k=28, params=MARKED, gflops=5.0)
+    rng = np.random.default_rng(21)
+    prec = get_precision("s")
+    a, b = random_matrix(prec, (20, 28), rng), random_matrix(prec, (28, 36), rng)
+    c0 = random_matrix(prec, (20, 36), rng)
+    nan = np.full((20, 36), np.nan, dtype=np.float32)
+    da, db_, dc, dnan = (cla.to_device(queue, x) for x in (a, b, c0, nan))
+
+    gemm = gemmtune.Gemm(queue, "s", db=url(results_copy))
+    for beta, out, c in ((0.0, dnan, None), (0.75, dc, c0)):
+        buffer = out.data
+        with pytest.MonkeyPatch.context() as mp:
+            # Any transfer between host and device during the call fails the test.
+            for target, name in ((cl, "enqueue_copy"), (cla.Array, "get"), (cla.Array, "set")):
+                mp.setattr(target, name, lambda *args, **kwargs: pytest.fail("a host copy was made"))
+            returned = gemm(da, db_, out, alpha=1.5, beta=beta)
+        assert returned is out and out.data is buffer
+        check(out.get(), prec, a, b, c, 1.5, beta)
+    assert spy_operations == [(Config.of("xgemm_k5", MARKED), (36, 20, 28))]  # built once, tuned config
+
+
+@pytest.mark.parametrize("precision, ta, tb", [("d", "T", "N"), ("z", "C", "T"), ("c", "N", "C")])
+def test_gemm_object_with_transposes_and_every_precision(queue, results_db, precision, ta, tb):
+    rng = np.random.default_rng(22)
+    prec = get_precision(precision)
+    m, n, k = 19, 33, 45
+    a = random_matrix(prec, (m, k) if ta == "N" else (k, m), rng)
+    b = random_matrix(prec, (k, n) if tb == "N" else (n, k), rng)
+    c0 = random_matrix(prec, (m, n), rng)
+    alpha, beta = (0.5 - 1j, 2 + 0.5j) if prec.is_complex else (0.5, 2.0)
+    dc = cla.to_device(queue, c0)
+    gemm = gemmtune.Gemm(queue, precision, db=url(results_db))
+    gemm(cla.to_device(queue, a), cla.to_device(queue, b), dc, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
+    check(dc.get(), prec, a, b, c0, alpha, beta, ta, tb)
+    dc.fill(np.nan)
+    gemm(cla.to_device(queue, a), cla.to_device(queue, b), dc, alpha=alpha, trans_a=ta, trans_b=tb)
+    check(dc.get(), prec, a, b, None, alpha, 0.0, ta, tb)
+
+
+def test_gemm_object_refuses_what_it_cannot_use(queue, results_db):
+    gemm = gemmtune.Gemm(queue, "s", db=url(results_db))
+    x = cla.zeros(queue, (8, 8), np.float32)
+    with pytest.raises(TypeError, match="pyopencl.array.Array"):
+        gemm(np.zeros((8, 8), np.float32), x, x)
+    with pytest.raises(ValueError, match="float32"):
+        gemm(cla.zeros(queue, (8, 8), np.float64), x, x)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        gemm(cla.zeros(queue, (8, 4), np.float32), x, cla.zeros(queue, (8, 8), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        gemm(cla.zeros(queue, (8, 8), np.float32)[:, ::2], cla.zeros(queue, (4, 8), np.float32), x)

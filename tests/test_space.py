@@ -1,0 +1,373 @@
+"""The search space, its constraints and the shipped defaults (pure Python, except the PoCL check
+of configs/defaults.toml).
+
+Each constraint test loads a small space whose values are chosen so that some configurations
+break that constraint and no other: if the library dropped or changed the constraint, the valid
+set would differ from the one the test derives from the issue's rules (helpers_foundation).
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
+from helpers_foundation import (  # noqa: E402
+    BYTES, GPU_LIKE, NO_DOUBLES, PARAMS, POCL_LIKE, REPO, broken_rules, cl_defaults, make_device,
+    product, toml_space,
+)
+
+from gemmtune.defaults import default_config, shipped_default  # noqa: E402
+from gemmtune.errors import GemmtuneError  # noqa: E402
+from gemmtune.families import FAMILIES, XGEMM_K5, kernel_parameters  # noqa: E402
+from gemmtune.precision import get_precision  # noqa: E402
+from gemmtune.resources import load_kernel_source  # noqa: E402
+from gemmtune.space import (  # noqa: E402
+    Config, check_config, explain, load_space, make_config, valid_configs,
+)
+
+# Every parameter at a small value that breaks nothing on the devices below; each test widens
+# only the parameters its constraint is about.
+BASE = dict(TSM=[8], TSN=[8], TSK=[8], WPTN=[1], PAD=[0], TRANSPOSEX=[8], TRANSPOSEY=[8])
+
+
+def key(params: dict) -> tuple:
+    return tuple(sorted(params.items()))
+
+
+def write_space(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "space.toml"
+    path.write_text(text)
+    return path
+
+
+def k5_counts(space, dev, prec) -> dict[int, tuple[int, int]]:
+    """explain() for the xgemm_k5 family: constraint number -> (removed, broken)."""
+    return {c.constraint.number: (c.removed, c.broken) for c in explain(space, dev, prec)
+            if c.constraint in XGEMM_K5.constraints}
+
+
+def check_against_rules(space, dev, code: str, configs: list[dict]) -> None:
+    """valid_configs, explain and check_config agree with the issue's rules on ``configs``."""
+    prec = get_precision(code)
+    valid = valid_configs(space, dev, prec)
+    assert len(valid) == len({key(c.params) for c in valid}), "duplicate configurations"
+    assert {key(c.params) for c in valid} == {key(p) for p in configs if not broken_rules(p, dev, code)}
+
+    broken = [broken_rules(p, dev, code) for p in configs]
+    first = Counter(b[0] for b in broken if b)
+    every = Counter(n for b in broken for n in b)
+    assert k5_counts(space, dev, prec) == {n: (first[n], every[n]) for n in range(1, 6)}
+
+    for p, b in zip(configs, broken):
+        if b:
+            with pytest.raises(GemmtuneError, match=rf"constraint {b[0]}\b"):
+                check_config(Config.of("xgemm_k5", p), dev, prec)
+
+
+def only_breaking(n: int, configs: list[dict], dev, code: str) -> list[dict]:
+    return [p for p in configs if broken_rules(p, dev, code) == [n]]
+
+
+def run_constraint_case(tmp_path, table, dev, code, n) -> list[dict]:
+    """Load ``table`` as a space file, compare with the rules, and return the configurations that
+    break constraint ``n`` alone (never empty, or the test could not catch a dropped constraint)."""
+    space = load_space(write_space(tmp_path, toml_space(table)))
+    configs = product(table)
+    assert space.size == len(configs)
+    check_against_rules(space, dev, code, configs)
+    alone = only_breaking(n, configs, dev, code)
+    assert alone, f"test space has no configuration that breaks constraint {n} alone"
+    assert any(not broken_rules(p, dev, code) for p in configs), "test space has no valid configuration"
+    return alone
+
+
+# ---------------------------------------------------------------- constraints 1-5
+
+def test_constraint_1_wptn_divides_tsn(tmp_path):
+    # TSM != TSN so that "WPTN divides TSM" would give another set; WPTN = 3 divides 12 and 24 only.
+    table = {**BASE, "TSM": [8, 16], "TSN": [12, 16, 24], "TSK": [24, 48], "WPTN": [1, 2, 3, 4, 8]}
+    alone = run_constraint_case(tmp_path, table, GPU_LIKE, "s", 1)
+    assert any((p["TSN"], p["WPTN"]) == (12, 8) for p in alone)
+    valid = [p for p in product(table) if not broken_rules(p, GPU_LIKE, "s")]
+    assert any(p["TSM"] % p["WPTN"] for p in valid)
+
+
+def _work_group_parts(p, dev):
+    rtsn = p["TSN"] // p["WPTN"]
+    return {"dim0": p["TSM"] <= dev.max_work_item_sizes[0], "dim1": rtsn <= dev.max_work_item_sizes[1],
+            "total": p["TSM"] * rtsn <= dev.max_work_group_size}
+
+
+def test_constraint_2_work_group(tmp_path):
+    # Small limits make each of the three parts of the rule break on its own:
+    # TSM=64 > 32 (dimension 0), RTSN=32 > 16 (dimension 1), 32 x 16 = 512 > 256 (total).
+    dev = make_device(max_work_item_sizes=(32, 16, 16), max_work_group_size=256, local_mem_bytes=1 << 20)
+    table = {**BASE, "TSM": [8, 32, 64], "TSN": [4, 8, 16, 32], "TSK": [32, 64]}
+    alone = run_constraint_case(tmp_path, table, dev, "s", 2)
+    for part in ("dim0", "dim1", "total"):
+        assert any([k for k, ok in _work_group_parts(p, dev).items() if not ok] == [part] for p in alone), part
+    # The limits are inclusive: TSM = 32 with RTSN = 8 is exactly 256 work-items, and valid.
+    space = load_space(write_space(tmp_path, toml_space(table)))
+    valid = {key(c.params) for c in valid_configs(space, dev, get_precision("s"))}
+    assert key({**{k: v[0] for k, v in BASE.items()}, "TSM": 32, "TSN": 8, "TSK": 32}) in valid
+
+
+def test_constraint_3_loads_per_thread(tmp_path):
+    table = {**BASE, "TSM": [8, 16, 32], "TSN": [8, 16, 32], "TSK": [4, 8, 16], "WPTN": [1, 2, 4]}
+    alone = run_constraint_case(tmp_path, table, GPU_LIKE, "s", 3)
+
+    def parts(p):
+        wgs = p["TSM"] * p["TSN"] // p["WPTN"]
+        return (p["TSK"] * p["TSM"]) % wgs == 0, (p["TSK"] * p["TSN"]) % wgs == 0
+
+    # Both tiles count: some configurations split only A's tile unevenly, others only B's.
+    assert any(parts(p) == (False, True) for p in alone)
+    assert any(parts(p) == (True, False) for p in alone)
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_constraint_4_local_memory(tmp_path, code):
+    # 8 KiB of local memory: for each precision some configuration needs exactly that much
+    # (the limit is inclusive), and PAD alone pushes some configurations over it.
+    dev = make_device(local_mem_bytes=8192)
+    table = {**BASE, "TSM": [16, 32], "TSN": [16, 32], "TSK": [16, 32], "WPTN": [1, 2, 4], "PAD": [0, 1, 3]}
+    alone = run_constraint_case(tmp_path, table, dev, code, 4)
+
+    def need(p):
+        return (p["TSK"] * p["TSM"] + p["TSN"] * (p["TSK"] + p["PAD"])) * BYTES[code]
+
+    configs = product(table)
+    assert any(need(p) == 8192 and not broken_rules(p, dev, code) for p in configs)
+    assert any(not broken_rules({**p, "PAD": 0}, dev, code) for p in alone)
+
+
+@pytest.mark.parametrize("limit", ["local memory", "work-group"])
+def test_constraint_5_transpose_tile(tmp_path, limit):
+    if limit == "local memory":
+        # 1088 bytes = 16 rows of 17 floats: 16x16 fits exactly; 8x32 (32 * 9 * 4 = 1152) does
+        # not, though 32x8 (8 * 33 * 4 = 1056) does, and 8x32 without the +1 column would.
+        dev = make_device(local_mem_bytes=1088, max_work_group_size=4096, max_work_item_sizes=(4096,) * 3)
+    else:
+        dev = make_device(max_work_group_size=128, local_mem_bytes=1 << 20)
+    table = {**BASE, "TRANSPOSEX": [8, 16, 32], "TRANSPOSEY": [8, 16, 32]}
+    alone = run_constraint_case(tmp_path, table, dev, "s", 5)
+    fits_wg = [p["TRANSPOSEX"] * p["TRANSPOSEY"] <= dev.max_work_group_size for p in alone]
+    assert not any(fits_wg) if limit == "work-group" else all(fits_wg)
+    space = load_space(write_space(tmp_path, toml_space(table)))
+    valid = {(c.params["TRANSPOSEX"], c.params["TRANSPOSEY"]) for c in valid_configs(space, dev, get_precision("s"))}
+    if limit == "local memory":
+        assert {(16, 16), (32, 8)} <= valid and (8, 32) not in valid
+    else:
+        assert {(8, 16), (16, 8)} <= valid and (16, 16) not in valid
+
+
+@pytest.fixture(scope="module")
+def k5_space(tmp_path_factory):
+    """The shipped [xgemm_k5] table alone, read here with tomllib (the shipped file may hold
+    other families, whose large spaces would only slow these tests down)."""
+    table = tomllib.loads((REPO / "configs" / "space.toml").read_text())["xgemm_k5"]
+    path = tmp_path_factory.mktemp("k5") / "space.toml"
+    path.write_text(toml_space(table))
+    return table, load_space(path)
+
+
+@pytest.mark.parametrize("code", ["d", "z"])
+def test_constraint_6_doubles_need_fp64(k5_space, code):
+    prec, space = get_precision(code), k5_space[1]
+    config = make_config(space, "xgemm_k5", {})
+    for call in (lambda: valid_configs(space, NO_DOUBLES, prec), lambda: explain(space, NO_DOUBLES, prec),
+                 lambda: check_config(config, NO_DOUBLES, prec), lambda: default_config(NO_DOUBLES, prec)):
+        with pytest.raises(GemmtuneError, match="double"):
+            call()
+    # The same device is fine in single precision, and a device with doubles is fine in this one.
+    assert valid_configs(space, NO_DOUBLES, get_precision({"d": "s", "z": "c"}[code]))
+    assert valid_configs(space, GPU_LIKE, prec)
+
+
+@pytest.mark.parametrize("dev", [GPU_LIKE, POCL_LIKE], ids=["gpu-like", "pocl-like"])
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_shipped_space_follows_the_rules(k5_space, dev, code):
+    """The shipped xgemm_k5 space: the product of configs/space.toml's lists."""
+    table, space = k5_space
+    assert set(table) == set(PARAMS)
+    configs = product(table)
+    assert space.size == len(configs) == load_space().family("xgemm_k5").size
+    prec = get_precision(code)
+    valid = valid_configs(space, dev, prec)
+    assert {key(c.params) for c in valid} == {key(p) for p in configs if not broken_rules(p, dev, code)}
+    broken = [broken_rules(p, dev, code) for p in configs]
+    first = Counter(b[0] for b in broken if b)
+    every = Counter(n for b in broken for n in b)
+    assert k5_counts(space, dev, prec) == {n: (first[n], every[n]) for n in range(1, 6)}
+    assert len(configs) - sum(first.values()) == len(valid) > 0
+
+
+# ---------------------------------------------------------------- space files
+
+@pytest.mark.parametrize("text, match", [
+    ("[xgemm_k5\nTSM = [16]\n", "TOML"),
+    ("[xgemm_k5]\nTSM = [16,\n", "TOML"),
+    ("[nosuchkernel]\nTSM = [16]\n", "nosuchkernel"),
+    ("[xgemm_k5]\nFOO = [1, 2]\n", "FOO"),
+    ("[xgemm_k5]\nTSM = [16, 0]\n", "TSM"),
+    ("[xgemm_k5]\nTSM = 0\n", "TSM"),
+    ("[xgemm_k5]\nTSN = [-16]\n", "TSN"),
+    ("[xgemm_k5]\nTSK = [8.5]\n", "TSK"),
+    ("[xgemm_k5]\nTSK = [16.0]\n", "TSK"),
+    ("[xgemm_k5]\nWPTN = [\"4\"]\n", "WPTN"),
+    ("[xgemm_k5]\nWPTN = [true]\n", "WPTN"),
+    ("[xgemm_k5]\nTRANSPOSEX = [false]\n", "TRANSPOSEX"),
+    ("[xgemm_k5]\nPAD = [-1]\n", "PAD"),
+    ("[xgemm_k5]\nPAD = [0, true]\n", "PAD"),
+], ids=["unclosed-table", "unclosed-list", "unknown-family", "unknown-parameter", "zero", "zero-scalar",
+        "negative", "fraction", "float", "string", "bool", "bool-false", "negative-pad", "bool-pad"])
+def test_bad_space_file(tmp_path, text, match):
+    with pytest.raises(GemmtuneError, match=match):
+        load_space(write_space(tmp_path, text))
+
+
+def test_unreadable_space_file(tmp_path):
+    missing = tmp_path / "missing.toml"
+    with pytest.raises(GemmtuneError, match="missing.toml"):
+        load_space(missing)
+
+
+def test_pad_zero_is_allowed(tmp_path):
+    space = load_space(write_space(tmp_path, "[xgemm_k5]\nPAD = [0, 2]\n"))
+    assert sorted({c.params["PAD"] for c in space.configs()}) == [0, 2]
+    assert any(c.params["PAD"] == 0 for c in valid_configs(space, GPU_LIKE, get_precision("s")))
+
+
+def test_left_out_parameters_take_the_cl_defaults(tmp_path):
+    defaults = {k: v for k, (v, _) in cl_defaults().items() if k != "PRECISION"}
+    space = load_space(write_space(tmp_path, "[xgemm_k5]\nTSM = [16, 32]\nPAD = [0]\n"))
+    configs = list(space.configs())
+    assert space.size == len(configs) == 2
+    assert [c.params for c in configs] == [{**defaults, "TSM": tsm, "PAD": 0} for tsm in (16, 32)]
+
+
+def test_kernel_parameters_of_the_kernel_file():
+    """The #ifndef defaults of xgemm_k5.cl and the files it includes, as a line-by-line read of
+    the .cl files gives them; each has a one-line comment."""
+    expected = cl_defaults()
+    assert set(expected) == {*PARAMS, "PRECISION"}
+    params = kernel_parameters(load_kernel_source("xgemm_k5.cl"))
+    assert params == expected
+    assert all(comment for _, comment in params.values())
+    assert XGEMM_K5.defaults == {k: v for k, (v, _) in expected.items()}
+    # The shipped default build is itself valid: the .cl file compiles on its own.
+    assert not broken_rules(XGEMM_K5.defaults, GPU_LIKE, "s")
+
+
+def test_kernel_parameters_reads_only_ifndef_blocks():
+    source = ("#ifndef FOO\n#define FOO 12   // the foo\n#endif\n"
+              "#define BAR 3   // derived, not tunable\n"
+              "#ifndef BAZ\n  #define BAZ -7\n#endif\n"
+              "#ifndef QUX\n#define OTHER 5\n#endif\n")
+    assert kernel_parameters(source) == {"FOO": (12, "the foo"), "BAZ": (-7, "")}
+
+
+# ---------------------------------------------------------------- configurations
+
+def test_make_config_fills_defaults():
+    space = load_space()
+    defaults = {k: v for k, (v, _) in cl_defaults().items() if k != "PRECISION"}
+    assert make_config(space, None, {}).params == defaults
+    config = make_config(space, "xgemm_k5", {"TSN": 16, "PAD": 0})
+    assert config.kernel == "xgemm_k5"
+    assert config.params == {**defaults, "TSN": 16, "PAD": 0}
+
+
+@pytest.mark.parametrize("kernel, given, match", [
+    (None, {"TSX": 16}, "TSX"),
+    (None, {"PRECISION": 64}, "PRECISION"),
+    (None, {"TSM": 0}, "TSM"),
+    (None, {"WPTN": -2}, "WPTN"),
+    (None, {"TSK": True}, "TSK"),
+    ("nosuchkernel", {}, "nosuchkernel"),
+])
+def test_make_config_rejects(kernel, given, match):
+    with pytest.raises(GemmtuneError, match=match):
+        make_config(load_space(), kernel, given)
+
+
+def test_check_config_accepts_a_valid_configuration():
+    config = make_config(load_space(), None, {"TSM": 16, "TSN": 32, "TSK": 8, "WPTN": 4, "PAD": 1})
+    assert not broken_rules(config.params, GPU_LIKE, "z")
+    check_config(config, GPU_LIKE, get_precision("z"))  # no exception
+
+
+# ---------------------------------------------------------------- shipped defaults
+
+def _defaults_toml() -> dict:
+    return tomllib.loads((REPO / "configs" / "defaults.toml").read_text())
+
+
+def _entries():
+    table = _defaults_toml()
+    return [(t, code) for t in table for code in table[t]]
+
+
+def _entry_config(device_type: str, code: str) -> Config:
+    entry = dict(_defaults_toml()[device_type][code])
+    return make_config(load_space(), entry.pop("KERNEL"), entry)
+
+
+def test_defaults_file_covers_every_type_and_precision():
+    table = _defaults_toml()
+    assert {"CPU", "GPU", "OTHER"} <= set(table)
+    assert all(set(table[t]) == set("sdcz") for t in table)
+
+
+def breaks(config: Config, dev, code: str) -> bool:
+    """Whether ``config`` breaks a constraint. For xgemm_k5 by the issue's rules (and the library
+    must agree); other families' entries are judged by their own constraints in the library."""
+    library = FAMILIES[config.kernel].broken(config.params, dev, get_precision(code)) is not None
+    if config.kernel == "xgemm_k5":
+        assert library == bool(broken_rules(config.params, dev, code)), config
+    return library
+
+
+@pytest.mark.parametrize("device_type, code", _entries())
+def test_every_shipped_default_is_valid_on_pocl(device_type, code):
+    from gemmtune.device import resolve_device
+
+    dev = resolve_device(0)
+    config = _entry_config(device_type, code)
+    assert config == shipped_default(device_type, get_precision(code))
+    assert not breaks(config, dev, code)
+    check_config(config, dev, get_precision(code))
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_gpu_defaults_are_valid_on_a_gpu_like_device(code):
+    config = _entry_config("GPU", code)
+    assert not breaks(config, GPU_LIKE, code)
+    # A device on which the shipped entry is valid gets it unchanged.
+    assert default_config(GPU_LIKE, get_precision(code)) == config
+
+
+@pytest.mark.parametrize("device_type, table", [("ACCELERATOR", "OTHER"), ("CPU", "CPU")])
+def test_default_config_picks_the_table_of_the_device_type(device_type, table):
+    dev = make_device(type=device_type, local_mem_bytes=1 << 20, max_work_group_size=4096,
+                      max_work_item_sizes=(4096,) * 3)
+    for code in "sdcz":
+        assert default_config(dev, get_precision(code)) == _entry_config(table, code)
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+@pytest.mark.parametrize("device_type", ["GPU", "CPU", "OTHER"])
+def test_default_config_repairs_a_default_that_breaks_a_constraint(device_type, code):
+    # 4 KiB of local memory and 64 work-items: too little for every shipped entry.
+    dev = make_device(type=device_type, local_mem_bytes=4096, max_work_group_size=64,
+                      max_work_item_sizes=(64, 64, 64))
+    assert breaks(_entry_config(device_type, code), dev, code), "entry fits: nothing to repair"
+    config = default_config(dev, get_precision(code))
+    assert not breaks(config, dev, code)
+    check_config(config, dev, get_precision(code))
+    assert config in valid_configs(load_space(), dev, get_precision(code))
