@@ -241,6 +241,7 @@ def summary_dict(s) -> dict:
         "m": s.shape[0], "n": s.shape[1], "k": s.shape[2],
         "trials": s.trials, "failures": dict(s.failures), "stopped_by": s.stopped_by,
         "elapsed_s": round(s.elapsed, 2), "valid_configurations": s.space_size,
+        "device_busy_share": None if s.device_busy is None else round(s.device_busy, 3),
         "best": None if best is None else {
             "kernel": best["kernel"], "params": json.loads(best["params"]), "gflops": best["gflops"],
             "time_ms": best["time_ms"], "ci_ms": [best["ci_low_ms"], best["ci_high_ms"]],
@@ -260,6 +261,8 @@ def print_summary(d: dict) -> None:
     failed = ", ".join(f"{n} {r}" for r, n in sorted(d["failures"].items())) or "none"
     click.echo(f"this run   {d['trials']} trials in {d['elapsed_s']:.1f} s (stopped: {d['stopped_by']}), "
                f"failed: {failed}; {d['valid_configurations']} valid configurations")
+    if d["device_busy_share"] is not None:
+        click.echo(f"pipeline   timing worker busy {100 * d['device_busy_share']:.0f}% of the wall time")
     b = d["best"]
     if b is None:
         click.echo("best       no configuration has run correctly yet")
@@ -288,7 +291,7 @@ def print_summary(d: dict) -> None:
               help="New trials to measure (default 30; with --sampler grid, the whole space).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop starting trials after this many seconds.")
-@click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
+@click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
               show_default=True, help="Seconds one trial (build, verify, time) may take.")
 @click.option("--sampler", type=click.Choice(["tpe", "random", "grid"]), default="tpe", show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed of the sampler.")
@@ -297,10 +300,16 @@ def print_summary(d: dict) -> None:
 @space_option
 @click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
               help="Device seconds of timing per configuration, at most.")
+@click.option("--jobs", type=click.IntRange(min=0), default=None,
+              help="Compiler processes building ahead of the device (default: one per spare core; "
+                   "0: build on the timing worker, one candidate at a time).")
+@click.option("--early-stop", type=click.FloatRange(min=0, max=1, max_open=True), default=0.5, show_default=True,
+              help="Stop timing a candidate once its speed is surely below this fraction of the best "
+                   "(status slow); 0 disables.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @format_option("table", "json")
 def search(device, precision, shape, trials, timeout, trial_timeout, sampler, seed, db, study,
-           space_file, time_cap, quiet, fmt):
+           space_file, time_cap, jobs, early_stop, quiet, fmt):
     """Search the valid space with Optuna; build, verify and time each trial; record every result."""
     from gemmtune.search import SearchRequest, run_search
     from gemmtune.timing import TimingPolicy
@@ -310,7 +319,8 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
     req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2],
                         trials=trials if trials is not None or sampler == "grid" else 30,
                         timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
-                        db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap))
+                        db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap),
+                        jobs=jobs, early_stop=early_stop or None)
     line = _ProgressLine(quiet)
     summary = run_search(req, line)
     line.close()
@@ -448,3 +458,80 @@ def bench(device, precision, sizes, baselines, db, time_cap, fmt):
               "gemmtune/this": "-" if r["gemmtune_ratio"] is None else f"{r['gemmtune_ratio']:.3f}",
               "repeats": r["repeats"], "note": r["skipped"] or r["config"]} for r in rows]
     emit(table, "table")
+
+
+# ---------------------------------------------------------------- peak
+
+@cli.command()
+@device_option
+@click.option("--precision", "-p", "precisions", default=None, metavar="P1,P2,...",
+              help="Precisions to measure: s, d, c, z, comma-separated. Default: every one the device supports.")
+@db_option
+@click.option("--iterations", type=click.IntRange(min=1), default=16384, show_default=True,
+              help="Real multiply-adds per chain and work-item (complex: a quarter as many).")
+@click.option("--copy-mib", type=click.IntRange(min=1), default=None,
+              help="MiB copied for the bandwidth (default 256 on a GPU, 64 otherwise).")
+@click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Device seconds of timing per quantity, at most.")
+@format_option("table", "json")
+def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
+    """Measure the device's multiply-add throughput per precision and its memory bandwidth."""
+    from gemmtune.peak import PeakSizes, run_peak
+    from gemmtune.timing import TimingPolicy
+
+    run = run_peak(device, precisions, db, PeakSizes(iterations, copy_mib=copy_mib,
+                                                     policy=TimingPolicy(max_seconds=time_cap)))
+    nominal = run.nominal()
+    rows = [{**p.to_json(), "nominal": nominal.get(p.quantity)} for p in run.peaks]
+    if fmt == "json":
+        click.echo(json.dumps({"device": run.device.key, "device_name": run.device.name, "db": run.db,
+                               "created_at": run.created_at, "peaks": rows}, indent=2))
+        return
+    click.echo(f"device  {run.device.key}  (stored in {run.db})")
+    emit([{"precision": r["precision"], "value": f"{r['value']:,.1f}", "unit": r["unit"],
+           "nominal": f"{r['nominal']:,.0f}", "median_ms": f"{r['median_ms']:.4g}", "repeats": r["repeats"]}
+          for r in rows], "table")
+
+
+# ---------------------------------------------------------------- replay
+
+@cli.command()
+@db_option
+@click.option("--study", required=True, help="The exhaustive (grid) study to replay.")
+@click.option("--samplers", default="tpe,random,tpe-seeded", show_default=True, metavar="S1,S2,...",
+              help="Samplers to compare: tpe, random, tpe-seeded (TPE after the model's best predictions).")
+@click.option("--seeds", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Replays per sampler, with sampler seeds 0 .. SEEDS-1.")
+@click.option("--target", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
+              help="Stop at a measured trial reaching this fraction of the study's best GFLOP/s.")
+@click.option("--model-seeds", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Best-predicted configurations tpe-seeded measures first.")
+@click.option("--device-info", type=click.Path(dir_okay=False), default=None, metavar="FILE.json",
+              help="The study's device for the model, as `gemmtune devices --format json` printed it "
+                   "(default: the device of this machine with the study's device key).")
+@space_option
+@format_option("table", "json")
+def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_file, fmt):
+    """Compare samplers by re-running searches against an exhaustive study's recorded results."""
+    from gemmtune import replay as rp
+
+    names = [s.strip() for s in samplers.split(",") if s.strip()]
+    land = rp.load_landscape(db, study, space_file)
+    device = rp.device_for(land, device_info) if "tpe-seeded" in names or device_info else None
+    if "tpe-seeded" in names and device is None:
+        raise GemmtuneError(f"tpe-seeded needs the study's device ({land.device_name}) for the model, and this "
+                            "machine has no device with its key: pass --device-info FILE (saved with "
+                            "`gemmtune devices --format json` on its machine) or leave tpe-seeded out of --samplers")
+    result = rp.replay(land, names, seeds, target, model_seeds, device)
+    d = result.to_json()
+    if fmt == "json":
+        click.echo(json.dumps(d, indent=2))
+        return
+    click.echo(f"study    {d['study']}  ({d['db']})")
+    click.echo(f"problem  {d['precision']}gemm {d['m']}x{d['n']}x{d['k']} on {d['device_name']}: "
+               f"{d['recorded']} configurations recorded, {d['ok']} correct, best {d['best_gflops']:,.1f} GFLOP/s")
+    click.echo(f"measured trials to reach {target:g} x best, over {seeds} seeds"
+               + (f" (tpe-seeded: the model's {model_seeds} best first)" if "tpe-seeded" in names else "") + ":")
+    emit(result.table().to_dict(orient="records"), "table")
+    if d["model_spearman"] is not None:
+        click.echo(f"model    Spearman rank correlation of predicted and measured times: {d['model_spearman']:.3f}")

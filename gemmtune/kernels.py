@@ -51,20 +51,36 @@ def build_options(defs: dict[str, int]) -> list[str]:
 _programs: dict[tuple, cl.Program] = {}
 
 
-def build(context: cl.Context, source: str, defs: dict[str, int]) -> cl.Program:
-    """A built program, cached per context, source and defines for the life of the process."""
+def build(context: cl.Context, source: str, defs: dict[str, int], binary: bytes | None = None) -> cl.Program:
+    """A built program, cached per context, source and defines for the life of the process.
+
+    With ``binary`` (what ``program_binary`` gave for the same source and defines, built in
+    another process), the program is loaded from it instead of compiled; if the driver refuses
+    the binary, it is compiled from source after all.
+    """
     key = (id(context), hashlib.sha1(source.encode()).hexdigest(), tuple(sorted(defs.items())))
     program = _programs.get(key)
     if program is None:
-        try:
-            with warnings.catch_warnings():
-                # Drivers print notes on every build; a failed build's log is in BuildError.
-                warnings.simplefilter("ignore", cl.CompilerWarning)
-                program = cl.Program(context, source).build(options=build_options(defs))
-        except cl.RuntimeError as e:
-            raise BuildError(f"build failed: {str(e).splitlines()[0]}", str(e)) from None
+        with warnings.catch_warnings():
+            # Drivers print notes on every build; a failed build's log is in BuildError.
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            if binary is not None:
+                try:
+                    program = cl.Program(context, context.devices, [binary]).build(options=build_options(defs))
+                except cl.Error:
+                    program = None
+            if program is None:
+                try:
+                    program = cl.Program(context, source).build(options=build_options(defs))
+                except cl.RuntimeError as e:
+                    raise BuildError(f"build failed: {str(e).splitlines()[0]}", str(e)) from None
         _programs[key] = program
     return program
+
+
+def program_binary(program: cl.Program) -> bytes:
+    """The program's binary for its (single) device: PoCL's own format, PTX on NVIDIA."""
+    return program.get_info(cl.program_info.BINARIES)[0]
 
 
 def _roundup(x: int, multiple: int) -> int:
@@ -80,14 +96,14 @@ class GemmOperation:
     """
 
     def __init__(self, queue: cl.CommandQueue, config: Config, source: str, prec: Precision,
-                 m: int, n: int, k: int, trans_a="N", trans_b="N"):
+                 m: int, n: int, k: int, trans_a="N", trans_b="N", binary: bytes | None = None):
         self.queue, self.config, self.prec = queue, config, prec
         self.m, self.n, self.k = m, n, k
         self.trans_a, self.trans_b = normalize_op(trans_a), normalize_op(trans_b)
         self.family: Family = FAMILIES[config.kernel]
         p = config.params
         self.mp, self.np, self.kp = self.family.padded_shape(p, m, n, k)
-        self.program = build(queue.context, source, defines(config, prec))
+        self.program = build(queue.context, source, defines(config, prec), binary)
         self.main = cl.Kernel(self.program, self.family.kernel_name)
         self.pad_copy = cl.Kernel(self.program, "pad_copy")
         self.pad_transpose = cl.Kernel(self.program, "pad_transpose")

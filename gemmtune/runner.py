@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
 from gemmtune.space import Config
-from gemmtune.timing import Timing, TimingPolicy, converged
+from gemmtune.timing import Timing, TimingPolicy, converged, median_ci
 from gemmtune.verify import Check
 
 STARTUP_TIMEOUT = 120.0   # seconds for a worker to import pyopencl and open its context
 DETAIL_LIMIT = 8000       # characters of build log or error text kept per trial
+EARLY_STOP_SAMPLES = 6    # the fewest samples whose median has a 95 % interval
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,24 @@ class Job:
     n: int
     k: int
     policy: TimingPolicy = field(default_factory=TimingPolicy)
+    binary: bytes | None = None          # built by a compiler process; None: build here
+    stop_above_ms: float | None = None   # stop timing, status "slow", once the time's interval is above this
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    config: Config
+    source: str
+    precision: str
+
+
+@dataclass(frozen=True)
+class Built:
+    status: str                       # ok, compile_error or crash (a compiler that fails a job)
+    binary: bytes | None = None
+    digest: str | None = None         # sha256 of the binary: equal digests, one measurement
+    compile_s: float | None = None
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,7 +108,7 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
 
     t0 = time.perf_counter()
     try:
-        op = GemmOperation(queue, job.config, job.source, prec, job.m, job.n, job.k)
+        op = GemmOperation(queue, job.config, job.source, prec, job.m, job.n, job.k, binary=job.binary)
     except BuildError as e:
         return Outcome("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
     compile_s = time.perf_counter() - t0
@@ -123,6 +142,10 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
         spent += whole * 1e-3
         if spent >= policy.max_seconds or converged(total, policy):
             break
+        if job.stop_above_ms is not None and len(total) >= EARLY_STOP_SAMPLES \
+                and median_ci(total)[0] > job.stop_above_ms:
+            return Outcome("slow", Timing(tuple(total), tuple(kernel)), check, compile_s,
+                           detail=f"stopped after {len(total)} samples: time interval above {job.stop_above_ms:.4g} ms")
     return Outcome("ok", Timing(tuple(total), tuple(kernel)), check, compile_s)
 
 
@@ -134,7 +157,8 @@ def _watch_parent(parent: int) -> None:
             os._exit(0)
 
 
-def _worker_main(conn, device: str | None, parent: int, quiet: bool) -> None:
+def _open(conn, device, parent: int, quiet: bool):
+    """Common start of every worker: signals, watchdog, device; None if it could not start."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if quiet:
         # Drivers print build diagnostics on stderr; each trial's own log is kept in its row.
@@ -148,15 +172,17 @@ def _worker_main(conn, device: str | None, parent: int, quiet: bool) -> None:
 
         info, dev = open_device(device)
         ctx = cl.Context([dev])
-        queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     except GemmtuneError as e:
         conn.send(("error", str(e)))
-        return
+        return None
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", f"cannot open device {device}: {e}"))
-        return
+        return None
     conn.send(("ready", info))
-    problems: dict = {}
+    return cl, ctx
+
+
+def _jobs(conn):
     while True:
         try:
             job = conn.recv()
@@ -164,6 +190,18 @@ def _worker_main(conn, device: str | None, parent: int, quiet: bool) -> None:
             return
         if job is None:
             return
+        yield job
+
+
+def _worker_main(conn, device: str | None, parent: int, quiet: bool) -> None:
+    """The timing worker: builds (or loads a binary), verifies and times one job at a time."""
+    opened = _open(conn, device, parent, quiet)
+    if opened is None:
+        return
+    cl, ctx = opened
+    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    problems: dict = {}
+    for job in _jobs(conn):
         t0 = time.perf_counter()
         try:
             outcome = _trial(cl, queue, problems, job)
@@ -176,10 +214,130 @@ def _worker_main(conn, device: str | None, parent: int, quiet: bool) -> None:
         conn.send(outcome)
 
 
+def _compiler_main(conn, device: str | None, parent: int, quiet: bool) -> None:
+    """A compiler: builds one program at a time in a context of its own and returns its binary.
+
+    Binaries, not a shared driver cache, carry the work to the timing worker: both PoCL
+    (its own binary format) and NVIDIA (PTX, which the driver turns into machine code in a
+    fraction of the front end's time) load a program from a binary, while only PoCL would find
+    a source build of another process in its on-disk cache.
+    """
+    import hashlib
+
+    opened = _open(conn, device, parent, quiet)
+    if opened is None:
+        return
+    cl, ctx = opened
+    from gemmtune.kernels import BuildError, build, defines, program_binary
+    from gemmtune.precision import get_precision
+
+    for job in _jobs(conn):
+        t0 = time.perf_counter()
+        try:
+            program = build(ctx, job.source, defines(job.config, get_precision(job.precision)))
+            binary = program_binary(program)
+            result = Built("ok", binary, hashlib.sha256(binary).hexdigest(), time.perf_counter() - t0)
+        except BuildError as e:
+            result = Built("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
+        except Exception:  # noqa: BLE001 - the compiler itself broke: one candidate's loss
+            result = Built("crash", compile_s=time.perf_counter() - t0, detail=traceback.format_exc()[-DETAIL_LIMIT:])
+        conn.send(result)
+
+
 # ---------------------------------------------------------------- parent side (no OpenCL)
 
+class Worker:
+    """One worker process running ``main`` on a device, one job at a time, replaceable at will.
+
+    ``device`` is resolved by the process; bad specs raise GemmtuneError from ``start``.
+    The parent waits on ``connection`` (for several workers at once, with
+    ``multiprocessing.connection.wait``) and kills and restarts a worker that failed a job.
+    """
+
+    def __init__(self, main, device: str, quiet: bool = True):
+        self.main, self.spec, self.quiet = main, device, quiet
+        self._ctx = mp.get_context("spawn")
+        self.process = None
+        self.connection = None
+        self.job = None           # the job in flight, with whatever the caller attached
+        self.deadline = None      # time.monotonic() by which its answer is due
+
+    def start(self) -> DeviceInfo:
+        parent_conn, child_conn = self._ctx.Pipe()
+        self.process = self._ctx.Process(target=self.main, args=(child_conn, self.spec, os.getpid(), self.quiet),
+                                         daemon=True, name="gemmtune-worker")
+        self.process.start()
+        child_conn.close()
+        self.connection = parent_conn
+        if not parent_conn.poll(STARTUP_TIMEOUT):
+            self.kill()
+            raise GemmtuneError(f"the worker for device {self.spec} did not start within {STARTUP_TIMEOUT:.0f} s")
+        try:
+            kind, payload = parent_conn.recv()
+        except EOFError:
+            self.process.join(5)
+            code = self.process.exitcode
+            self.kill()
+            raise GemmtuneError(f"the worker for device {self.spec} died while opening the device "
+                                f"(exit code {code})") from None
+        if kind == "error":
+            self.kill()
+            raise GemmtuneError(payload)
+        return payload
+
+    @property
+    def idle(self) -> bool:
+        return self.job is None
+
+    def submit(self, job, timeout: float, tag=None) -> None:
+        if self.process is None:
+            self.start()
+        self.job = (job, tag)
+        self.deadline = time.monotonic() + timeout
+        self.connection.send(job)
+
+    def receive(self):
+        """The answer to the job in flight, or None if the process died (it is restarted)."""
+        try:
+            answer = self.connection.recv()
+        except EOFError:
+            answer = None
+        self.job = self.deadline = None
+        return answer
+
+    def death(self) -> str:
+        if self.process is None:
+            return "no process"
+        self.process.join(5)
+        code = self.process.exitcode
+        return f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+        if self.process is not None:
+            self.process.join(5)
+        if self.connection is not None:
+            self.connection.close()
+        self.process = self.connection = None
+        self.job = self.deadline = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def close(self) -> None:
+        if self.connection is not None and self.process is not None and self.process.is_alive():
+            try:
+                self.connection.send(None)
+                self.process.join(2)
+            except (BrokenPipeError, OSError):
+                pass
+        self.kill()
+
+
 class Runner:
-    """Runs jobs one at a time in a worker process on one device; survives any failure of one.
+    """Runs jobs one at a time in a timing worker on one device; survives any failure of one.
 
     ``device`` is resolved by the worker; bad specs raise GemmtuneError from the constructor.
     """
@@ -189,81 +347,73 @@ class Runner:
 
         self.spec = device_spec(device)
         self.trial_timeout = trial_timeout
-        self.quiet = quiet
-        self._ctx = mp.get_context("spawn")
-        self._proc = None
-        self._conn = None
-        self.device: DeviceInfo = self._start()
+        self.worker = Worker(_worker_main, self.spec, quiet)
+        self.device: DeviceInfo = self.worker.start()
 
-    def _start(self) -> DeviceInfo:
-        parent_conn, child_conn = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_worker_main, args=(child_conn, self.spec, os.getpid(), self.quiet),
-                                       daemon=True, name="gemmtune-worker")
-        self._proc.start()
-        child_conn.close()
-        self._conn = parent_conn
-        if not parent_conn.poll(STARTUP_TIMEOUT):
-            self._kill()
-            raise GemmtuneError(f"the worker for device {self.spec} did not start within {STARTUP_TIMEOUT:.0f} s")
-        try:
-            kind, payload = parent_conn.recv()
-        except EOFError:
-            self._proc.join(5)
-            code = self._proc.exitcode
-            self._kill()
-            raise GemmtuneError(f"the worker for device {self.spec} died while opening the device "
-                                f"(exit code {code})") from None
-        if kind == "error":
-            self._kill()
-            raise GemmtuneError(payload)
-        return payload
+    def submit(self, job: Job, tag=None) -> None:
+        self.worker.submit(job, self.trial_timeout, tag)
 
-    def _kill(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
-        if self._proc is not None:
-            self._proc.join(5)
-        if self._conn is not None:
-            self._conn.close()
-        self._proc = self._conn = None
-
-    def _restart(self) -> None:
-        self._kill()
-        self._start()
+    def collect(self) -> Outcome:
+        """The outcome of the job in flight, once ``worker.connection`` is readable or its deadline passed."""
+        started = self.worker.deadline - self.trial_timeout
+        if not self.worker.connection.poll(0):
+            self.worker.restart()
+            return Outcome("timeout", trial_s=time.monotonic() - started,
+                           detail=f"no result within the trial timeout of {self.trial_timeout:g} s")
+        outcome = self.worker.receive()
+        if outcome is None:
+            reason = self.worker.death()
+            self.worker.restart()
+            return Outcome("crash", trial_s=time.monotonic() - started, detail=f"worker process died: {reason}")
+        if outcome.status in ("launch_error", "crash"):
+            self.worker.restart()  # the context may be poisoned: every later call on it could fail
+        return outcome
 
     def run(self, job: Job) -> Outcome:
         """Run one job; every failure comes back as an Outcome with a failure status."""
-        if self._proc is None:
-            self._start()
-        t0 = time.perf_counter()
-        self._conn.send(job)
-        if not self._conn.poll(self.trial_timeout):
-            self._restart()
-            return Outcome("timeout", trial_s=time.perf_counter() - t0,
-                           detail=f"no result within the trial timeout of {self.trial_timeout:g} s")
-        try:
-            outcome = self._conn.recv()
-        except EOFError:
-            self._proc.join(5)
-            code = self._proc.exitcode
-            reason = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-            self._restart()
-            return Outcome("crash", trial_s=time.perf_counter() - t0, detail=f"worker process died: {reason}")
-        if outcome.status in ("launch_error", "crash"):
-            self._restart()  # the context may be poisoned: every later call on it could fail
-        return outcome
+        self.submit(job)
+        self.worker.connection.poll(self.trial_timeout)
+        return self.collect()
 
     def close(self) -> None:
-        if self._conn is not None and self._proc is not None and self._proc.is_alive():
-            try:
-                self._conn.send(None)
-                self._proc.join(2)
-            except (BrokenPipeError, OSError):
-                pass
-        self._kill()
+        self.worker.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Compilers:
+    """A pool of compiler processes on one device; a crash or hang costs one candidate."""
+
+    def __init__(self, device: str, count: int, timeout: float, quiet: bool = True):
+        self.timeout = timeout
+        self.workers = [Worker(_compiler_main, device, quiet) for _ in range(count)]
+        for w in self.workers:
+            w.start()
+
+    def idle(self) -> Worker | None:
+        return next((w for w in self.workers if w.idle), None)
+
+    @property
+    def busy(self) -> list[Worker]:
+        return [w for w in self.workers if not w.idle]
+
+    def collect(self, worker: Worker) -> Built:
+        if not worker.connection.poll(0):
+            worker.restart()
+            return Built("timeout", detail=f"no binary within the trial timeout of {self.timeout:g} s")
+        built = worker.receive()
+        if built is None:
+            reason = worker.death()
+            worker.restart()
+            return Built("crash", detail=f"compiler process died: {reason}")
+        if built.status == "crash":
+            worker.restart()
+        return built
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()

@@ -16,11 +16,13 @@ Every measured trial becomes one row of ``results``, committed when the trial en
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
+from multiprocessing import connection as mp_connection
 from typing import Callable
 
 import optuna
@@ -31,7 +33,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
-from gemmtune.runner import Job, Outcome, Runner
+from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
 from gemmtune.space import Config, Space, load_space, require_precision, valid_configs
 from gemmtune.store import Store, database_url
 from gemmtune.timing import Timing, TimingPolicy, gflops, is_tie
@@ -40,11 +42,12 @@ SAMPLERS = ("tpe", "random", "grid")
 MAX_FREE_PROPOSALS = 25   # invalid or already-measured proposals in a row before a random pick
 
 
-def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int | None, constant_liar: bool = False) -> optuna.samplers.BaseSampler:
     # Arguments spelled out: Optuna 5 changed TPE's defaults, and results should not move with them.
+    # With several candidates in flight, the constant liar keeps TPE from proposing them again.
     if name == "tpe":
         return optuna.samplers.TPESampler(n_startup_trials=10, n_ei_candidates=24, multivariate=True,
-                                          group=False, constant_liar=False, seed=seed)
+                                          group=False, constant_liar=constant_liar, seed=seed)
     if name in ("random", "grid"):  # grid enqueues every point itself; the sampler never decides
         return optuna.samplers.RandomSampler(seed=seed)
     raise GemmtuneError(f"unknown sampler {name!r}: use one of {', '.join(SAMPLERS)}")
@@ -82,13 +85,15 @@ class SearchRequest:
     k: int = 1024
     trials: int | None = 30          # new measured trials; None with grid: the whole space
     timeout: float | None = None     # seconds for the whole search
-    trial_timeout: float = 60.0
+    trial_timeout: float = 120.0
     sampler: str = "tpe"
     seed: int | None = None
     db: str | None = None
     study: str | None = None
     space_file: str | None = None
     policy: TimingPolicy = field(default_factory=TimingPolicy)
+    jobs: int | None = None          # compiler processes; None: one per spare core; 0: build on the timer
+    early_stop: float | None = 0.5   # stop timing a candidate whose speed is surely below this x the best
 
 
 @dataclass
@@ -120,6 +125,7 @@ class Summary:
     space_size: int
     stopped_by: str                  # trials, timeout, exhausted, interrupted
     db: str
+    device_busy: float | None = None  # share of the wall time the timing worker was busy
 
     @property
     def speedup(self) -> float | None:
@@ -164,8 +170,13 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
         raise GemmtuneError(f"--trials must be at least 1, got {req.trials}")
     if req.sampler not in SAMPLERS:
         raise GemmtuneError(f"unknown sampler {req.sampler!r}: use one of {', '.join(SAMPLERS)}")
+    if req.early_stop is not None and not 0 <= req.early_stop < 1:
+        raise GemmtuneError(f"--early-stop must be in [0, 1), got {req.early_stop}")
+    if req.jobs is not None and req.jobs < 0:
+        raise GemmtuneError(f"--jobs must be at least 0, got {req.jobs}")
     space = load_space(req.space_file)
     runner = Runner(req.device, req.trial_timeout)
+    compilers = None
     try:
         dev = runner.device
         check_problem(dev, prec, req.m, req.n, req.k)
@@ -175,26 +186,36 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
                                 f"for precision {prec.code} (see gemmtune space --explain)")
         url = database_url(req.db)
         store = Store(url)  # opened last: bad input above leaves no database behind
-        return _search(req, prec, space, valid, runner, store, progress)
+        jobs = default_jobs() if req.jobs is None else req.jobs
+        if jobs > 0:
+            compilers = Compilers(runner.spec, jobs, req.trial_timeout)
+        return _search(req, prec, space, valid, runner, compilers, store, progress)
     finally:
+        if compilers is not None:
+            compilers.close()
         runner.close()
 
 
-def _search(req, prec, space, valid, runner, store, progress) -> Summary:
+def default_jobs() -> int:
+    """One compiler process per core beside the one the parent and the timing worker share."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+def _search(req, prec, space, valid, runner, compilers, store, progress) -> Summary:
     dev = runner.device
     m, n, k = req.m, req.n, req.k
+    flops = prec.flops(m, n, k)
     name = req.study or default_study_name(dev, prec, m, n, k)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.create_study(storage=optuna.storages.RDBStorage(store.url), study_name=name,
                                     direction="maximize", load_if_exists=True,
-                                    sampler=make_sampler(req.sampler, req.seed))
+                                    sampler=make_sampler(req.sampler, req.seed, constant_liar=compilers is not None))
     except Exception as e:  # storage errors come in many types; the message says which
         raise GemmtuneError(f"cannot open the study {name!r} in {store.url}: {str(e).splitlines()[0]}") from None
 
-    earlier = store.frame(study=name)
     measured: dict[tuple, tuple[str, float | None]] = {}
-    for row in earlier.itertuples():
+    for row in store.frame(study=name).itertuples():
         measured[_config_key(row.kernel, json.loads(row.params))] = (row.status, row.gflops)
     valid_keys = {_config_key(c.kernel, c.params) for c in valid}
     proposals = _Proposals(space)
@@ -216,32 +237,27 @@ def _search(req, prec, space, valid, runner, store, progress) -> Summary:
     if req.sampler == "grid":
         left = len(unmeasured())
         budget = left if budget is None else min(budget, left)
-    done, free, failures = 0, 0, Counter()
+    state = {"free": 0}
+    done, failures = 0, Counter()
     start = time.monotonic()
-    stopped_by = "trials"
-    best = max((g for s, g in measured.values() if s == "ok" and g is not None), default=None)
+    stopped_by = None
+    best = max((g for st, g in measured.values() if st == "ok" and g is not None), default=None)
+    digests: dict[str, tuple[int, Outcome]] = {}   # binary digest -> (trial, outcome) measured
+    timing_s = 0.0
 
-    trial = None
-    try:
+    def propose():
+        """The next candidate as (trial, config, key), or None when the space is exhausted."""
         while True:
-            if budget is not None and done >= budget:
-                stopped_by = "trials"
-                break
-            if req.timeout is not None and time.monotonic() - start >= req.timeout:
-                stopped_by = "timeout"
-                break
             if not pending:
                 if grid_order is not None:
                     nxt = next((c for c in grid_order if _config_key(c.kernel, c.params) not in measured), None)
                     if nxt is None:
-                        stopped_by = "exhausted"
-                        break
+                        return None
                     pending.append(nxt)
-                elif free >= MAX_FREE_PROPOSALS:
+                elif state["free"] >= MAX_FREE_PROPOSALS:
                     left = unmeasured()
                     if not left:
-                        stopped_by = "exhausted"
-                        break
+                        return None
                     pending.append(rng.choice(left))
             if pending:
                 proposals.enqueue(study, pending.pop(0))
@@ -252,47 +268,145 @@ def _search(req, prec, space, valid, runner, store, progress) -> Summary:
                 broken = FAMILIES[config.kernel].broken(config.params, dev, prec)
                 trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")
                 study.tell(trial, state=TrialState.PRUNED)
-                trial, free = None, free + 1
+                state["free"] += 1
                 continue
             if key in measured:
                 status, value = measured[key]
-                trial.set_user_attr("skipped", "measured before")
-                if status == "ok":
+                trial.set_user_attr("skipped", "measured before" if status != "in_flight" else "in flight")
+                if value is not None:
                     study.tell(trial, value)
                 else:
-                    study.tell(trial, state=TrialState.FAIL)
-                trial, free = None, free + 1
+                    study.tell(trial, state=TrialState.FAIL if status != "in_flight" else TrialState.PRUNED)
+                state["free"] += 1
                 continue
-            free = 0
-            outcome = runner.run(Job(config, space.family(config.kernel).source, prec.code, m, n, k, req.policy))
-            value = _record(store, name, trial.number, dev, prec, m, n, k, config, outcome, key == baseline_key)
-            measured[key] = (outcome.status, value)
-            trial.set_user_attr("status", outcome.status)
-            if value is not None:
-                study.tell(trial, value)
+            state["free"] = 0
+            measured[key] = ("in_flight", None)
+            return trial, config, key
+
+    def finish(trial, config, key, outcome: Outcome, compile_s=None):
+        nonlocal done, best
+        if compile_s is not None:
+            outcome = replace(outcome, compile_s=compile_s)
+        value = _record(store, name, trial.number, dev, prec, m, n, k, config, outcome, key == baseline_key)
+        measured[key] = (outcome.status, value)
+        trial.set_user_attr("status", outcome.status)
+        if value is not None:
+            study.tell(trial, value)
+            if outcome.status == "ok":
                 best = value if best is None else max(best, value)
-            else:
-                failures[outcome.status] += 1
-                study.tell(trial, state=TrialState.FAIL)
-            trial = None
-            done += 1
-            if progress:
-                progress(Progress(done, budget, best, sum(failures.values()), time.monotonic() - start,
-                                  outcome, config, value))
+        else:
+            failures[outcome.status] += 1
+            study.tell(trial, state=TrialState.FAIL)
+        done += 1
+        if progress:
+            progress(Progress(done, budget, best, sum(failures.values()), time.monotonic() - start,
+                              outcome, config, value if outcome.status == "ok" else None))
+
+    def job(config, built=None) -> Job:
+        threshold = None
+        if req.early_stop and best:
+            threshold = flops / (req.early_stop * best * 1e9) * 1e3  # ms at early_stop x the best speed
+        return Job(config, space.family(config.kernel).source, prec.code, m, n, k, req.policy,
+                   binary=built.binary if built else None, stop_above_ms=threshold)
+
+    ready: deque = deque()   # (trial, config, key, built): built, waiting for the device
+    timing = None            # (trial, config, key, built) on the device
+    try:
+        while True:
+            if stopped_by is None:
+                if req.timeout is not None and time.monotonic() - start >= req.timeout:
+                    stopped_by = "timeout"
+            in_flight = len(ready) + (timing is not None) + (len(compilers.busy) if compilers else 0)
+            # Ask for new candidates while there is room: builds run ahead of the device.
+            while stopped_by is None and (budget is None or done + in_flight < budget):
+                if compilers is not None:
+                    worker = compilers.idle()
+                    if worker is None or len(ready) >= len(compilers.workers):
+                        break
+                elif timing is not None or ready:
+                    break
+                proposal = propose()
+                if proposal is None:
+                    stopped_by = "exhausted"
+                    break
+                trial, config, key = proposal
+                if compilers is not None:
+                    worker.submit(BuildJob(config, space.family(config.kernel).source, prec.code),
+                                  compilers.timeout, (trial, config, key))
+                else:
+                    ready.append((trial, config, key, None))
+                in_flight += 1
+            if stopped_by is not None:
+                # Candidates not yet on the device are abandoned: told failed, never recorded.
+                for trial, config, key, _ in ready:
+                    measured.pop(key, None)
+                    trial.set_user_attr("status", "abandoned")
+                    study.tell(trial, state=TrialState.FAIL)
+                ready.clear()
+                if compilers is not None:
+                    for w in compilers.busy:
+                        trial, config, key = w.job[1]
+                        measured.pop(key, None)
+                        trial.set_user_attr("status", "abandoned")
+                        study.tell(trial, state=TrialState.FAIL)
+                        w.restart()
+            if budget is not None and done >= budget and stopped_by is None:
+                stopped_by = "trials"
+            # Feed the device.
+            while timing is None and ready:
+                trial, config, key, built = ready.popleft()
+                if built is not None and built.digest in digests:
+                    first, outcome = digests[built.digest]
+                    finish(trial, config, key, replace(outcome, detail=f"identical binary to trial {first}: "
+                                                       f"measured once"), built.compile_s)
+                    continue
+                runner.submit(job(config, built), (trial, config, key, built))
+                timing = (trial, config, key, built)
+            busy = compilers.busy if compilers else []
+            if timing is None and not busy and not ready:
+                if stopped_by is not None:
+                    break
+                continue
+            waits = [w.connection for w in busy] + ([runner.worker.connection] if timing else [])
+            deadlines = [w.deadline for w in busy] + ([runner.worker.deadline] if timing else [])
+            mp_connection.wait(waits, timeout=max(0.0, min(deadlines) - time.monotonic()))
+            now = time.monotonic()
+            for w in busy:
+                if w.connection.poll(0) or now >= w.deadline:
+                    trial, config, key = w.job[1]
+                    built = compilers.collect(w)
+                    if built.status == "ok":
+                        ready.append((trial, config, key, built))
+                    else:
+                        finish(trial, config, key, Outcome(built.status, compile_s=built.compile_s,
+                                                           detail=built.detail))
+            if timing is not None and (runner.worker.connection.poll(0) or now >= runner.worker.deadline):
+                trial, config, key, built = timing
+                timing = None
+                outcome = runner.collect()
+                timing_s += outcome.trial_s or 0.0
+                if built is not None and outcome.status in ("ok", "slow"):
+                    digests[built.digest] = (trial.number, outcome)
+                finish(trial, config, key, outcome, built.compile_s if built is not None else None)
     except KeyboardInterrupt:
         stopped_by = "interrupted"
-        if trial is not None:
+        abandoned = [t for t, *_ in ready] + ([timing[0]] if timing else [])
+        if compilers is not None:
+            abandoned += [w.job[1][0] for w in compilers.busy]
+        for trial in abandoned:
             trial.set_user_attr("status", "interrupted")
             study.tell(trial, state=TrialState.FAIL)
-    return _summarize(store, name, dev, prec, (m, n, k), done, failures, time.monotonic() - start,
-                      baseline_key, len(valid), stopped_by)
+    elapsed = time.monotonic() - start
+    return _summarize(store, name, dev, prec, (m, n, k), done, failures, elapsed,
+                      baseline_key, len(valid), stopped_by or "trials", timing_s / elapsed if elapsed else None)
 
 
 def _record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precision, m, n, k,
             config: Config, outcome: Outcome, is_baseline: bool) -> float | None:
     """Commit one trial's row; returns its GFLOP/s, or None for a failure."""
     t: Timing | None = outcome.timing
-    value = gflops(prec.flops(m, n, k), t.median_ms) if outcome.status == "ok" and t else None
+    # A "slow" candidate was stopped early: its estimate is kept, but it can never be best.
+    value = gflops(prec.flops(m, n, k), t.median_ms) if outcome.status in ("ok", "slow") and t else None
     low, high = t.ci_ms if t else (None, None)
     store.add(
         study=study, trial=number, device=dev.key, device_name=dev.name, precision=prec.code,
@@ -308,7 +422,8 @@ def _record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precis
     return value
 
 
-def _summarize(store, name, dev, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by):
+def _summarize(store, name, dev, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by,
+               device_busy=None):
     rows = store.frame(study=name)
     ok = rows[rows.status == "ok"].sort_values("gflops", ascending=False)
     best = ok.iloc[0].to_dict() if len(ok) else None
@@ -319,4 +434,4 @@ def _summarize(store, name, dev, prec, shape, done, failures, elapsed, baseline_
         if len(rows) else rows
     baseline = base_rows.iloc[0].to_dict() if len(base_rows) else None
     return Summary(name, dev, prec.code, shape, done, failures, elapsed, best, baseline, tie, space_size,
-                   stopped_by, store.url)
+                   stopped_by, store.url, device_busy)

@@ -1,7 +1,8 @@
 """gemmtune's results database: one row per trial in the table ``results`` (SQLAlchemy, no OpenCL).
 
 The same URL also holds Optuna's study tables; those are Optuna's internals and nothing in
-gemmtune reads them with SQL. ``results`` is the documented interface (see README).
+gemmtune reads them with SQL. ``results`` is the documented interface (see README), and so is
+``peaks``, the device peaks ``gemmtune peak`` measured (one row per quantity and measurement).
 """
 
 from __future__ import annotations
@@ -48,6 +49,18 @@ results = sa.Table(
     sa.Column("detail", sa.Text),                            # build log, OpenCL error, error figures
     sa.Column("baseline", sa.Boolean, nullable=False, default=False),
     sa.Column("created_at", sa.String(32), nullable=False),  # UTC, ISO 8601
+    sa.Column("gemmtune_version", sa.String(32), nullable=False),
+)
+
+peaks = sa.Table(
+    "peaks", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("device", sa.String(512), nullable=False, index=True),   # device key, as in results
+    sa.Column("device_name", sa.String(255), nullable=False),
+    sa.Column("precision", sa.String(16), nullable=False),   # s, d, c, z, or "bandwidth"
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("unit", sa.String(16), nullable=False),        # GFLOP/s for a precision, GB/s for bandwidth
+    sa.Column("created_at", sa.String(32), nullable=False),  # UTC, ISO 8601; one per measurement run
     sa.Column("gemmtune_version", sa.String(32), nullable=False),
 )
 
@@ -152,6 +165,32 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return dict(rows[0]) if rows else None
+
+    def save_peaks(self, device: str, device_name: str, values: dict[str, float]) -> str:
+        """Append one measurement run of peaks (``values``: precision -> GFLOP/s and
+        ``"bandwidth"`` -> GB/s) in one transaction; returns its ``created_at``."""
+        from gemmtune import __version__
+
+        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        rows = [dict(device=device, device_name=device_name, precision=what, value=float(value),
+                     unit="GB/s" if what == "bandwidth" else "GFLOP/s", created_at=created,
+                     gemmtune_version=__version__) for what, value in values.items()]
+        with self.engine.begin() as conn:
+            conn.execute(peaks.insert(), rows)
+        return created
+
+    def latest_peaks(self, device: str) -> dict[str, float]:
+        """The latest measured value of each quantity for a device key: precision -> GFLOP/s,
+        ``"bandwidth"`` -> GB/s. Empty when nothing was measured (or there is no ``peaks`` table)."""
+        try:
+            if self.engine is None or not sa.inspect(self.engine).has_table(peaks.name):
+                return {}
+            query = sa.select(peaks.c.precision, peaks.c.value).where(peaks.c.device == device) \
+                .order_by(peaks.c.created_at, peaks.c.id)
+            with self.engine.connect() as conn:
+                return {what: value for what, value in conn.execute(query)}  # later rows win
+        except sa.exc.SQLAlchemyError as e:
+            raise GemmtuneError(f"cannot read database {self.url}: {_first_line(e)}") from None
 
     def close(self) -> None:
         if self.engine is not None:

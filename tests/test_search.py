@@ -22,8 +22,8 @@ from gemmtune.search import check_problem
 from gemmtune.space import load_space, valid_configs
 from gemmtune.device import resolve_device
 
-HERE = Path(__file__).parent
-FAULTS = HERE / "kernels" / "faults.toml"
+from faults import write_fault_space
+
 
 # Four configurations, all valid on PoCL, differing in tile shape (TSM != TSN included).
 TINY_SPACE = """
@@ -91,10 +91,12 @@ def test_search_fills_results_with_verified_rows(tmp_path, tiny_space):
     assert summary["speedup_over_baseline"] == pytest.approx(best["gflops"] / got[0]["gflops"])
 
 
-def test_resume_adds_trials_to_the_same_study(tmp_path):
+def test_resume_adds_trials_to_the_same_study(tmp_path, tiny_space):
     db = tmp_path / "r.db"
-    first = json.loads(search("--size", "24", "--trials", "2", "--seed", "1", "--format", "json", db=db).stdout)
-    second = json.loads(search("--size", "24", "--trials", "2", "--seed", "2", "--format", "json", db=db).stdout)
+    first = json.loads(search("--size", "24", "--trials", "2", "--seed", "1", "--space", str(tiny_space),
+                              "--format", "json", db=db).stdout)
+    second = json.loads(search("--size", "24", "--trials", "2", "--seed", "2", "--space", str(tiny_space),
+                               "--format", "json", db=db).stdout)
     assert first["study"] == second["study"]
     got = rows(db)
     assert len(got) == 4 and {r["study"] for r in got} == {first["study"]}
@@ -117,8 +119,9 @@ def test_grid_covers_a_tiny_space_once_and_stops(tmp_path, tiny_space):
 
 def test_each_injected_fault_costs_one_trial_and_the_good_trial_survives(tmp_path):
     db = tmp_path / "f.db"
-    out = json.loads(search("--size", "40", "--sampler", "grid", "--space", str(FAULTS),
-                            "--trial-timeout", "8", "--format", "json", db=db).stdout)
+    # The timeout covers a cold build on a busy two-core machine; the hanging kernel costs all of it.
+    out = json.loads(search("--size", "40", "--sampler", "grid", "--space", str(write_fault_space(tmp_path)),
+                            "--trial-timeout", "30", "--format", "json", db=db).stdout)
     by_fault = {json.loads(r["params"])["FAULT"]: r for r in rows(db)}
     assert {f: r["status"] for f, r in by_fault.items()} == {
         1: "ok", 2: "compile_error", 3: "crash", 4: "timeout", 5: "wrong_result", 6: "launch_error"}
@@ -132,8 +135,45 @@ def test_each_injected_fault_costs_one_trial_and_the_good_trial_survives(tmp_pat
     assert out["failures"] == {"compile_error": 1, "crash": 1, "timeout": 1, "wrong_result": 1, "launch_error": 1}
 
 
+def test_building_on_the_timing_worker_gives_the_same_verdicts(tmp_path):
+    # --jobs 0: no compiler processes; the timing worker builds each candidate itself.
+    db = tmp_path / "j0.db"
+    out = json.loads(search("--size", "40", "--sampler", "grid", "--jobs", "0", "--format", "json",
+                            "--space", str(write_fault_space(tmp_path, (1, 2, 5))), db=db).stdout)
+    by_fault = {json.loads(r["params"])["FAULT"]: r["status"] for r in rows(db)}
+    assert by_fault == {1: "ok", 2: "compile_error", 5: "wrong_result"}
+    assert out["best"]["params"]["FAULT"] == 1
+
+
+def test_a_clearly_slower_candidate_is_stopped_early_and_never_best(tmp_path):
+    db = tmp_path / "e.db"
+    space = write_fault_space(tmp_path, (1, 7))  # grid order: the fast one first
+    out = json.loads(search("--size", "64", "--sampler", "grid", "--early-stop", "0.5", "--time-cap", "2",
+                            "--format", "json", "--space", str(space), db=db).stdout)
+    fast, slow = rows(db)
+    assert json.loads(slow["params"])["FAULT"] == 7 and slow["status"] == "slow"
+    assert fast["status"] == "ok" and out["best"]["params"]["FAULT"] == 1
+    # Stopped once its interval was surely below half the best: few samples, and far below.
+    assert 6 <= slow["repeats"] < fast["repeats"]
+    assert slow["ci_low_ms"] > fast["time_ms"] / 0.5
+    assert "stopped after" in slow["detail"]
+    assert out["failures"] == {}  # slow is not a failure
+
+
+def test_the_summary_reports_the_pipeline(tmp_path, tiny_space):
+    db = tmp_path / "p.db"
+    out = json.loads(search("--size", "24", "--trials", "3", "--jobs", "1", "--space", str(tiny_space),
+                            "--format", "json", db=db).stdout)
+    assert 0 < out["device_busy_share"] <= 1
+    got = rows(db)
+    assert len(got) == 3 and all(r["compile_s"] > 0 and r["trial_s"] > 0 for r in got)
+
+
 def _spawn_search(db: Path, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gemmtune", "search", "--db", f"sqlite:///{db}", *FAST, *args],
+    space = db.parent / "tiny.toml"
+    space.write_text(TINY_SPACE.replace("TSK = [16]", "TSK = [8, 16, 32]").replace("PAD = [1]", "PAD = [0, 1, 2]"))
+    return subprocess.Popen([sys.executable, "-m", "gemmtune", "search", "--db", f"sqlite:///{db}", *FAST,
+                             "--space", str(space), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -182,7 +222,8 @@ def test_kill_9_loses_at_most_the_trial_in_flight_and_resume_works(tmp_path):
     while any(_alive(w) for w in workers) and time.time() < deadline:
         time.sleep(0.2)
     assert not any(_alive(w) for w in workers)
-    out = json.loads(search("--size", "32", "--trials", "2", "--seed", "6", "--format", "json", db=db).stdout)
+    out = json.loads(search("--size", "32", "--trials", "2", "--seed", "6", "--space", str(db.parent / "tiny.toml"),
+                            "--format", "json", db=db).stdout)
     after = rows(db)
     assert len(after) == len(before) + 2
     assert {r["study"] for r in after} == {out["study"]}

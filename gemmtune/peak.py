@@ -1,0 +1,182 @@
+"""``gemmtune peak``: measure a device's multiply-add throughput and global-memory bandwidth.
+
+Two OpenCL microbenchmarks (``kernels/peak.cl``), run in this process:
+
+* multiply-add throughput, per precision: ``items`` work-items each run 16 independent chains of
+  multiply-adds c <- c·a + b, ``iterations`` of them per chain in a real precision and a quarter
+  as many in a complex one (a complex multiply-add is four real ones: the launches take about
+  as long); flops = items · 16 · multiply-adds per chain · 2 (real) or · 8 (complex), as GEMM
+  GFLOP/s counts them;
+* bandwidth: a device-to-device copy of ``copy_mib`` MiB, 16 bytes per work-item; GB/s counts
+  the bytes read plus the bytes written (2 · size), 1 GB = 10⁹ bytes.
+
+Times are from OpenCL profiling events with the discipline of ``gemmtune.timing``: warm-up
+launches, then repeats until the 95 % confidence interval of the median is within 2 % of it
+(or the caps of the policy); the median time gives the value. Results go to the ``peaks``
+table (``Store.save_peaks``), where the performance model finds them (``Store.latest_peaks``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyopencl as cl
+
+from gemmtune.device import open_device
+from gemmtune.errors import GemmtuneError
+from gemmtune.info import DeviceInfo
+from gemmtune.kernels import BUILD_OPTIONS
+from gemmtune.model import BANDWIDTH, nominal_peaks
+from gemmtune.precision import PRECISIONS, Precision, get_precision
+from gemmtune.resources import load_kernel_source
+from gemmtune.space import require_precision
+from gemmtune.store import Store, check_url, database_url
+from gemmtune.timing import TimingPolicy, converged
+
+CHAINS = 16            # must match the CHAINS the kernel is built with
+LOCAL_SIZE = 256       # work-items per work-group of both kernels (or the device's maximum)
+COPY_ITEM_BYTES = 16   # one float4 per work-item
+
+
+@dataclass(frozen=True)
+class PeakSizes:
+    """How much work one launch does. The defaults take about 5-20 ms per launch on a 2-core
+    CPU under PoCL and a few ms on a large GPU; a whole ``gemmtune peak`` about 10 s on the CPU."""
+
+    iterations: int = 16384         # real multiply-adds per chain (complex: a quarter as many)
+    items: int | None = None        # work-items of the multiply-add kernel; default per device
+    copy_mib: int | None = None     # MiB copied; default 256 on a GPU, 64 elsewhere (beyond caches)
+    policy: TimingPolicy = field(default_factory=lambda: TimingPolicy(max_seconds=1.0))
+
+    def madd_items(self, dev: DeviceInfo) -> int:
+        # Enough work-items to fill every compute unit many times over: 2048 per GPU compute
+        # unit (a full NVIDIA SM), 256 per CPU core (one work-group, run as a vectorised loop).
+        return self.items or dev.compute_units * (2048 if dev.type == "GPU" else LOCAL_SIZE)
+
+    def copy_bytes(self, dev: DeviceInfo) -> int:
+        mib = self.copy_mib or (256 if dev.type == "GPU" else 64)
+        size = mib * 2**20
+        limit = min(dev.max_alloc_bytes or size, dev.global_mem_bytes // 4)
+        return max(COPY_ITEM_BYTES * LOCAL_SIZE, min(size, limit) // (COPY_ITEM_BYTES * LOCAL_SIZE)
+                   * COPY_ITEM_BYTES * LOCAL_SIZE)
+
+
+@dataclass(frozen=True)
+class Peak:
+    """One measured quantity: a precision's multiply-add throughput, or the bandwidth."""
+
+    quantity: str          # s, d, c, z or "bandwidth"
+    value: float           # GFLOP/s or GB/s, from the median time
+    unit: str
+    median_ms: float
+    repeats: int
+
+    def to_json(self) -> dict:
+        return {"precision": self.quantity, "value": self.value, "unit": self.unit,
+                "median_ms": self.median_ms, "repeats": self.repeats}
+
+
+def parse_precisions(text: str | None, dev: DeviceInfo) -> list[Precision]:
+    """``"s,c"`` -> those precisions (each must be supported); None -> every one the device has."""
+    if text is None:
+        return [p for p in PRECISIONS.values() if dev.double_precision or not p.needs_double]
+    chosen = [get_precision(code.strip()) for code in text.split(",") if code.strip()]
+    if not chosen:
+        raise GemmtuneError("empty --precision: give s, d, c and/or z, comma-separated")
+    for prec in chosen:
+        require_precision(dev, prec)
+    return list(dict.fromkeys(chosen))
+
+
+def _time(launch, policy: TimingPolicy) -> list[float]:
+    """Samples in ms of ``launch()`` (which returns its event), as gemmtune.timing decides."""
+    for _ in range(policy.warmup):
+        launch().wait()
+    samples, spent = [], 0.0
+    while len(samples) < policy.max_repeats:
+        event = launch()
+        event.wait()
+        samples.append((event.profile.end - event.profile.start) * 1e-6)
+        spent += samples[-1] * 1e-3
+        if spent >= policy.max_seconds or converged(samples, policy):
+            break
+    return samples
+
+
+def _program(ctx: cl.Context, prec: Precision) -> cl.Program:
+    options = [*BUILD_OPTIONS, f"-DPRECISION={prec.cl_define}", f"-DCHAINS={CHAINS}"]
+    try:
+        return cl.Program(ctx, load_kernel_source("peak.cl")).build(options=options)
+    except cl.RuntimeError as e:
+        raise GemmtuneError(f"the peak kernel does not build for precision {prec.code}: "
+                            f"{str(e).splitlines()[0]}") from None
+
+
+def _peak(quantity: str, amount: float, unit: str, samples: list[float]) -> Peak:
+    median = float(np.median(samples))
+    return Peak(quantity, amount / (median * 1e-3) / 1e9, unit, median, len(samples))
+
+
+def measure_madd(queue: cl.CommandQueue, dev: DeviceInfo, prec: Precision, sizes: PeakSizes) -> Peak:
+    """Multiply-add throughput of one precision, GFLOP/s."""
+    local = min(LOCAL_SIZE, dev.max_work_group_size)
+    items = -(-sizes.madd_items(dev) // local) * local
+    kernel = cl.Kernel(_program(queue.context, prec), "madd")
+    out = cl.Buffer(queue.context, cl.mem_flags.WRITE_ONLY, items * prec.bytes)
+    # |a| < 1 and b small: every chain converges to b / (1 - a), a normal number (no overflow, no
+    # denormal slow path)
+    a, b = (np.array(0.999 + 0.001j if prec.is_complex else 0.999, dtype=prec.dtype),
+            np.array(1e-3 + 1e-3j if prec.is_complex else 1e-3, dtype=prec.dtype))
+    iterations = max(1, sizes.iterations * 2 // prec.flops_per_madd)
+    samples = _time(lambda: kernel(queue, (items,), (local,), np.int32(iterations), a, b, out), sizes.policy)
+    return _peak(prec.code, items * CHAINS * iterations * prec.flops_per_madd, "GFLOP/s", samples)
+
+
+def measure_bandwidth(queue: cl.CommandQueue, dev: DeviceInfo, sizes: PeakSizes) -> Peak:
+    """Global-memory bandwidth of a device-to-device copy, GB/s of bytes read + written."""
+    size = sizes.copy_bytes(dev)
+    local = min(LOCAL_SIZE, dev.max_work_group_size)
+    kernel = cl.Kernel(_program(queue.context, PRECISIONS["s"]), "copy")
+    src = cl.Buffer(queue.context, cl.mem_flags.READ_ONLY, size)
+    dst = cl.Buffer(queue.context, cl.mem_flags.WRITE_ONLY, size)
+    cl.enqueue_fill_buffer(queue, src, np.float32(1), 0, size)  # pages touched before timing
+    samples = _time(lambda: kernel(queue, (size // COPY_ITEM_BYTES,), (local,), src, dst), sizes.policy)
+    return _peak(BANDWIDTH, 2 * size, "GB/s", samples)
+
+
+@dataclass(frozen=True)
+class PeakRun:
+    device: DeviceInfo
+    peaks: list[Peak]
+    db: str
+    created_at: str
+
+    def nominal(self) -> dict[str, float]:
+        return nominal_peaks(self.device)
+
+
+def run_peak(device: str | int | None = None, precisions: str | None = None, db: str | None = None,
+             sizes: PeakSizes = PeakSizes(), save: bool = True) -> PeakRun:
+    """Measure every requested precision (default: all the device supports) and the bandwidth,
+    and append them to the ``peaks`` table of ``db`` (unless ``save`` is False). Bad input
+    raises GemmtuneError before anything is measured or written."""
+    if sizes.iterations < 1 or (sizes.items is not None and sizes.items < 1) or \
+            (sizes.copy_mib is not None and sizes.copy_mib < 1):
+        raise GemmtuneError("peak sizes must be at least 1")
+    info, cl_device = open_device(device)
+    chosen = parse_precisions(precisions, info)
+    url = database_url(db)
+    check_url(url)  # a database that cannot be written fails now, not after the measurement
+    ctx = cl.Context([cl_device])
+    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    peaks = [measure_madd(queue, info, prec, sizes) for prec in chosen]
+    peaks.append(measure_bandwidth(queue, info, sizes))
+    created = ""
+    if save:
+        store = Store(url)
+        try:
+            created = store.save_peaks(info.key, info.name, {p.quantity: p.value for p in peaks})
+        finally:
+            store.close()
+    return PeakRun(info, peaks, url, created)

@@ -1,0 +1,282 @@
+"""Replay: re-run searches against the recorded results of an exhaustive study, not the device.
+
+A ``grid`` study measured every valid configuration once; its rows of ``results`` (read through
+``gemmtune.store``, never Optuna's tables) are a lookup table from configuration to GFLOP/s. A
+replay drives an in-memory Optuna study with ask/tell over the same parameter space, exactly as
+``gemmtune.search`` does, but a proposal's value is looked up instead of measured:
+
+* a configuration the study did not record is taken as invalid: told PRUNED, not counted;
+* the first proposal of a recorded configuration is a measured trial: told its GFLOP/s, or FAIL
+  for a failure (compile_error, wrong_result, ...); it counts;
+* a proposal measured before in this replay is told the same again and does not count;
+* after ``search.MAX_FREE_PROPOSALS`` proposals in a row that did not count, a random
+  unmeasured recorded configuration is enqueued (as search does with the valid space);
+* the study's baseline configuration (its row with ``baseline`` = 1), if any, is the first
+  trial, as in search; ``tpe-seeded`` then enqueues the model's K best-predicted configurations.
+
+A replay stops at the first measured trial that reaches ``target`` x the study's best GFLOP/s
+and reports how many measured trials that took. For a study that is not exhaustive, the
+replay is a search of the configurations it recorded.
+
+The parameter space is rebuilt from the recorded rows: for each kernel family, the distinct
+values each parameter took. That is the search's own space whenever every value of its space
+file appears in at least one valid configuration; otherwise the missing values only remove
+invalid proposals, which never count. ``space_file`` gives the search's space file instead
+(recorded configurations outside it are then left out).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+from optuna.trial import TrialState
+
+from gemmtune import model
+from gemmtune.errors import GemmtuneError
+from gemmtune.families import FAMILIES
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import Precision, get_precision
+from gemmtune.search import MAX_FREE_PROPOSALS, _config_key, _Proposals, make_sampler
+from gemmtune.space import Config, FamilySpace, Space, load_space
+from gemmtune.store import Store, database_url
+
+SAMPLERS = ("tpe", "random", "tpe-seeded")
+
+
+@dataclass(frozen=True)
+class Landscape:
+    """What an exhaustive study recorded: the lookup table a replay searches."""
+
+    study: str
+    url: str
+    device: str                   # device key
+    device_name: str
+    precision: Precision
+    shape: tuple[int, int, int]
+    space: Space
+    configs: list[Config]         # recorded configurations in the space, in recording order
+    values: dict[tuple, tuple[str, float | None]]   # config key -> (status, GFLOP/s or None)
+    baseline: Config | None
+    peaks: dict[str, float]       # the device's measured peaks in the same database, if any
+
+    @property
+    def best(self) -> float:
+        return max(v for s, v in self.values.values() if s == "ok")
+
+    def gflops(self, config: Config) -> float | None:
+        return self.values[_config_key(config.kernel, config.params)][1]
+
+
+def _recorded_space(rows: pd.DataFrame, study: str) -> Space:
+    families = []
+    for name in [f for f in FAMILIES if f in set(rows.kernel)]:
+        params = [json.loads(p) for p in rows.params[rows.kernel == name]]
+        values = {key: sorted({p[key] for p in params}) for key in params[0]}
+        families.append(FamilySpace(FAMILIES[name], values, source="", source_name="(recorded)"))
+    return Space(families, origin=f"the configurations recorded in study {study}")
+
+
+def _in_space(space: Space, config: Config) -> bool:
+    fs = next((f for f in space.families if f.family.name == config.kernel), None)
+    return fs is not None and set(fs.values) == set(config.params) and \
+        all(v in fs.values[k] for k, v in config.items)
+
+
+def load_landscape(db: str | None, study: str, space_file: str | Path | None = None) -> Landscape:
+    """The study's recorded results; GemmtuneError when it has none or no correct one."""
+    store = Store(database_url(db), create=False)
+    try:
+        rows = store.frame(study=study)
+        if rows.empty:
+            where = "there is no such database yet" if not store.exists else "it has no results rows"
+            raise GemmtuneError(f"no results for study {study!r} in {store.url} ({where})")
+        first = rows.iloc[0]
+        peaks = store.latest_peaks(first.device)
+    finally:
+        store.close()
+    unknown = sorted(set(rows.kernel) - set(FAMILIES))
+    if unknown:
+        raise GemmtuneError(f"study {study!r} has rows of unknown kernel families: {', '.join(unknown)}")
+    if len(rows[["device", "precision", "m", "n", "k"]].drop_duplicates()) > 1:
+        raise GemmtuneError(f"study {study!r} mixes devices, precisions or shapes")
+    space = load_space(space_file) if space_file is not None else _recorded_space(rows, study)
+    values, configs, baseline = {}, {}, None
+    for row in rows.itertuples():
+        config = Config.of(row.kernel, json.loads(row.params))
+        if not _in_space(space, config):
+            continue
+        key = _config_key(config.kernel, config.params)
+        configs.setdefault(key, config)
+        values[key] = (row.status, row.gflops if row.status == "ok" else None)  # later rows win, as in search
+        if row.baseline and baseline is None:
+            baseline = config
+    if not any(s == "ok" for s, _ in values.values()):
+        raise GemmtuneError(f"study {study!r} has no correct ('ok') configuration in {space.origin}")
+    return Landscape(study, store.url, first.device, first.device_name, get_precision(first.precision),
+                     (int(first.m), int(first.n), int(first.k)), space, list(configs.values()), values,
+                     baseline, peaks)
+
+
+@dataclass
+class ReplayRun:
+    """One replayed search: measured trials to the target (None if it never got there)."""
+
+    trials: int | None            # None only if the best was never reached (cannot happen: it is recorded)
+    measured: list[Config]        # in order
+    study: optuna.Study           # the in-memory study, every ask and tell in it
+
+
+def replay_once(land: Landscape, sampler: str, seed: int, target: float,
+                seeds: list[Config] = ()) -> ReplayRun:
+    """One search of ``land`` with ``sampler`` (tpe or random; tpe-seeded is tpe plus ``seeds``,
+    enqueued after the baseline), stopping once a measured trial reaches ``target`` x best."""
+    threshold = target * land.best
+    proposals = _Proposals(land.space)
+    rng = random.Random(seed)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # multivariate TPE
+        study = optuna.create_study(storage=None, direction="maximize",
+                                    sampler=make_sampler("random" if sampler == "random" else "tpe", seed))
+        pending = [land.baseline] if land.baseline is not None else []
+        pending += [c for c in seeds if c not in pending]
+        measured: dict[tuple, tuple[str, float | None]] = {}
+        order: list[Config] = []
+        free = 0
+        while True:
+            if not pending and free >= MAX_FREE_PROPOSALS:
+                left = [c for c in land.configs if _config_key(c.kernel, c.params) not in measured]
+                if not left:
+                    return ReplayRun(None, order, study)
+                pending.append(rng.choice(left))
+            if pending:
+                proposals.enqueue(study, pending.pop(0))
+            trial = study.ask()
+            config = proposals.suggest(trial)
+            key = _config_key(config.kernel, config.params)
+            if key not in land.values:
+                study.tell(trial, state=TrialState.PRUNED)
+                free += 1
+                continue
+            status, value = land.values[key]
+            if key in measured:
+                free += 1
+            else:
+                free = 0
+                measured[key] = (status, value)
+                order.append(config)
+            if status == "ok":
+                study.tell(trial, value)
+            else:
+                study.tell(trial, state=TrialState.FAIL)
+            if free == 0 and value is not None and value >= threshold:
+                return ReplayRun(len(order), order, study)
+
+
+@dataclass
+class ReplayResult:
+    landscape: Landscape
+    target: float
+    model_seeds: int
+    trials: dict[str, list[int]] = field(default_factory=dict)   # sampler -> per seed
+    model_spearman: float | None = None
+
+    def table(self) -> pd.DataFrame:
+        """Per sampler: median, quartiles, mean, min and max of the measured trials to target."""
+        out = []
+        for sampler, counts in self.trials.items():
+            q1, median, q3 = np.percentile(counts, [25, 50, 75])
+            out.append({"sampler": sampler, "median": float(median), "q1": float(q1), "q3": float(q3),
+                        "mean": float(np.mean(counts)), "min": int(np.min(counts)), "max": int(np.max(counts)),
+                        "seeds": len(counts)})
+        return pd.DataFrame(out)
+
+    def to_json(self) -> dict:
+        land = self.landscape
+        return {"study": land.study, "db": land.url, "device": land.device, "device_name": land.device_name,
+                "precision": land.precision.code, "m": land.shape[0], "n": land.shape[1], "k": land.shape[2],
+                "recorded": len(land.configs), "ok": sum(s == "ok" for s, _ in land.values.values()),
+                "best_gflops": land.best, "target": self.target, "model_seeds": self.model_seeds,
+                "model_spearman": self.model_spearman,
+                "samplers": [{**row, "trials": self.trials[row["sampler"]]}
+                             for row in self.table().to_dict(orient="records")]}
+
+
+def model_seeds(land: Landscape, dev: DeviceInfo, count: int) -> list[Config]:
+    """The ``count`` recorded configurations the model predicts fastest."""
+    m, n, k = land.shape
+    return model.rank(land.configs, dev, land.precision, m, n, k, land.peaks)[:count]
+
+
+def model_spearman(land: Landscape, dev: DeviceInfo) -> float:
+    """Rank correlation of the model's predicted times with the study's measured ones (ok rows)."""
+    m, n, k = land.shape
+    ok = [c for c in land.configs if land.gflops(c) is not None]
+    predicted = [model.predict(c, dev, land.precision, m, n, k, land.peaks).time_s for c in ok]
+    return model.spearman(predicted, [1 / land.gflops(c) for c in ok])
+
+
+def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 0.95,
+           seed_count: int = 10, device: DeviceInfo | None = None) -> ReplayResult:
+    """Replay ``seeds`` searches (sampler seeds 0 .. seeds-1) per sampler against ``land``.
+
+    ``device`` describes the study's device for the model: tpe-seeded needs it, and with it the
+    result also carries the model's rank correlation with the study's measurements."""
+    samplers = list(dict.fromkeys(samplers))
+    bad = [s for s in samplers if s not in SAMPLERS]
+    if bad or not samplers:
+        raise GemmtuneError(f"unknown sampler {bad[0] if bad else ''!r}: use some of {', '.join(SAMPLERS)}")
+    if seeds < 1:
+        raise GemmtuneError(f"--seeds must be at least 1, got {seeds}")
+    if not 0 < target <= 1:
+        raise GemmtuneError(f"--target must be in (0, 1], got {target}")
+    if seed_count < 1:
+        raise GemmtuneError(f"--model-seeds must be at least 1, got {seed_count}")
+    if "tpe-seeded" in samplers and device is None:
+        raise GemmtuneError(f"tpe-seeded needs a description of the study's device ({land.device_name}) "
+                            "for the model")
+    result = ReplayResult(land, target, seed_count)
+    top = []
+    if device is not None:
+        top = model_seeds(land, device, seed_count)
+        result.model_spearman = model_spearman(land, device)
+    for sampler in samplers:
+        runs = [replay_once(land, sampler, s, target, top if sampler == "tpe-seeded" else ())
+                for s in range(seeds)]
+        result.trials[sampler] = [r.trials for r in runs]
+    return result
+
+
+def device_for(land: Landscape, info_file: str | Path | None = None) -> DeviceInfo | None:
+    """The study's device, for the model: from ``info_file`` (what ``gemmtune devices --format
+    json`` printed on its machine: the entry with the study's device name, or the only one), else
+    the device of this machine with the study's device key; None when neither has it."""
+    if info_file is not None:
+        try:
+            entries = json.loads(Path(info_file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise GemmtuneError(f"cannot read device description {info_file}: {getattr(e, 'strerror', None) or e}") from None
+        entries = entries if isinstance(entries, list) else [entries]
+        named = [e for e in entries if isinstance(e, dict) and e.get("name") == land.device_name]
+        chosen = named[0] if named else entries[0] if len(entries) == 1 else None
+        if not isinstance(chosen, dict):
+            raise GemmtuneError(f"device description {info_file} has no device named {land.device_name!r}")
+        try:
+            return DeviceInfo(**{**chosen, "platform_index": 0, "device_index": 0,
+                                 "max_work_item_sizes": tuple(chosen["max_work_item_sizes"])})
+        except (TypeError, KeyError) as e:
+            raise GemmtuneError(f"device description {info_file} is not what `gemmtune devices --format json` "
+                                f"prints: {e}") from None
+    try:
+        from gemmtune.device import list_devices
+
+        return next((d for d in list_devices() if d.key == land.device), None)
+    except GemmtuneError:  # no OpenCL platform here
+        return None

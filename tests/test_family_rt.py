@@ -1,0 +1,555 @@
+"""The register-tiled kernel family xgemm_rt: its constraints (pure Python), its results on the
+PoCL CPU device against numpy, and `gemmtune space --explain` for it.
+
+The constraint rules are written again here from the comments of kernels/xgemm_rt.cl and the
+README's table, independently of gemmtune.families. Each constraint test loads a small space
+file in which some configurations break that constraint and no other, so that dropping or
+changing the constraint in the library changes the valid set or the counts of `explain`.
+
+PoCL compiles each (configuration, precision) for seconds with a cold cache, so the kernel
+tests use four small configurations, one per precision, each combining several of the family's
+features, plus one that differs from another only in BKFAST. Within one build every shape,
+transpose and alpha/beta case is cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
+from helpers_foundation import BYTES, DTYPES, GPU_LIKE, POCL_LIKE, make_device, product, toml_space, uniform  # noqa: E402
+
+import gemmtune  # noqa: E402
+from gemmtune.cli import cli  # noqa: E402
+from gemmtune.errors import GemmtuneError  # noqa: E402
+from gemmtune.families import XGEMM_RT  # noqa: E402
+from gemmtune.precision import get_precision, precision_of  # noqa: E402
+from gemmtune.space import Config, check_config, explain, load_space, valid_configs  # noqa: E402
+from gemmtune.verify import Reference, compare  # noqa: E402
+
+RT_PARAMS = ("MWG", "NWG", "KWG", "MDIMC", "NDIMC", "VWG", "VLM", "VLN", "PIPE", "PADL", "UNROLL",
+             "BKFAST", "WARPM", "TRANSPOSEX", "TRANSPOSEY")
+
+
+# ---------------------------------------------------------------- the rules, from the .cl comments
+
+def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
+    """Each constraint of xgemm_rt as its named parts, True when ``p`` obeys the part.
+
+    WPTM = MWG / MDIMC and WPTN = NWG / NDIMC. "WPTM % VLM == 0" needs WPTM to be a whole
+    multiple of VLM, i.e. MWG a multiple of MDIMC * VLM; the register count of constraint 8 uses
+    the kernel's integer macros. Both only differ between readings for configurations that
+    already break constraint 1.
+    """
+    nbytes = BYTES[code]
+    mwg, nwg, kwg, mdimc, ndimc = (p[k] for k in ("MWG", "NWG", "KWG", "MDIMC", "NDIMC"))
+    vwg, vlm, vln, pipe, padl = (p[k] for k in ("VWG", "VLM", "VLN", "PIPE", "PADL"))
+    unroll, bkfast, warpm, tx, ty = (p[k] for k in ("UNROLL", "BKFAST", "WARPM", "TRANSPOSEX", "TRANSPOSEY"))
+    wis = dev.max_work_item_sizes
+    wgs = mdimc * ndimc
+    nbuf = 2 if pipe == 2 else 1
+    return {
+        1: {"MWG % MDIMC": mwg % mdimc == 0, "NWG % NDIMC": nwg % ndimc == 0},
+        2: {"dim0": mdimc <= wis[0], "dim1": ndimc <= wis[1], "total": wgs <= dev.max_work_group_size},
+        3: {"MWG % VWG": mwg % vwg == 0, "NWG % VWG": nwg % vwg == 0,
+            "KWG % VWG if BKFAST": not bkfast or kwg % vwg == 0,
+            "A slice": (kwg * mwg) % (vwg * wgs) == 0, "B slice": (kwg * nwg) % (vwg * wgs) == 0},
+        4: {"WPTM % VLM": mwg % (mdimc * vlm) == 0, "WPTN % VLN": nwg % (ndimc * vln) == 0,
+            "PADL % VWG": padl % vwg == 0, "PADL % VLM": padl % vlm == 0, "PADL % VLN": padl % vln == 0},
+        5: {"local": nbuf * kwg * ((mwg + padl) + (nwg + padl)) * nbytes <= dev.local_mem_bytes},
+        6: {"KWG % UNROLL": kwg % unroll == 0},
+        7: {"warp": warpm == 0 or (wgs % 32 == 0 and 32 % warpm == 0 and mdimc % warpm == 0
+                                   and ndimc % (32 // warpm) == 0)},
+        8: {"registers": (mwg // mdimc) * (nwg // ndimc) * nbytes <= 128 * 4},
+        9: {"dim0": tx <= wis[0], "dim1": ty <= wis[1], "total": tx * ty <= dev.max_work_group_size,
+            "local": ty * (tx + 1) * nbytes <= dev.local_mem_bytes},
+    }
+
+
+def rt_broken(p: dict, dev, code: str) -> list[int]:
+    return [n for n, parts in rt_parts(p, dev, code).items() if not all(parts.values())]
+
+
+def failing_parts(p: dict, dev, code: str, n: int) -> list[str]:
+    return [name for name, ok in rt_parts(p, dev, code)[n].items() if not ok]
+
+
+def key(params: dict) -> tuple:
+    return tuple(sorted(params.items()))
+
+
+# Every parameter at a small value that breaks nothing on the devices below; each test widens
+# only the parameters its constraint is about.
+BASE = dict(MWG=[16], NWG=[16], KWG=[8], MDIMC=[4], NDIMC=[4], VWG=[1], VLM=[1], VLN=[1], PIPE=[0],
+            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], TRANSPOSEX=[8], TRANSPOSEY=[8])
+
+
+def rt_counts(space, dev, prec) -> dict[int, tuple[int, int]]:
+    """explain() for the xgemm_rt family: constraint number -> (removed, broken)."""
+    rows = [c for c in explain(space, dev, prec) if c.kernel == "xgemm_rt"]
+    assert [c.constraint for c in rows] == list(XGEMM_RT.constraints)
+    return {c.constraint.number: (c.removed, c.broken) for c in rows}
+
+
+def run_constraint_case(tmp_path, table: dict, dev, code: str, n: int, also: tuple = ()) -> list[dict]:
+    """Load ``table`` as a space file; check valid_configs, explain and check_config against the
+    rules; return the configurations that break constraint ``n`` alone (never empty), or ``n``
+    and the constraints ``also`` that cannot hold without it."""
+    assert list(table) == list(RT_PARAMS)
+    path = tmp_path / "space.toml"
+    path.write_text(toml_space(table, "xgemm_rt"))
+    space = load_space(path)
+    configs = product(table)
+    assert space.size == len(configs)
+    prec = get_precision(code)
+
+    valid = valid_configs(space, dev, prec)
+    assert all(c.kernel == "xgemm_rt" for c in valid)
+    assert len(valid) == len({key(c.params) for c in valid}), "duplicate configurations"
+    assert {key(c.params) for c in valid} == {key(p) for p in configs if not rt_broken(p, dev, code)}
+
+    broken = [rt_broken(p, dev, code) for p in configs]
+    first = Counter(b[0] for b in broken if b)
+    every = Counter(m for b in broken for m in b)
+    assert rt_counts(space, dev, prec) == {m: (first[m], every[m]) for m in range(1, 10)}
+
+    for p, b in zip(configs, broken):
+        if b:
+            with pytest.raises(GemmtuneError, match=rf"constraint {b[0]}\b"):
+                check_config(Config.of("xgemm_rt", p), dev, prec)
+    alone = [p for p, b in zip(configs, broken) if b == [n, *also]]
+    assert alone, f"test space has no configuration that breaks constraint {n} alone"
+    assert any(not b for b in broken), "test space has no valid configuration"
+    return alone
+
+
+def valid_keys(tmp_path, table, dev, code) -> set[tuple]:
+    path = tmp_path / "space.toml"
+    path.write_text(toml_space(table, "xgemm_rt"))
+    return {key(c.params) for c in valid_configs(load_space(path), dev, get_precision(code))}
+
+
+def point(table: dict, **values) -> dict:
+    """One configuration: the first value of each list of ``table``, except ``values``."""
+    return {**{k: v[0] for k, v in table.items()}, **values}
+
+
+def test_family_parameters_are_the_cl_defaults():
+    assert [k for k in XGEMM_RT.parameters if k != "PRECISION"] == list(RT_PARAMS)
+    assert XGEMM_RT.may_be_zero == {"PADL", "WARPM", "PIPE", "BKFAST"}
+    # The .cl file's own defaults are a valid configuration on a GPU-like device, in s.
+    assert not rt_broken(XGEMM_RT.defaults, GPU_LIKE, "s")
+    assert [c.number for c in XGEMM_RT.constraints] == list(range(1, 10))
+
+
+# ---------------------------------------------------------------- constraints 1-9
+
+def test_constraint_1_work_per_thread(tmp_path):
+    # MDIMC != NDIMC and MWG != NWG, so that a rule pairing MWG with NDIMC gives another set.
+    table = {**BASE, "MWG": [8, 12, 16, 24], "NWG": [8, 16, 20], "KWG": [48], "MDIMC": [2, 4, 8],
+             "NDIMC": [2, 4, 8]}
+    # A fractional WPTM is no multiple of VLM: breaking constraint 1 breaks 4 as well, so only
+    # explain's counts (under the first constraint broken) tell whether 1 is there and right.
+    alone = run_constraint_case(tmp_path, table, GPU_LIKE, "s", 1, also=(4,))
+    for p in alone:
+        assert set(failing_parts(p, GPU_LIKE, "s", 4)) <= {"WPTM % VLM", "WPTN % VLN"}
+    parts = [failing_parts(p, GPU_LIKE, "s", 1) for p in alone]
+    assert ["MWG % MDIMC"] in parts and ["NWG % NDIMC"] in parts
+    valid = valid_keys(tmp_path, table, GPU_LIKE, "s")
+    assert key(point(table, MWG=12, NWG=20, MDIMC=4, NDIMC=2)) in valid   # 12 % 2, but 20 % 4 == 0
+    assert key(point(table, MWG=12, NWG=16, MDIMC=4, NDIMC=8)) in valid   # MWG % NDIMC != 0: fine
+
+
+def test_constraint_2_work_group(tmp_path):
+    # MDIMC = 16 > 8 (dimension 0), NDIMC = 8 > 4 (dimension 1), 8 x 4 = 32 > 16 (total).
+    dev = make_device(max_work_item_sizes=(8, 4, 4), max_work_group_size=16, local_mem_bytes=1 << 20)
+    table = {**BASE, "MWG": [16, 32], "NWG": [16, 32], "KWG": [32], "MDIMC": [2, 4, 8, 16],
+             "NDIMC": [1, 2, 4, 8], "TRANSPOSEX": [4], "TRANSPOSEY": [4]}
+    alone = run_constraint_case(tmp_path, table, dev, "s", 2)
+    parts = [failing_parts(p, dev, "s", 2) for p in alone]
+    for part in ("dim0", "dim1", "total"):
+        assert [part] in parts, part
+    # The limits are inclusive: 4 x 4 = 16 work-items, and MDIMC = 8 alone in dimension 0.
+    valid = valid_keys(tmp_path, table, dev, "s")
+    assert key(point(table, MDIMC=4, NDIMC=4)) in valid
+    assert key(point(table, MDIMC=8, NDIMC=2)) in valid
+    assert key(point(table, MDIMC=2, NDIMC=8)) not in valid
+
+
+def test_constraint_3_vector_loads(tmp_path):
+    table = {**BASE, "MWG": [8, 12, 16], "NWG": [8, 16, 20], "KWG": [2, 6, 8], "MDIMC": [2, 4],
+             "NDIMC": [2, 4], "VWG": [1, 2, 4, 8], "BKFAST": [0, 1]}
+    alone = run_constraint_case(tmp_path, table, POCL_LIKE, "s", 3)
+    parts = [failing_parts(p, POCL_LIKE, "s", 3) for p in alone]
+    for part in ("MWG % VWG", "NWG % VWG", "KWG % VWG if BKFAST", "A slice", "B slice"):
+        assert [part] in parts, part
+    # KWG = 6 is split by 4-wide loads only when B is staged n-fastest (BKFAST = 0): with B read
+    # k-fastest, a column of the slice (6 elements) is no whole number of 4-wide vectors.
+    valid = valid_keys(tmp_path, table, POCL_LIKE, "s")
+    six = point(table, MWG=16, NWG=16, KWG=6, MDIMC=2, NDIMC=2, VWG=4)
+    assert key({**six, "BKFAST": 0}) in valid and key({**six, "BKFAST": 1}) not in valid
+    assert key({**six, "VWG": 2, "BKFAST": 1}) in valid
+
+
+def test_constraint_4_local_vectors(tmp_path):
+    table = {**BASE, "MWG": [16, 32], "NWG": [16], "KWG": [16], "MDIMC": [4, 8], "NDIMC": [4, 8],
+             "VWG": [1, 2, 4], "VLM": [1, 2, 4, 8], "VLN": [1, 2, 4], "PADL": [0, 1, 2, 4, 8]}
+    alone = run_constraint_case(tmp_path, table, POCL_LIKE, "s", 4)
+    parts = [failing_parts(p, POCL_LIKE, "s", 4) for p in alone]
+    for part in ("WPTM % VLM", "WPTN % VLN", "PADL % VWG", "PADL % VLM", "PADL % VLN"):
+        assert [part] in parts, part
+    valid = valid_keys(tmp_path, table, POCL_LIKE, "s")
+    # VLM = WPTM (blocked) and VLM = 1 (strided) are both fine; VLM > WPTM is not.
+    blocked = point(table, MWG=32, MDIMC=8, NDIMC=4, VLM=4, VLN=4)  # WPTM = WPTN = 4
+    assert key(blocked) in valid and key({**blocked, "VLM": 1, "VLN": 1}) in valid
+    assert key({**blocked, "VLM": 8}) not in valid
+    # PADL keeps rows aligned: 4 with 4-wide vectors, not 2.
+    assert key({**blocked, "VWG": 4, "PADL": 4}) in valid
+    assert key({**blocked, "VWG": 4, "PADL": 2}) not in valid
+    assert key({**blocked, "VWG": 2, "VLM": 1, "VLN": 1, "PADL": 2}) in valid
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_constraint_5_local_memory(tmp_path, code):
+    # 9216 bytes = 32 * 72 floats: KWG * (MWG + NWG + 2 * PADL) with 32 x 32 tiles and PADL = 4
+    # fits exactly, single-buffered, for KWG = 32, 16, 16, 8 in s, d, c, z.
+    dev = make_device(local_mem_bytes=9216)
+    table = {**BASE, "MWG": [16, 32], "NWG": [16, 32], "KWG": [8, 16, 32], "PIPE": [0, 1, 2],
+             "PADL": [0, 4], "MDIMC": [8], "NDIMC": [8]}
+    alone = run_constraint_case(tmp_path, table, dev, code, 5)
+    nbytes = BYTES[code]
+    valid = valid_keys(tmp_path, table, dev, code)
+    exact = point(table, MWG=32, NWG=32, KWG=128 // nbytes, PIPE=0, PADL=4)
+    assert exact["KWG"] * (32 + 32 + 2 * 4) * nbytes == dev.local_mem_bytes
+    assert key(exact) in valid                               # the limit is inclusive
+    assert key({**exact, "PIPE": 1}) in valid                # a register prefetch needs no more
+    assert key({**exact, "PIPE": 2}) not in valid            # double buffers need twice as much
+    assert key({**exact, "PIPE": 2, "KWG": exact["KWG"] // 2}) in valid or nbytes == 16
+    assert key({**exact, "PADL": 0, "PIPE": 0}) in valid
+    # PADL counts once per slice (A and B): some configurations fit only without it.
+    assert any(key({**p, "PADL": 0}) in valid for p in alone if p["PADL"] == 4)
+
+
+@pytest.mark.parametrize("dev", [GPU_LIKE, POCL_LIKE], ids=["gpu-like", "pocl-like"])
+def test_constraint_5_bytes_per_element(tmp_path, dev):
+    """The same space on one device keeps fewer configurations the wider the element."""
+    table = {**BASE, "MWG": [32, 64, 128, 256], "NWG": [64, 128, 256], "KWG": [16, 32], "MDIMC": [8],
+             "NDIMC": [8], "PIPE": [0, 2], "PADL": [0, 4]}
+    configs = product(table)
+    valid = {}
+    for code in "sdcz":
+        valid[code] = valid_keys(tmp_path, table, dev, code)
+        assert valid[code] == {key(p) for p in configs if not rt_broken(p, dev, code)}, code
+    assert valid["z"] < valid["d"] == valid["c"] < valid["s"]
+    assert valid["z"]
+
+
+def test_constraint_6_unroll(tmp_path):
+    table = {**BASE, "KWG": [4, 8, 12, 16], "UNROLL": [1, 2, 3, 4, 8]}
+    alone = run_constraint_case(tmp_path, table, GPU_LIKE, "d", 6)
+    assert {(p["KWG"], p["UNROLL"]) for p in alone} == {(4, 3), (4, 8), (8, 3), (16, 3), (12, 8)}
+    valid = valid_keys(tmp_path, table, GPU_LIKE, "d")
+    assert key(point(table, KWG=12, UNROLL=3)) in valid and key(point(table, KWG=16, UNROLL=16 // 2)) in valid
+
+
+def test_constraint_7_warp_sub_tile(tmp_path):
+    table = {**BASE, "MWG": [64], "NWG": [16], "KWG": [64], "MDIMC": [2, 4, 8, 16, 64],
+             "NDIMC": [1, 2, 4, 8, 16], "WARPM": [0, 1, 2, 8, 64]}
+    alone = run_constraint_case(tmp_path, table, GPU_LIKE, "s", 7)
+    valid = valid_keys(tmp_path, table, GPU_LIKE, "s")
+    configs = product(table)
+    # WARPM = 0 is always allowed, even where the work-group is no multiple of 32.
+    for p in configs:
+        if p["WARPM"] == 0:
+            assert (key(p) in valid) == (not rt_broken(p, GPU_LIKE, "s")), p
+            assert 7 not in rt_broken(p, GPU_LIKE, "s")
+    assert key(point(table, MDIMC=4, NDIMC=2, WARPM=0)) in valid          # 8 work-items
+    # Each part, alone: WARPM must divide MDIMC; 32 / WARPM must divide NDIMC (not MDIMC); WARPM
+    # must divide 32.
+    assert key(point(table, MDIMC=4, NDIMC=8, WARPM=8)) not in valid       # 4 % 8
+    assert key(point(table, MDIMC=16, NDIMC=2, WARPM=8)) not in valid      # 2 % 4
+    assert key(point(table, MDIMC=64, NDIMC=1, WARPM=64)) not in valid     # 32 % 64
+    assert key(point(table, MDIMC=8, NDIMC=4, WARPM=8)) in valid           # 8 x 4: one group
+    assert key(point(table, MDIMC=2, NDIMC=16, WARPM=2)) in valid
+    assert key(point(table, MDIMC=16, NDIMC=2, WARPM=16 // 8)) not in valid  # 32/2 = 16 > NDIMC
+    assert key(point(table, MDIMC=2, NDIMC=16, WARPM=1)) not in valid      # 32 % NDIMC
+    assert len(alone) >= 3
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_constraint_8_registers(tmp_path, code):
+    table = {**BASE, "MWG": [16, 32, 64], "NWG": [16, 32, 64], "KWG": [16], "MDIMC": [2, 4],
+             "NDIMC": [2, 4]}
+    run_constraint_case(tmp_path, table, POCL_LIKE, code, 8)
+    valid = valid_keys(tmp_path, table, POCL_LIKE, code)
+    # At most 128 32-bit registers of accumulators: 128 floats, 64 doubles or complex floats,
+    # 32 complex doubles; the limit is inclusive.
+    limit = 512 // BYTES[code]
+    wpt = {(p["MWG"] // p["MDIMC"]) * (p["NWG"] // p["NDIMC"]) for p in product(table)}
+    assert limit in wpt and limit * 2 in wpt
+    for p in product(table):
+        results = (p["MWG"] // p["MDIMC"]) * (p["NWG"] // p["NDIMC"])
+        assert (key(p) in valid) == (results <= limit), p
+
+
+def test_constraint_8_scales_with_bytes_per_element(tmp_path):
+    table = {**BASE, "MWG": [16, 32, 64], "NWG": [16, 32, 64], "KWG": [16], "MDIMC": [2, 4], "NDIMC": [2, 4]}
+    s, z = (valid_keys(tmp_path, table, POCL_LIKE, code) for code in "sz")
+    assert z < s
+    eight_by_sixteen = point(table, MWG=32, NWG=64, MDIMC=4, NDIMC=4)   # 8 x 16 = 128 results
+    assert key(eight_by_sixteen) in s and key(eight_by_sixteen) not in z
+
+
+@pytest.mark.parametrize("limit, code", [("local memory", "s"), ("local memory", "d"), ("local memory", "z"),
+                                         ("work-group", "c")])
+def test_constraint_9_transpose_tile(tmp_path, limit, code):
+    table = {**BASE, "MWG": [8], "NWG": [8], "KWG": [4], "MDIMC": [2], "NDIMC": [2],
+             "TRANSPOSEX": [2, 4, 8, 16, 32, 64, 128], "TRANSPOSEY": [1, 4, 8, 16, 32, 64]}
+    if limit == "local memory":
+        # Dimension 0 <= 64, dimension 1 <= 32; local memory for 543 elements: 16 x 32 needs
+        # 32 * 17 = 544 (too many), though 32 x 16 needs 16 * 33 = 528 and fits.
+        dev = make_device(max_work_item_sizes=(64, 32, 64), max_work_group_size=4096,
+                          local_mem_bytes=543 * BYTES[code])
+        expected_parts = ("dim0", "dim1", "local")
+    else:
+        dev = make_device(max_work_item_sizes=(64, 32, 64), max_work_group_size=128, local_mem_bytes=1 << 20)
+        expected_parts = ("dim0", "dim1", "total")
+    alone = run_constraint_case(tmp_path, table, dev, code, 9)
+    parts = [failing_parts(p, dev, code, 9) for p in alone]
+    for part in expected_parts:
+        assert [part] in parts, part
+    valid = {(dict(k)["TRANSPOSEX"], dict(k)["TRANSPOSEY"]) for k in valid_keys(tmp_path, table, dev, code)}
+    assert (128, 1) not in valid and (2, 64) not in valid      # each dimension within its limit
+    if limit == "local memory":
+        assert (32, 16) in valid and (16, 32) not in valid and (64, 8) in valid and (8, 32) in valid
+    else:
+        assert {(16, 8), (8, 16), (64, 1), (4, 32)} <= valid and (16, 16) not in valid
+
+
+# ---------------------------------------------------------------- gemm on PoCL
+
+# One configuration per precision, each combining features (WPTM = MWG / MDIMC, WPTN = NWG / NDIMC):
+CONFIGS = {
+    # B k-fastest, double-buffered, 4-wide loads, A blocked (VLM = WPTM = 4), B strided (VLN = 1),
+    # padded local rows, 8 x 4 warp sub-tiles.
+    "s": dict(MWG=32, NWG=16, KWG=8, MDIMC=8, NDIMC=4, VWG=4, VLM=4, VLN=1, PIPE=2, PADL=4, UNROLL=1,
+              BKFAST=1, WARPM=8, TRANSPOSEX=8, TRANSPOSEY=8),
+    # B n-fastest (transposed), no prefetch, scalar loads, A strided (VLM = 1 < WPTM = 4), B
+    # blocked (VLN = WPTN = 4), no padding, row-major work-items, rectangular transpose tile.
+    "d": dict(MWG=16, NWG=32, KWG=16, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=4, PIPE=0, PADL=0, UNROLL=1,
+              BKFAST=0, WARPM=0, TRANSPOSEX=16, TRANSPOSEY=8),
+    # B k-fastest, register prefetch, 2-wide loads, A blocked (VLM = WPTM = 2), 64 work-items in
+    # two 8 x 4 sub-tiles.
+    "c": dict(MWG=16, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=2, VLM=2, VLN=1, PIPE=1, PADL=0, UNROLL=1,
+              BKFAST=1, WARPM=8, TRANSPOSEX=8, TRANSPOSEY=16),
+    # B n-fastest, double-buffered, 2-wide loads, A strided, B in chunks of 2 (WPTN = 4), padded.
+    "z": dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=2, VLM=1, VLN=2, PIPE=2, PADL=4, UNROLL=1,
+              BKFAST=0, WARPM=0, TRANSPOSEX=8, TRANSPOSEY=8),
+}
+# The c configuration with B read n-fastest instead: the one extra build, for BKFAST's effect.
+FLIPPED = ("c", {**CONFIGS["c"], "BKFAST": 0})
+CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED]
+CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast0-pipe2", "c-bkfast0-pipe1"]
+
+# (m, n, k): C is m x n. (32, 32, 32) is a multiple of every tile above, so operands that are
+# already in the kernel's layout go to it directly, without a padding pass.
+SHAPES = [(1, 1, 1), (33, 7, 129), (3, 5, 300), (130, 2, 3), (32, 32, 32)]
+
+# Exact binary fractions; c is None (beta = 0: gemm poisons C with NaN), NaN (beta = 0 must
+# ignore it) or random.
+REAL_SCALARS = [(1.0, 0.0, None), (-1.5, 0.0, "nan"), (0.75, -1.25, "random")]
+COMPLEX_SCALARS = REAL_SCALARS + [(0.5 - 1.25j, -0.75 + 0.5j, "random"), (1j, 0.0, None)]
+
+
+def rt(config: dict) -> dict:
+    return {"KERNEL": "xgemm_rt", **config}
+
+
+def test_test_configurations_cover_the_features():
+    from gemmtune.device import resolve_device
+
+    dev = resolve_device(0)
+    for code, config in CASES:
+        assert not rt_broken(config, dev, code), (code, config)
+        assert not rt_broken(config, GPU_LIKE, code), (code, config)   # small enough for any GPU too
+        assert config["UNROLL"] == 1 and 16 <= config["MWG"] <= 32 and 16 <= config["NWG"] <= 32
+    configs = [c for _, c in CASES]
+
+    def seen(name):
+        return {c[name] for c in configs}
+
+    assert seen("BKFAST") == {0, 1} and seen("PIPE") == {0, 1, 2} and seen("WARPM") == {0, 8}
+    assert seen("PADL") == {0, 4} and seen("VWG") == {1, 2, 4}
+    assert any(c["VLM"] == 1 < c["MWG"] // c["MDIMC"] for c in configs)              # strided
+    assert any(c["VLM"] == c["MWG"] // c["MDIMC"] > 1 for c in configs)              # blocked
+    assert {code for code, _ in CASES} == set("sdcz")
+
+
+def op(x: np.ndarray, flag: str) -> np.ndarray:
+    return {"N": x, "T": x.T, "C": x.conj().T}[flag]
+
+
+def numpy_product(a, b, c, alpha, beta, ta, tb):
+    """alpha * op(a) @ op(b) + beta * c in complex128 / float64, and each element's term scale."""
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    opa, opb = op(a.astype(wide), ta), op(b.astype(wide), tb)
+    value = alpha * (opa @ opb)
+    scale = abs(alpha) * (np.abs(opa) @ np.abs(opb))
+    if beta != 0:
+        value = value + beta * c.astype(wide)
+        scale = scale + abs(beta) * np.abs(c.astype(wide))
+    return value, scale
+
+
+def worst_case_tolerance(dtype, k: int, scale: np.ndarray) -> float:
+    """A bound no summation order can exceed: a real dot product of length k errs by at most
+    gamma_k ~ k*u times the sum of its terms' magnitudes (Higham, Accuracy and Stability of
+    Numerical Algorithms, Thm 3.5); a complex one sums 2k real products per component (and
+    |ar*br| + |ai*bi| <= |a||b|); alpha, beta and the final sum add a few roundings. A factor 2
+    covers gamma's denominator and complex magnitudes. One term dropped or doubled moves an
+    element by at least 1/(16 k) of its scale (entries are >= 0.25 in magnitude), which is more
+    than this for every k here: 2 * (2k + 8) * u < 1 / (16 k) for k <= 300 in single precision."""
+    u = np.finfo(dtype).eps / 2
+    return float(2 * (2 * k + 8) * u * scale.max())
+
+
+def run_case(code: str, config: dict, shape, ta: str, tb: str, alpha, beta, c_kind, rng):
+    dtype = DTYPES[code]
+    m, n, k = shape
+    a = uniform((m, k) if ta == "N" else (k, m), dtype, rng)
+    b = uniform((k, n) if tb == "N" else (n, k), dtype, rng)
+    c = {None: None, "nan": np.full((m, n), np.nan, dtype=dtype), "random": uniform((m, n), dtype, rng)}[c_kind]
+    got = gemmtune.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, config=rt(config))
+    return a, b, c, got
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("code, config", CASES, ids=CASE_IDS)
+def test_gemm_matches_numpy(code, config, shape):
+    dtype = DTYPES[code]
+    prec = precision_of(dtype)
+    complex_ = code in "cz"
+    flags = ["N", "T", "C"] if complex_ else ["N", "T"]
+    m, n, k = shape
+    rng = np.random.default_rng([m, n, k, "sdcz".index(code), config["BKFAST"]])
+    for ta in flags:
+        for tb in flags:
+            for alpha, beta, c_kind in COMPLEX_SCALARS if complex_ else REAL_SCALARS:
+                case = f"{code} {shape} trans_a={ta} trans_b={tb} alpha={alpha} beta={beta} c={c_kind}"
+                a, b, c, got = run_case(code, config, shape, ta, tb, alpha, beta, c_kind, rng)
+                assert got.dtype == dtype and got.shape == (m, n), case
+                assert np.all(np.isfinite(got)), case
+                value, scale = numpy_product(a, b, c, alpha, beta, ta, tb)
+                np.testing.assert_allclose(got, value, rtol=0, atol=worst_case_tolerance(dtype, k, scale),
+                                           err_msg=case)
+                check = compare(got, Reference.compute(prec, a, b, c, alpha, beta, ta, tb), prec)
+                assert check.passed, (case, check)
+
+
+@pytest.mark.parametrize("shape", [(33, 7, 129), (32, 32, 32)], ids=["33x7x129", "32x32x32"])
+def test_result_does_not_depend_on_bkfast(shape):
+    """Same operands through B staged n-fastest (after a transpose pass) and k-fastest (read as
+    given): the same sums in the same order, so the same answer up to rounding."""
+    code, k_fast = "c", CONFIGS["c"]
+    n_fast = FLIPPED[1]
+    assert {k for k in k_fast if k_fast[k] != n_fast[k]} == {"BKFAST"}
+    dtype = DTYPES[code]
+    m, n, k = shape
+    rng = np.random.default_rng(99)
+    for ta, tb in (("N", "N"), ("T", "N"), ("N", "T"), ("C", "C")):
+        a = uniform((m, k) if ta == "N" else (k, m), dtype, rng)
+        b = uniform((k, n) if tb == "N" else (n, k), dtype, rng)
+        c = uniform((m, n), dtype, rng)
+        results = [gemmtune.gemm(a, b, c, alpha=0.5 + 0.25j, beta=-1.0, trans_a=ta, trans_b=tb, config=rt(cfg))
+                   for cfg in (k_fast, n_fast)]
+        _, scale = numpy_product(a, b, c, 0.5 + 0.25j, -1.0, ta, tb)
+        # Two roundings per element of difference at most: far below what any wrong term gives.
+        u = np.finfo(dtype).eps / 2
+        assert np.all(np.abs(results[0] - results[1]) <= 4 * u * scale), (ta, tb)
+        assert np.all(np.isfinite(results[0]))
+
+
+@pytest.mark.parametrize("config, number", [
+    (dict(MWG=16, MDIMC=3), 1),                                                # 16 % 3
+    (dict(MWG=16, NWG=16, KWG=6, MDIMC=2, NDIMC=2, VWG=4, VLM=1, VLN=1, BKFAST=1), 3),  # 6 % 4
+    (dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=4, VLM=2, VLN=1, PADL=2), 4),    # 2 % 4
+    (dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=1, UNROLL=3), 6),  # 8 % 3
+    (dict(MWG=32, NWG=32, KWG=16, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=1, WARPM=8, UNROLL=1), 7),  # 4 % 8
+    (dict(MWG=64, NWG=64, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1), 8),   # 16 x 16
+], ids=["c1", "c3-bkfast", "c4-padl", "c6", "c7", "c8"])
+def test_invalid_rt_config_names_the_constraint(config, number):
+    from gemmtune.device import resolve_device
+    from gemmtune.space import make_config
+
+    full = make_config(load_space(), "xgemm_rt", config).params
+    assert rt_broken(full, resolve_device(0), "z")[0] == number
+    a = np.ones((4, 4), np.complex128)
+    with pytest.raises(GemmtuneError, match=rf"constraint {number}\b"):
+        gemmtune.gemm(a, a, config=rt(config))
+
+
+# ---------------------------------------------------------------- gemmtune space --explain
+
+def explain_json(args) -> dict:
+    result = CliRunner().invoke(cli, ["space", "--device", "0", *args, "--explain", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def count(args) -> int:
+    result = CliRunner().invoke(cli, ["space", "--device", "0", *args, "--count"])
+    assert result.exit_code == 0, result.output
+    return int(result.stdout.strip())
+
+
+@pytest.mark.parametrize("code", ["s", "z"])
+def test_space_explain_lists_rt_constraints(tmp_path, code):
+    from gemmtune.device import resolve_device
+
+    rt_table = {**BASE, "MWG": [16, 32, 64], "NWG": [16, 64], "KWG": [6, 8, 16], "MDIMC": [2, 4, 8],
+                "NDIMC": [4, 8], "VWG": [1, 4], "VLM": [1, 4], "PIPE": [1, 2], "PADL": [0, 2],
+                "UNROLL": [1, 4], "BKFAST": [0, 1], "WARPM": [0, 8], "TRANSPOSEX": [16, 128]}
+    k5_table = dict(TSM=[16, 32], TSN=[16, 24], TSK=[8], WPTN=[2, 16], PAD=[0], TRANSPOSEX=[8], TRANSPOSEY=[8])
+    path = tmp_path / "space.toml"
+    path.write_text(toml_space(k5_table, "xgemm_k5") + toml_space(rt_table, "xgemm_rt"))
+    args = ["--space", str(path), "--precision", code]
+    doc = explain_json(args)
+
+    dev = resolve_device(0)
+    configs = product(rt_table)
+    broken = [rt_broken(p, dev, code) for p in configs]
+    first = Counter(b[0] for b in broken if b)
+    every = Counter(n for b in broken for n in b)
+    rows = [r for r in doc["constraints"] if r["kernel"] == "xgemm_rt"]
+    assert [r["constraint"] for r in rows] == list(range(1, 10))
+    assert {r["constraint"]: (r["removed"], r["broken"]) for r in rows} == {n: (first[n], every[n]) for n in range(1, 10)}
+    assert [r["name"] for r in rows] == [c.name for c in XGEMM_RT.constraints]
+    assert all(r["rule"] for r in rows)
+    assert sum(r["removed"] for r in rows) > 0 and len(set(first)) >= 5   # the space exercises several
+    k5_rows = [r for r in doc["constraints"] if r["kernel"] == "xgemm_k5"]
+    assert [r["constraint"] for r in k5_rows] == [1, 2, 3, 4, 5]
+    assert len(doc["constraints"]) == 14
+
+    rt_valid = sum(not b for b in broken)
+    assert doc["total"] == len(configs) + len(product(k5_table))
+    assert doc["valid"] == doc["total"] - sum(r["removed"] for r in doc["constraints"])
+    assert doc["valid"] == count(args)
+    assert rt_valid > 0 and doc["valid"] - rt_valid == sum(
+        1 for c in valid_configs(load_space(path), dev, get_precision(code)) if c.kernel == "xgemm_k5")
+
+
+def test_space_explain_of_the_shipped_space_counts_both_families():
+    doc = explain_json(["--precision", "d"])
+    kernels = [r["kernel"] for r in doc["constraints"]]
+    assert kernels.count("xgemm_rt") == 9 and kernels.count("xgemm_k5") == 5
+    assert doc["total"] == load_space().size
+    assert doc["valid"] == count(["--precision", "d"])
+    rt_removed = sum(r["removed"] for r in doc["constraints"] if r["kernel"] == "xgemm_rt")
+    assert 0 < rt_removed < load_space().family("xgemm_rt").size

@@ -1,0 +1,215 @@
+"""The performance model: formulas against hand-computed cases, ranking, rank correlation.
+
+Every expected number below is worked out by hand from the formulas in gemmtune/model.py's
+docstring, written as the arithmetic that gives it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gemmtune import model
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import get_precision
+from gemmtune.space import Config
+
+S, Z = get_precision("s"), get_precision("z")
+
+
+def device(**changes) -> DeviceInfo:
+    base = dict(index=0, platform_index=0, device_index=0, platform="P", name="Fancy GPU", vendor="V", type="GPU",
+                opencl_version="OpenCL 3.0", driver_version="1", compute_units=4, max_clock_mhz=1000,
+                global_mem_bytes=2**32, local_mem_bytes=48 * 1024, max_work_group_size=1024,
+                max_work_item_sizes=(1024, 1024, 64), double_precision=True, max_alloc_bytes=2**30)
+    return DeviceInfo(**{**base, **changes})
+
+
+GPU = device()
+CPU = device(type="CPU", name="Some CPU", compute_units=2, max_clock_mhz=2000, local_mem_bytes=512 * 1024,
+             max_work_group_size=4096, max_work_item_sizes=(4096, 4096, 4096))
+
+
+def k5(**p) -> Config:
+    return Config.of("xgemm_k5", {"TSM": 32, "TSN": 64, "TSK": 16, "WPTN": 4, "PAD": 1, "TRANSPOSEX": 16,
+                                  "TRANSPOSEY": 8, **p})
+
+
+def rt(**p) -> Config:
+    return Config.of("xgemm_rt", {"MWG": 64, "NWG": 64, "KWG": 16, "MDIMC": 16, "NDIMC": 8, "VWG": 4, "VLM": 4,
+                                  "VLN": 4, "PIPE": 2, "PADL": 0, "UNROLL": 1, "BKFAST": 0, "WARPM": 0,
+                                  "TRANSPOSEX": 16, "TRANSPOSEY": 16, **p})
+
+
+def test_k5_single_unpadded_by_hand():
+    pr = model.predict(k5(), GPU, S, 64, 64, 64, {"s": 1000.0, "bandwidth": 100.0})
+    assert pr.flops == pr.padded_flops == 2 * 64**3
+    assert pr.padded_shape == (64, 64, 64)
+    # A is used as given; B is transposed (reads 64·64, writes 64·64 elements).
+    assert pr.kernels == 2
+    assert pr.pass_bytes == 4 * (64 * 64 + 64 * 64)
+    # A once per column of tiles (64/64 = 1), B once per row of tiles (64/32 = 2), C written.
+    assert pr.main_bytes == 4 * (64 * 64 * 1 + 64 * 64 * 2 + 64 * 64)
+    assert pr.intensity == pytest.approx(2 * 64**3 / (4 * (4096 + 8192 + 4096) + 32768))
+    assert pr.local_mem_bytes == (16 * 32 + 64 * (16 + 1)) * 4
+    assert pr.work_group_size == 32 * 16
+    assert pr.groups == 2
+    assert pr.resident == min(49152 // 6400, 1024 // 512) == 2
+    # 1 x 4 results per work-item: 4 / (4 + 1 + 4); one round of 2 groups on 4 compute units.
+    assert pr.efficiency == pytest.approx(4 / 9)
+    compute = 1 * 4 / 2 * (2 * 64**3) / (1000e9 * 4 / 9)
+    assert pr.compute_s == pytest.approx(compute)
+    assert pr.memory_s == pytest.approx(65536 / 100e9)
+    assert pr.pass_s == pytest.approx(32768 / 100e9)
+    assert pr.launch_s == pytest.approx(2 * 5e-6)
+    assert pr.time_s == pytest.approx(compute + 32768 / 100e9 + 2 * 5e-6)
+    assert pr.bound == "compute"
+    assert pr.gflops == pytest.approx(2 * 64**3 / pr.time_s / 1e9)
+    assert pr.peaks == model.Peaks(1000.0, 100.0, True)
+
+
+def test_k5_double_complex_padded_on_a_cpu_by_hand():
+    config = k5(TSM=16, TSN=32, TSK=8, WPTN=4, PAD=2)
+    pr = model.predict(config, CPU, Z, 50, 40, 30, {"z": 50.0, "bandwidth": 10.0})
+    assert pr.flops == 8 * 50 * 40 * 30
+    assert pr.padded_shape == (64, 64, 32) and pr.padded_flops == 8 * 64 * 64 * 32
+    # Both operands are padded: A copied (50·30 -> 64·32), B transposed (30·40 -> 64·32).
+    assert pr.kernels == 3
+    assert pr.pass_bytes == 16 * (50 * 30 + 64 * 32 + 30 * 40 + 64 * 32)
+    # A read 64/32 = 2 times, B 64/16 = 4 times, C (50 x 40) written once.
+    assert pr.main_bytes == 16 * (64 * 32 * 2 + 64 * 32 * 4 + 50 * 40)
+    assert pr.local_mem_bytes == (8 * 16 + 32 * (8 + 2)) * 16
+    assert pr.work_group_size == 16 * 8 and pr.groups == 4 * 2
+    assert pr.resident == min(512 * 1024 // 7168, 4096 // 128) == 32
+    assert pr.efficiency == pytest.approx(4 / 9)  # a CPU needs no latency hiding: occupancy 1
+    compute = math.ceil(8 / 2) * 2 / 8 * (8 * 64 * 64 * 32) / (50e9 * 4 / 9)
+    assert pr.compute_s == pytest.approx(compute)
+    assert pr.memory_s == pytest.approx(16 * 14288 / 10e9)
+    assert pr.time_s == pytest.approx(compute + 16 * 6796 / 10e9 + 3 * 30e-6)
+
+
+@pytest.mark.parametrize("bkfast, kernels, pass_elements", [(0, 2, 2 * 128 * 128), (1, 1, 0)])
+def test_rt_bkfast_reads_an_untransposed_b_as_given(bkfast, kernels, pass_elements):
+    pr = model.predict(rt(BKFAST=bkfast), GPU, S, 128, 128, 128, {"s": 1000.0, "bandwidth": 100.0})
+    assert pr.kernels == kernels and pr.pass_bytes == 4 * pass_elements
+    assert pr.main_bytes == 4 * (128 * 128 * 2 + 128 * 128 * 2 + 128 * 128)
+    assert pr.local_mem_bytes == 2 * 16 * (64 + 64) * 4 and pr.work_group_size == 128
+    assert pr.resident == min(49152 // 16384, 1024 // 128) == 3
+    # 4 x 8 results per work-item: 32 / (32 + 4 + 8).
+    assert pr.efficiency == pytest.approx(32 / 44)
+    compute = 1 * 4 / 4 * (2 * 128**3) / (1000e9 * 32 / 44)
+    assert pr.time_s == pytest.approx(compute + 4 * pass_elements / 100e9 + kernels * 5e-6)
+
+
+def test_pass_rules_follow_the_operand_layouts():
+    peaks = {"s": 1000.0, "bandwidth": 100.0}
+    # BKFAST = 1 with a padded n: B is copied (not transposed) into Kp x Np.
+    pr = model.predict(rt(BKFAST=1), GPU, S, 128, 100, 128, peaks)
+    assert pr.kernels == 2 and pr.pass_bytes == 4 * (128 * 100 + 128 * 128)
+    # A B given transposed is what BKFAST = 0 reads: no pass; BKFAST = 1 must transpose it back.
+    assert model.predict(rt(BKFAST=0), GPU, S, 128, 128, 128, peaks, trans_b="T").kernels == 1
+    assert model.predict(rt(BKFAST=1), GPU, S, 128, 128, 128, peaks, trans_b="T").kernels == 2
+    # A transposed A is always prepared; beta != 0 reads C as well as writing it.
+    assert model.predict(k5(), GPU, S, 64, 64, 64, peaks, trans_a="T").kernels == 3
+    plain = model.predict(k5(), GPU, S, 64, 64, 64, peaks)
+    assert model.predict(k5(), GPU, S, 64, 64, 64, peaks, beta=1.0).main_bytes == plain.main_bytes + 4 * 64 * 64
+
+
+def test_pass_count_matches_what_gemm_operation_enqueues():
+    """The model's pass rules against the real thing, on the PoCL device."""
+    import pyopencl as cl
+
+    from gemmtune.device import open_device
+    from gemmtune.kernels import GemmOperation
+    from gemmtune.space import load_space
+
+    info, dev = open_device(0)
+    ctx = cl.Context([dev])
+    queue = cl.CommandQueue(ctx)
+    space = load_space()
+    small = {"MWG": 32, "NWG": 32, "KWG": 16, "MDIMC": 8, "NDIMC": 8, "VWG": 2, "VLM": 2, "VLN": 2}
+    cases = [(k5(TSM=16, TSN=16, TSK=16, WPTN=2), 32, 32, 32, "N", "N"),
+             (k5(TSM=16, TSN=16, TSK=16, WPTN=2), 32, 32, 32, "N", "T"),
+             (k5(TSM=16, TSN=16, TSK=16, WPTN=2), 20, 32, 32, "T", "T"),
+             (rt(**small, BKFAST=1), 32, 32, 32, "N", "N"),
+             (rt(**small, BKFAST=1), 32, 30, 32, "N", "N"),
+             (rt(**small, BKFAST=1), 32, 32, 32, "N", "T"),
+             (rt(**small, BKFAST=0), 32, 32, 32, "N", "T")]
+    for config, m, n, k, ta, tb in cases:
+        op = GemmOperation(queue, config, space.family(config.kernel).source, S, m, n, k, ta, tb)
+        bufs = [cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * max(m, n, k) ** 2) for _ in range(3)]
+        events = op.enqueue(*bufs)
+        queue.finish()
+        predicted = model.predict(config, info, S, m, n, k, trans_a=ta, trans_b=tb)
+        assert predicted.kernels == len(events), (config, m, n, k, ta, tb)
+
+
+def test_low_occupancy_on_a_gpu_costs_efficiency():
+    # 64 work-items per group, and local memory for only one group per compute unit: half of
+    # the 128 work-items that hide latency.
+    config = k5(TSM=16, TSN=16, TSK=16, WPTN=4, PAD=0)
+    pr = model.predict(config, device(local_mem_bytes=3000), S, 1024, 1024, 1024)
+    assert pr.local_mem_bytes == 2048 and pr.work_group_size == 64 and pr.resident == 1
+    assert pr.efficiency == pytest.approx(4 / 9 * 0.5)
+    assert model.predict(config, GPU, S, 1024, 1024, 1024).efficiency == pytest.approx(4 / 9)
+
+
+def test_edge_tiles_and_the_last_round_cost_time():
+    peaks = {"s": 1000.0, "bandwidth": 1e6}  # compute-bound: the memory term is negligible
+    exact = model.predict(k5(), GPU, S, 256, 256, 256, peaks)
+    ragged = model.predict(k5(), GPU, S, 257, 256, 256, peaks)  # one row more: a whole row of tiles
+    assert ragged.padded_shape == (288, 256, 256)
+    assert ragged.compute_s > exact.compute_s * 1.1
+    # A single work-group leaves three of the four compute units idle: it takes as long as four.
+    one = model.predict(k5(), GPU, S, 32, 64, 256, peaks)
+    four = model.predict(k5(), GPU, S, 128, 64, 256, peaks)
+    assert one.groups == 1 and four.groups == 4
+    assert one.compute_s == pytest.approx(four.compute_s)
+
+
+def test_nominal_peaks_formula():
+    assert model.nominal_peaks(GPU) == pytest.approx(
+        {"s": 4 * 1.0 * 128 * 2, "c": 1024, "d": 512, "z": 512, "bandwidth": 1024 / 12})
+    assert model.nominal_peaks(CPU)["s"] == pytest.approx(2 * 2.0 * 16 * 2)
+    assert "d" not in model.nominal_peaks(device(double_precision=False))
+
+
+def test_measured_peaks_replace_nominal_ones():
+    nominal = model.resolve_peaks(GPU, S)
+    assert nominal == model.Peaks(1024.0, 1024 / 12, False)
+    half = model.resolve_peaks(GPU, S, {"s": 77.0})
+    assert (half.gflops, half.bandwidth_gbs, half.measured) == (77.0, pytest.approx(1024 / 12), False)
+    assert model.resolve_peaks(GPU, S, {"s": 77.0, "bandwidth": 5.0}) == model.Peaks(77.0, 5.0, True)
+    slow = model.predict(k5(), GPU, S, 512, 512, 512, {"s": 1.0, "bandwidth": 1.0})
+    assert slow.time_s > model.predict(k5(), GPU, S, 512, 512, 512).time_s * 100
+
+
+def test_rank_puts_better_reuse_first():
+    poor = k5(TSM=16, TSN=16, TSK=16, WPTN=1, PAD=0)            # 1 result per work-item, tiny tiles
+    fair = k5(TSM=64, TSN=64, TSK=16, WPTN=8, PAD=0)            # 8 per work-item
+    good = rt(MWG=128, NWG=128, KWG=16, MDIMC=16, NDIMC=16)     # 8 x 8 per work-item, big tiles
+    for dev in (GPU, CPU):
+        assert model.rank([poor, good, fair], dev, S, 1024, 1024, 1024) == [good, fair, poor]
+        p = [model.predict(c, dev, S, 1024, 1024, 1024) for c in (poor, fair, good)]
+        assert p[0].intensity < p[1].intensity < p[2].intensity
+    # Ties keep their order: these differ only in what the model does not see.
+    a, b = rt(UNROLL=1), rt(UNROLL=8)
+    assert model.rank([b, a], GPU, S, 512, 512, 512) == [b, a]
+
+
+def test_spearman_on_known_data():
+    assert model.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert model.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert model.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(1 - 6 * 2 / (4 * (16 - 1)))
+    assert np.isnan(model.spearman([1, 2, 3], [5, 5, 5]))
+    assert np.isnan(model.spearman([1], [2]))
+
+
+def test_model_imports_no_opencl():
+    import subprocess
+    import sys
+
+    code = "import sys, gemmtune.model; assert 'pyopencl' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

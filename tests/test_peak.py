@@ -1,0 +1,150 @@
+"""gemmtune peak on PoCL: measured values, the peaks table, the model's use of it, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gemmtune import model
+from gemmtune.cli import cli
+from gemmtune.device import resolve_device
+from gemmtune.precision import get_precision
+from gemmtune.space import Config
+from gemmtune.store import Store
+
+SMALL = ["--iterations", "256", "--copy-mib", "2", "--time-cap", "0.2"]
+
+
+def peak(db: Path, *args, expect: int = 0):
+    result = CliRunner().invoke(cli, ["peak", "--db", f"sqlite:///{db}", *SMALL, *args])
+    assert result.exit_code == expect, (result.output, result.exception)
+    assert "Traceback" not in result.output
+    return result
+
+
+def stored(db: Path) -> list[dict]:
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in con.execute("SELECT * FROM peaks ORDER BY id")]
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """One small measurement of every precision PoCL supports: (db path, JSON output)."""
+    db = tmp_path_factory.mktemp("peak") / "p.db"
+    return db, json.loads(peak(db, "--format", "json").stdout)
+
+
+def test_every_supported_precision_and_the_bandwidth_are_measured(measured):
+    _, out = measured
+    dev = resolve_device(0)
+    assert out["device"] == dev.key and out["device_name"] == dev.name
+    expected = ["s", "d", "c", "z"] if dev.double_precision else ["s", "c"]
+    assert [p["precision"] for p in out["peaks"]] == expected + ["bandwidth"]
+    for p in out["peaks"]:
+        assert math.isfinite(p["value"]) and p["value"] > 0
+        assert p["unit"] == ("GB/s" if p["precision"] == "bandwidth" else "GFLOP/s")
+        assert p["repeats"] >= 1 and p["median_ms"] > 0
+        assert p["nominal"] == pytest.approx(model.nominal_peaks(dev)[p["precision"]])
+    bandwidth = out["peaks"][-1]["value"]
+    assert bandwidth > 0.1  # GB/s: any CPU copies faster than that
+    assert bandwidth < 10_000
+
+
+def test_rows_are_stored_and_latest_peaks_returns_them(measured):
+    db, out = measured
+    rows = stored(db)
+    assert len(rows) == len(out["peaks"])
+    assert {r["created_at"] for r in rows} == {out["created_at"]}
+    assert all(r["device"] == out["device"] and r["gemmtune_version"] for r in rows)
+    assert [(r["precision"], r["value"], r["unit"]) for r in rows] == \
+        [(p["precision"], pytest.approx(p["value"]), p["unit"]) for p in out["peaks"]]
+    store = Store(f"sqlite:///{db}", create=False)
+    try:
+        assert store.latest_peaks(out["device"]) == {p["precision"]: pytest.approx(p["value"]) for p in out["peaks"]}
+        assert store.latest_peaks("no such device") == {}
+    finally:
+        store.close()
+
+
+def test_a_later_run_wins_per_quantity(measured, tmp_path):
+    db, out = measured
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(db.read_bytes())
+    store = Store(f"sqlite:///{copy}")
+    try:
+        store.save_peaks(out["device"], out["device_name"], {"s": 12345.0, "bandwidth": 67.0})
+        latest = store.latest_peaks(out["device"])
+    finally:
+        store.close()
+    assert latest["s"] == 12345.0 and latest["bandwidth"] == 67.0
+    first = {p["precision"]: p["value"] for p in out["peaks"]}
+    assert latest["c"] == pytest.approx(first["c"])  # not measured again: the earlier value stays
+
+
+def test_the_model_uses_measured_peaks(measured):
+    db, out = measured
+    dev = resolve_device(0)
+    store = Store(f"sqlite:///{db}", create=False)
+    try:
+        peaks = store.latest_peaks(dev.key)
+    finally:
+        store.close()
+    config = Config.of("xgemm_k5", {"TSM": 32, "TSN": 32, "TSK": 16, "WPTN": 4, "PAD": 1,
+                                    "TRANSPOSEX": 16, "TRANSPOSEY": 16})
+    s = get_precision("s")
+    with_measured = model.predict(config, dev, s, 256, 256, 256, peaks)
+    nominal = model.predict(config, dev, s, 256, 256, 256)
+    assert with_measured.peaks == model.Peaks(pytest.approx(peaks["s"]), pytest.approx(peaks["bandwidth"]), True)
+    assert not nominal.peaks.measured
+    assert with_measured.time_s != pytest.approx(nominal.time_s)
+
+
+def test_one_precision_and_the_table_format(tmp_path):
+    db = tmp_path / "one.db"
+    out = peak(db, "--precision", "s").stdout
+    assert "GFLOP/s" in out and "GB/s" in out and "bandwidth" in out
+    assert [r["precision"] for r in stored(db)] == ["s", "bandwidth"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "9"], "no device 9"),
+    (["--precision", "x"], "unknown precision"),
+    (["--precision", ","], "empty --precision"),
+    (["--iterations", "0"], "--iterations"),
+    (["--copy-mib", "0"], "--copy-mib"),
+    (["--time-cap", "0"], "--time-cap"),
+    (["--format", "xml"], "--format"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
+    db = tmp_path / "bad.db"
+    result = CliRunner().invoke(cli, ["peak", "--db", f"sqlite:///{db}", *args])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0], result.stderr
+    assert not db.exists()
+
+
+def test_an_unusable_database_is_refused_before_measuring():
+    result = CliRunner().invoke(cli, ["peak", "--db", "sqlite:////nonexistent-dir/x.db", *SMALL])
+    assert result.exit_code == 2 and "does not exist" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_doubles_on_a_device_without_them_are_refused():
+    from gemmtune.errors import GemmtuneError
+    from gemmtune.peak import parse_precisions
+
+    dev = resolve_device(0)
+    no_doubles = type(dev)(**{**dev.__dict__, "double_precision": False})
+    assert [p.code for p in parse_precisions(None, no_doubles)] == ["s", "c"]
+    with pytest.raises(GemmtuneError, match="double precision"):
+        parse_precisions("s,z", no_doubles)

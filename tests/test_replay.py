@@ -1,0 +1,243 @@
+"""gemmtune replay: searches re-run against recorded results, on a real grid study and on
+hand-made landscapes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from optuna.trial import TrialState
+
+from gemmtune import model, replay as rp
+from gemmtune.cli import cli
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import get_precision
+from gemmtune.search import MAX_FREE_PROPOSALS
+from gemmtune.space import Config
+from gemmtune.store import Store
+
+# 16 points, 13 valid on PoCL (three break the loads-per-thread rule): invalid proposals happen.
+GRID_SPACE = """
+[xgemm_k5]
+TSM = [16, 32]
+TSN = [16, 32]
+TSK = [8, 16]
+WPTN = [2, 4]
+PAD = [1]
+TRANSPOSEX = [8]
+TRANSPOSEY = [8]
+"""
+GRID_STUDY = "grid-24"
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory) -> tuple[Path, Path]:
+    """(database, space file) of an exhaustive grid study measured on PoCL at 24³."""
+    where = tmp_path_factory.mktemp("replay")
+    space, db = where / "grid.toml", where / "grid.db"
+    space.write_text(GRID_SPACE)
+    result = CliRunner().invoke(cli, ["search", "--sampler", "grid", "--size", "24", "--time-cap", "0.05", "-q",
+                                      "--space", str(space), "--study", GRID_STUDY, "--db", f"sqlite:///{db}"])
+    assert result.exit_code == 0, result.output
+    return db, space
+
+
+def recorded(db: Path, study: str) -> dict[tuple, tuple[str, float | None]]:
+    """The study's rows, read independently of gemmtune: params (sorted) -> (status, gflops)."""
+    con = sqlite3.connect(db)
+    try:
+        return {tuple(sorted(json.loads(p).items())): (s, g)
+                for p, s, g in con.execute("SELECT params, status, gflops FROM results WHERE study = ?", (study,))}
+    finally:
+        con.close()
+
+
+def gpu(name="Fancy GPU 9000") -> DeviceInfo:
+    return DeviceInfo(index=0, platform_index=0, device_index=0, platform="Test", name=name, vendor="V",
+                      type="GPU", opencl_version="OpenCL 3.0", driver_version="1.0", compute_units=8,
+                      max_clock_mhz=1000, global_mem_bytes=2**32, local_mem_bytes=48 * 1024,
+                      max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64), double_precision=True)
+
+
+def k5(tsm, tsn, tsk) -> Config:
+    return Config.of("xgemm_k5", {"TSM": tsm, "TSN": tsn, "TSK": tsk, "WPTN": 4, "PAD": 1,
+                                  "TRANSPOSEX": 16, "TRANSPOSEY": 16})
+
+
+SYNTHETIC = [k5(a, b, c) for a in (16, 32, 64, 128) for b in (16, 32, 64, 128) for c in (8, 16, 32, 64)]
+
+
+def landscape(db: Path, gflops, study="synthetic", baseline: Config | None = None, m=512) -> None:
+    """Hand-made rows: every configuration of SYNTHETIC, with gflops(config) (None: failed)."""
+    store = Store(f"sqlite:///{db}")
+    try:
+        for i, config in enumerate(SYNTHETIC):
+            value = gflops(config)
+            store.add(study=study, trial=i, device="Test | Fancy GPU 9000 | 1.0", device_name="Fancy GPU 9000",
+                      precision="s", m=m, n=m, k=m, kernel=config.kernel, params=config.params,
+                      status="ok" if value is not None else "compile_error", gflops=value,
+                      time_ms=None if value is None else 2 * m**3 / value / 1e6, baseline=config == baseline,
+                      created_at="2026-11-30T00:00:00+00:00")
+    finally:
+        store.close()
+
+
+def test_replay_tells_optuna_exactly_the_recorded_values(grid):
+    db, _ = grid
+    rows = recorded(db, GRID_STUDY)
+    assert len(rows) == 13 and all(s == "ok" for s, _ in rows.values())
+    land = rp.load_landscape(f"sqlite:///{db}", GRID_STUDY)
+    assert land.best == max(g for _, g in rows.values())
+    assert land.baseline is not None
+    for sampler in ("tpe", "random"):
+        for seed in range(3):
+            run = rp.replay_once(land, sampler, seed, 1.0)
+            trials = run.study.trials
+            complete = [t for t in trials if t.state == TrialState.COMPLETE]
+            assert complete, sampler
+            for t in complete:
+                assert t.value == rows[tuple(sorted(t.params.items()))][1]  # exactly, not approximately
+            for t in trials:
+                if t.state == TrialState.PRUNED:
+                    assert tuple(sorted(t.params.items())) not in rows
+            assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+            # The baseline is measured first, as in search; each configuration once.
+            assert run.measured[0] == land.baseline
+            assert len({str(c) for c in run.measured}) == len(run.measured) == run.trials
+            assert rows[tuple(sorted(run.measured[-1].params.items()))][1] == land.best
+
+
+def test_cli_json_counts_are_within_one_and_the_valid_count(grid):
+    db, space = grid
+    result = CliRunner().invoke(cli, ["replay", "--db", f"sqlite:///{db}", "--study", GRID_STUDY, "--seeds", "4",
+                                      "--model-seeds", "3", "--space", str(space), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert (out["study"], out["precision"], out["m"], out["recorded"], out["ok"]) == (GRID_STUDY, "s", 24, 13, 13)
+    assert [s["sampler"] for s in out["samplers"]] == ["tpe", "random", "tpe-seeded"]
+    for s in out["samplers"]:
+        assert len(s["trials"]) == s["seeds"] == 4
+        assert all(1 <= t <= 13 for t in s["trials"])
+        assert s["median"] == np.median(s["trials"]) and s["q1"] <= s["median"] <= s["q3"]
+    assert -1 <= out["model_spearman"] <= 1  # the study's device is this machine's: the model knows it
+
+
+def test_cli_table(grid):
+    db, _ = grid
+    result = CliRunner().invoke(cli, ["replay", "--db", f"sqlite:///{db}", "--study", GRID_STUDY, "--seeds", "2",
+                                      "--samplers", "random", "--target", "0.5"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["sampler", "median"])
+    assert lines[header + 1].split()[0] == "random" and len(lines) == header + 2
+    assert "13 configurations recorded" in result.stdout and "0.5 x best" in result.stdout
+
+
+def test_replays_are_deterministic_for_a_seed(tmp_path):
+    db = tmp_path / "s.db"
+    landscape(db, lambda c: float(c.params["TSM"] * c.params["TSN"] + c.params["TSK"]))
+    land = rp.load_landscape(f"sqlite:///{db}", "synthetic")
+    for sampler in ("tpe", "random"):
+        a, b = (rp.replay_once(land, sampler, 7, 0.95) for _ in range(2))
+        assert a.trials == b.trials and a.measured == b.measured
+        assert [t.params for t in a.study.trials] == [t.params for t in b.study.trials]
+
+
+def test_random_needs_about_half_the_space_to_find_a_unique_best(tmp_path):
+    db = tmp_path / "u.db"
+    rank = {str(c): i for i, c in enumerate(SYNTHETIC)}
+    landscape(db, lambda c: 1.0 + (rank[str(c)] * 37) % 64)  # a permutation of 1..64: one best
+    land = rp.load_landscape(f"sqlite:///{db}", "synthetic")
+    n = len(land.configs)
+    assert n == 64 and land.baseline is None
+    counts = rp.replay(land, ["random"], seeds=40, target=1.0).trials["random"]
+    assert all(1 <= c <= n for c in counts)
+    # Uniformly random order without repeats: the best comes at (n + 1) / 2 on average; the
+    # standard error of 40 replays is about n / sqrt(12 · 40) = 2.9 trials.
+    assert abs(np.mean(counts) - (n + 1) / 2) < 4 * 2.9
+
+
+def test_a_perfect_model_lets_seeded_tpe_find_the_best_first(tmp_path):
+    db = tmp_path / "p.db"
+    dev = gpu()
+    s = get_precision("s")
+    landscape(db, lambda c: model.predict(c, dev, s, 512, 512, 512).gflops)
+    land = rp.load_landscape(f"sqlite:///{db}", "synthetic")
+    result = rp.replay(land, ["tpe-seeded", "tpe"], seeds=3, target=1.0, seed_count=10, device=dev)
+    assert result.trials["tpe-seeded"] == [1, 1, 1]
+    assert max(result.trials["tpe"]) > 1  # without the model, TPE does not just guess it
+    assert result.model_spearman == pytest.approx(1.0)
+    # The device description can come from a file, as `gemmtune devices --format json` prints it.
+    info = tmp_path / "devices.json"
+    info.write_text(json.dumps([dev.to_json(), gpu("Other GPU").to_json()]))
+    out = CliRunner().invoke(cli, ["replay", "--db", f"sqlite:///{db}", "--study", "synthetic", "--seeds", "2",
+                                   "--samplers", "tpe-seeded", "--target", "1", "--device-info", str(info),
+                                   "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["samplers"][0]["trials"] == [1, 1]
+
+
+def test_failed_configurations_count_once_and_are_told_fail(tmp_path):
+    db = tmp_path / "f.db"
+    failing = {str(c) for c in SYNTHETIC[::3]}
+    landscape(db, lambda c: None if str(c) in failing else float(c.params["TSM"] + c.params["TSN"]))
+    land = rp.load_landscape(f"sqlite:///{db}", "synthetic")
+    run = rp.replay_once(land, "random", 3, 1.0)
+    failed = [c for c in run.measured if str(c) in failing]
+    assert failed  # with a third of the space failing, some were measured on the way
+    states = {tuple(sorted(t.params.items())): t.state for t in run.study.trials}
+    assert all(states[tuple(sorted(c.params.items()))] == TrialState.FAIL for c in failed)
+
+
+def test_free_proposals_end_in_a_random_unmeasured_pick(tmp_path):
+    # One recorded configuration in a space of 64 points: nearly every proposal is invalid, and
+    # after MAX_FREE_PROPOSALS of them in a row the recorded one is enqueued, as search does.
+    db = tmp_path / "one.db"
+    store = Store(f"sqlite:///{db}")
+    store.add(study="lonely", trial=0, device="Test | Fancy GPU 9000 | 1.0", device_name="Fancy GPU 9000",
+              precision="s", m=512, n=512, k=512, kernel="xgemm_k5", params=SYNTHETIC[5].params, status="ok",
+              gflops=5.0, baseline=False)
+    store.close()
+    space = tmp_path / "space.toml"
+    space.write_text("[xgemm_k5]\nTSM = [16, 32, 64, 128]\nTSN = [16, 32, 64, 128]\nTSK = [8, 16, 32, 64]\n"
+                     "WPTN = [4]\nPAD = [1]\nTRANSPOSEX = [16]\nTRANSPOSEY = [16]\n")
+    # Rebuilt from its one row, the space would have one point; the space file has all 64.
+    assert rp.load_landscape(f"sqlite:///{db}", "lonely").space.size == 1
+    land = rp.load_landscape(f"sqlite:///{db}", "lonely", space_file=space)
+    assert land.space.size == 64 and land.configs == [SYNTHETIC[5]]
+    for seed in range(3):
+        run = rp.replay_once(land, "random", seed, 1.0)
+        pruned = [t for t in run.study.trials if t.state == TrialState.PRUNED]
+        assert run.trials == 1 and len(run.study.trials) == len(pruned) + 1
+        assert len(pruned) <= MAX_FREE_PROPOSALS
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "Missing option '--study'"),
+    (["--study", "nope"], "no results for study 'nope'"),
+    (["--study", "synthetic", "--samplers", "tpe,annealing"], "unknown sampler 'annealing'"),
+    (["--study", "synthetic", "--seeds", "0"], "--seeds"),
+    (["--study", "synthetic", "--target", "1.5"], "--target"),
+    (["--study", "synthetic", "--model-seeds", "0"], "--model-seeds"),
+    (["--study", "synthetic"], "--device-info"),  # tpe-seeded, and Fancy GPU 9000 is not here
+    (["--study", "synthetic", "--device-info", "/nonexistent/d.json"], "cannot read device description"),
+    (["--study", "synthetic", "--format", "xml"], "--format"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
+    db = tmp_path / "b.db"
+    landscape(db, lambda c: float(c.params["TSM"]))
+    result = CliRunner().invoke(cli, ["replay", "--db", f"sqlite:///{db}", "--seeds", "2", *args])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0], result.stderr
+
+
+def test_a_missing_database_is_not_created(tmp_path):
+    db = tmp_path / "none.db"
+    result = CliRunner().invoke(cli, ["replay", "--db", f"sqlite:///{db}", "--study", "x", "--samplers", "random"])
+    assert result.exit_code == 2 and "no results for study 'x'" in result.stderr
+    assert not db.exists()
