@@ -306,10 +306,12 @@ def print_summary(d: dict) -> None:
 @click.option("--early-stop", type=click.FloatRange(min=0, max=1, max_open=True), default=0.5, show_default=True,
               help="Stop timing a candidate once its speed is surely below this fraction of the best "
                    "(status slow); 0 disables.")
+@click.option("--no-seed", is_flag=True,
+              help="Do not measure the performance model's 10 best-predicted configurations first.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @format_option("table", "json")
 def search(device, precision, shape, trials, timeout, trial_timeout, sampler, seed, db, study,
-           space_file, time_cap, jobs, early_stop, quiet, fmt):
+           space_file, time_cap, jobs, early_stop, no_seed, quiet, fmt):
     """Search the valid space with Optuna; build, verify and time each trial; record every result."""
     from gemmtune.search import SearchRequest, run_search
     from gemmtune.timing import TimingPolicy
@@ -320,7 +322,7 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
                         trials=trials if trials is not None or sampler == "grid" else 30,
                         timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
                         db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap),
-                        jobs=jobs, early_stop=early_stop or None)
+                        jobs=jobs, early_stop=early_stop or None, seeds=0 if no_seed else 10)
     line = _ProgressLine(quiet)
     summary = run_search(req, line)
     line.close()
@@ -467,8 +469,8 @@ def bench(device, precision, sizes, baselines, db, time_cap, fmt):
 @click.option("--precision", "-p", "precisions", default=None, metavar="P1,P2,...",
               help="Precisions to measure: s, d, c, z, comma-separated. Default: every one the device supports.")
 @db_option
-@click.option("--iterations", type=click.IntRange(min=1), default=16384, show_default=True,
-              help="Real multiply-adds per chain and work-item (complex: a quarter as many).")
+@click.option("--iterations", type=click.IntRange(min=1), default=None,
+              help="Real multiply-adds per chain and work-item (default 16384; complex: a quarter as many).")
 @click.option("--copy-mib", type=click.IntRange(min=1), default=None,
               help="MiB copied for the bandwidth (default 256 on a GPU, 64 otherwise).")
 @click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
@@ -479,7 +481,8 @@ def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
     from gemmtune.peak import PeakSizes, run_peak
     from gemmtune.timing import TimingPolicy
 
-    run = run_peak(device, precisions, db, PeakSizes(iterations, copy_mib=copy_mib,
+    given = {"iterations": iterations} if iterations else {}
+    run = run_peak(device, precisions, db, PeakSizes(**given, copy_mib=copy_mib,
                                                      policy=TimingPolicy(max_seconds=time_cap)))
     nominal = run.nominal()
     rows = [{**p.to_json(), "nominal": nominal.get(p.quantity)} for p in run.peaks]
@@ -529,7 +532,7 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
         return
     click.echo(f"study    {d['study']}  ({d['db']})")
     click.echo(f"problem  {d['precision']}gemm {d['m']}x{d['n']}x{d['k']} on {d['device_name']}: "
-               f"{d['recorded']} configurations recorded, {d['ok']} correct, best {d['best_gflops']:,.1f} GFLOP/s")
+               f"{d['recorded']} configurations recorded ({d['ok']} ok), best {d['best_gflops']:,.1f} GFLOP/s")
     click.echo(f"measured trials to reach {target:g} x best, over {seeds} seeds"
                + (f" (tpe-seeded: the model's {model_seeds} best first)" if "tpe-seeded" in names else "") + ":")
     emit(result.table().to_dict(orient="records"), "table")

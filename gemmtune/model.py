@@ -57,6 +57,11 @@ Time
     memory         = main bytes / bandwidth.
     time           = max(compute, memory) + passes' bytes / bandwidth + kernels · LAUNCH_S[type]
                      (kernels = 1 + passes; LAUNCH_S 5 µs on a GPU, 30 µs elsewhere: guesses).
+    rank           = by time, then by bytes: when compute bounds the time, the configurations of
+                     one efficiency tie, and the one that moves less data (more reuse, less for the
+                     caches this model ignores) goes first.
+    seeds          = the best-ranked configurations, one per distinct (time, bytes): those the
+                     model cannot tell apart are measured once, so that seeds differ in tiling.
 
 Peaks
     Measured ones (``gemmtune peak``, the ``peaks`` table: GFLOP/s per precision, GB/s of a copy)
@@ -212,8 +217,32 @@ def predict(config: Config, dev: DeviceInfo, prec: Precision, m: int, n: int, k:
 
 def rank(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: int, n: int, k: int,
          peaks: Mapping[str, float] | None = None) -> list[Config]:
-    """``configs`` best-predicted first (shortest predicted time); ties keep their order."""
-    return sorted(configs, key=lambda c: predict(c, dev, prec, m, n, k, peaks).time_s)
+    """``configs`` best-predicted first: shortest predicted time, then (among equal times) fewest
+    bytes moved; configurations equal in both keep their order."""
+    def key(config):
+        p = predict(config, dev, prec, m, n, k, peaks)
+        return p.time_s, p.bytes
+
+    return sorted(configs, key=key)
+
+
+def seeds(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: int, n: int, k: int,
+          count: int = 10, peaks: Mapping[str, float] | None = None) -> list[Config]:
+    """The ``count`` best-predicted configurations to measure first, one per distinct prediction.
+
+    Configurations with the same predicted time and bytes differ only in what the model does
+    not see (vector widths, PIPE, UNROLL, padding, ...): the first of them in ``rank`` order
+    stands for all, so that the seeds try ``count`` different tilings and the search's sampler
+    decides the rest. Fewer than ``count`` when there are fewer distinct predictions."""
+    chosen, seen = [], set()
+    for config in rank(configs, dev, prec, m, n, k, peaks):
+        p = predict(config, dev, prec, m, n, k, peaks)
+        if (p.time_s, p.bytes) not in seen:
+            seen.add((p.time_s, p.bytes))
+            chosen.append(config)
+            if len(chosen) == count:
+                break
+    return chosen
 
 
 def spearman(predicted_times, measured_times) -> float:

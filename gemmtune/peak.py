@@ -41,8 +41,9 @@ COPY_ITEM_BYTES = 16   # one float4 per work-item
 
 @dataclass(frozen=True)
 class PeakSizes:
-    """How much work one launch does. The defaults take about 5-20 ms per launch on a 2-core
-    CPU under PoCL and a few ms on a large GPU; a whole ``gemmtune peak`` about 10 s on the CPU."""
+    """How much work one launch does. With the defaults a launch takes about 10-30 ms on a
+    2-core CPU under PoCL and a few ms on a large GPU; a whole ``gemmtune peak`` about 6 s on
+    that CPU."""
 
     iterations: int = 16384         # real multiply-adds per chain (complex: a quarter as many)
     items: int | None = None        # work-items of the multiply-add kernel; default per device
@@ -55,11 +56,11 @@ class PeakSizes:
         return self.items or dev.compute_units * (2048 if dev.type == "GPU" else LOCAL_SIZE)
 
     def copy_bytes(self, dev: DeviceInfo) -> int:
-        mib = self.copy_mib or (256 if dev.type == "GPU" else 64)
-        size = mib * 2**20
+        """Bytes of each copy buffer: the size asked, within one allocation and a quarter of the
+        device memory, in whole 16-byte items."""
+        size = (self.copy_mib or (256 if dev.type == "GPU" else 64)) * 2**20
         limit = min(dev.max_alloc_bytes or size, dev.global_mem_bytes // 4)
-        return max(COPY_ITEM_BYTES * LOCAL_SIZE, min(size, limit) // (COPY_ITEM_BYTES * LOCAL_SIZE)
-                   * COPY_ITEM_BYTES * LOCAL_SIZE)
+        return max(COPY_ITEM_BYTES, min(size, limit) // COPY_ITEM_BYTES * COPY_ITEM_BYTES)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,9 @@ def measure_bandwidth(queue: cl.CommandQueue, dev: DeviceInfo, sizes: PeakSizes)
     src = cl.Buffer(queue.context, cl.mem_flags.READ_ONLY, size)
     dst = cl.Buffer(queue.context, cl.mem_flags.WRITE_ONLY, size)
     cl.enqueue_fill_buffer(queue, src, np.float32(1), 0, size)  # pages touched before timing
-    samples = _time(lambda: kernel(queue, (size // COPY_ITEM_BYTES,), (local,), src, dst), sizes.policy)
+    items = size // COPY_ITEM_BYTES
+    launch = -(-items // local) * local  # whole work-groups; the kernel skips the items beyond
+    samples = _time(lambda: kernel(queue, (launch,), (local,), np.uint64(items), src, dst), sizes.policy)
     return _peak(BANDWIDTH, 2 * size, "GB/s", samples)
 
 

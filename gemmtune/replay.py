@@ -6,17 +6,22 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
 ``gemmtune.search`` does, but a proposal's value is looked up instead of measured:
 
 * a configuration the study did not record is taken as invalid: told PRUNED, not counted;
-* the first proposal of a recorded configuration is a measured trial: told its GFLOP/s, or FAIL
-  for a failure (compile_error, wrong_result, ...); it counts;
+* the first proposal of a recorded configuration is a measured trial: told its recorded GFLOP/s
+  (for ``slow``, the estimate search recorded and told), or FAIL for a failure (compile_error,
+  wrong_result, ...); it counts;
 * a proposal measured before in this replay is told the same again and does not count;
 * after ``search.MAX_FREE_PROPOSALS`` proposals in a row that did not count, a random
   unmeasured recorded configuration is enqueued (as search does with the valid space);
 * the study's baseline configuration (its row with ``baseline`` = 1), if any, is the first
-  trial, as in search; ``tpe-seeded`` then enqueues the model's K best-predicted configurations.
+  trial, as in search; ``tpe-seeded`` then enqueues the model's K seeds (``model.seeds``: the
+  best-predicted configurations, one per distinct prediction).
 
-A replay stops at the first measured trial that reaches ``target`` x the study's best GFLOP/s
-and reports how many measured trials that took. For a study that is not exhaustive, the
-replay is a search of the configurations it recorded.
+A replay stops at the first measured ``ok`` trial that reaches ``target`` x the study's best
+GFLOP/s and reports how many measured trials that took. For a study that is not exhaustive, the
+replay is a search of the configurations it recorded. A grid study searched with early stop
+(``--early-stop F``) is still exhaustive for any target above F: its ``slow`` rows are surely
+below F x the best. The replay is sequential, one candidate at a time; the constant liar search
+uses with candidates in flight changes nothing then (no trial is running when one is asked).
 
 The parameter space is rebuilt from the recorded rows: for each kernel family, the distinct
 values each parameter took. That is the search's own space whenever every value of its space
@@ -32,6 +37,7 @@ import random
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import optuna
@@ -61,8 +67,8 @@ class Landscape:
     precision: Precision
     shape: tuple[int, int, int]
     space: Space
-    configs: list[Config]         # recorded configurations in the space, in recording order
-    values: dict[tuple, tuple[str, float | None]]   # config key -> (status, GFLOP/s or None)
+    configs: list[Config]         # recorded configurations in the space, in the space's order
+    values: dict[tuple, tuple[str, float | None]]   # config key -> (status, recorded GFLOP/s or None)
     baseline: Config | None
     peaks: dict[str, float]       # the device's measured peaks in the same database, if any
 
@@ -71,22 +77,31 @@ class Landscape:
         return max(v for s, v in self.values.values() if s == "ok")
 
     def gflops(self, config: Config) -> float | None:
-        return self.values[_config_key(config.kernel, config.params)][1]
+        """The measured GFLOP/s of an ``ok`` configuration, else None."""
+        status, value = self.values[_config_key(config.kernel, config.params)]
+        return value if status == "ok" else None
 
 
 def _recorded_space(rows: pd.DataFrame, study: str) -> Space:
     families = []
     for name in [f for f in FAMILIES if f in set(rows.kernel)]:
         params = [json.loads(p) for p in rows.params[rows.kernel == name]]
+        if any(p.keys() != params[0].keys() for p in params):
+            raise GemmtuneError(f"study {study!r} has {name} rows with different parameters: give its --space")
         values = {key: sorted({p[key] for p in params}) for key in params[0]}
         families.append(FamilySpace(FAMILIES[name], values, source="", source_name="(recorded)"))
     return Space(families, origin=f"the configurations recorded in study {study}")
 
 
-def _in_space(space: Space, config: Config) -> bool:
-    fs = next((f for f in space.families if f.family.name == config.kernel), None)
-    return fs is not None and set(fs.values) == set(config.params) and \
-        all(v in fs.values[k] for k, v in config.items)
+def _position(space: Space, config: Config) -> tuple | None:
+    """Where ``config`` comes in the space's Cartesian product (families in order, then each
+    parameter's value index, as ``valid_configs`` orders them), or None if it is not in it."""
+    for i, fs in enumerate(space.families):
+        if fs.family.name == config.kernel and set(fs.values) == set(config.params):
+            p = config.params
+            if all(p[k] in values for k, values in fs.values.items()):
+                return (i, *(values.index(p[k]) for k, values in fs.values.items()))
+    return None
 
 
 def load_landscape(db: str | None, study: str, space_file: str | Path | None = None) -> Landscape:
@@ -110,18 +125,20 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
     values, configs, baseline = {}, {}, None
     for row in rows.itertuples():
         config = Config.of(row.kernel, json.loads(row.params))
-        if not _in_space(space, config):
+        position = _position(space, config)
+        if position is None:
             continue
         key = _config_key(config.kernel, config.params)
-        configs.setdefault(key, config)
-        values[key] = (row.status, row.gflops if row.status == "ok" else None)  # later rows win, as in search
+        configs.setdefault(key, (position, config))
+        gflops = None if pd.isna(row.gflops) else float(row.gflops)
+        values[key] = (row.status, gflops)  # later rows win, as in search
         if row.baseline and baseline is None:
             baseline = config
     if not any(s == "ok" for s, _ in values.values()):
         raise GemmtuneError(f"study {study!r} has no correct ('ok') configuration in {space.origin}")
     return Landscape(study, store.url, first.device, first.device_name, get_precision(first.precision),
-                     (int(first.m), int(first.n), int(first.k)), space, list(configs.values()), values,
-                     baseline, peaks)
+                     (int(first.m), int(first.n), int(first.k)), space,
+                     [c for _, c in sorted(configs.values(), key=lambda pc: pc[0])], values, baseline, peaks)
 
 
 @dataclass
@@ -134,9 +151,10 @@ class ReplayRun:
 
 
 def replay_once(land: Landscape, sampler: str, seed: int, target: float,
-                seeds: list[Config] = ()) -> ReplayRun:
-    """One search of ``land`` with ``sampler`` (tpe or random; tpe-seeded is tpe plus ``seeds``,
-    enqueued after the baseline), stopping once a measured trial reaches ``target`` x best."""
+                first: Sequence[Config] = ()) -> ReplayRun:
+    """One search of ``land`` with ``sampler`` (tpe or random; tpe-seeded is tpe with the
+    model's picks as ``first``, enqueued after the baseline), stopping at the first measured
+    ``ok`` trial that reaches ``target`` x the best."""
     threshold = target * land.best
     proposals = _Proposals(land.space)
     rng = random.Random(seed)
@@ -146,8 +164,8 @@ def replay_once(land: Landscape, sampler: str, seed: int, target: float,
         study = optuna.create_study(storage=None, direction="maximize",
                                     sampler=make_sampler("random" if sampler == "random" else "tpe", seed))
         pending = [land.baseline] if land.baseline is not None else []
-        pending += [c for c in seeds if c not in pending]
-        measured: dict[tuple, tuple[str, float | None]] = {}
+        pending += [c for c in first if c not in pending]
+        measured: set[tuple] = set()
         order: list[Config] = []
         free = 0
         while True:
@@ -170,13 +188,13 @@ def replay_once(land: Landscape, sampler: str, seed: int, target: float,
                 free += 1
             else:
                 free = 0
-                measured[key] = (status, value)
+                measured.add(key)
                 order.append(config)
-            if status == "ok":
+            if value is not None:
                 study.tell(trial, value)
             else:
                 study.tell(trial, state=TrialState.FAIL)
-            if free == 0 and value is not None and value >= threshold:
+            if free == 0 and status == "ok" and value >= threshold:
                 return ReplayRun(len(order), order, study)
 
 
@@ -210,9 +228,10 @@ class ReplayResult:
 
 
 def model_seeds(land: Landscape, dev: DeviceInfo, count: int) -> list[Config]:
-    """The ``count`` recorded configurations the model predicts fastest."""
+    """The model's ``count`` seeds among the recorded configurations (``model.seeds``: the best
+    predicted, one per distinct prediction)."""
     m, n, k = land.shape
-    return model.rank(land.configs, dev, land.precision, m, n, k, land.peaks)[:count]
+    return model.seeds(land.configs, dev, land.precision, m, n, k, count, land.peaks)
 
 
 def model_spearman(land: Landscape, dev: DeviceInfo) -> float:

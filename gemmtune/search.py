@@ -94,6 +94,7 @@ class SearchRequest:
     policy: TimingPolicy = field(default_factory=TimingPolicy)
     jobs: int | None = None          # compiler processes; None: one per spare core; 0: build on the timer
     early_stop: float | None = 0.5   # stop timing a candidate whose speed is surely below this x the best
+    seeds: int = 10                  # best-predicted configurations measured first (0: none)
 
 
 @dataclass
@@ -232,6 +233,8 @@ def _search(req, prec, space, valid, runner, compilers, store, progress) -> Summ
     if baseline_key not in measured:
         pending.append(baseline)
     grid_order = list(valid) if req.sampler == "grid" else None
+    if req.seeds and grid_order is None:
+        pending += _model_seeds(unmeasured(), req.seeds, dev, prec, m, n, k, store, rng, {baseline_key})
 
     budget = req.trials
     if req.sampler == "grid":
@@ -399,6 +402,20 @@ def _search(req, prec, space, valid, runner, compilers, store, progress) -> Summ
     elapsed = time.monotonic() - start
     return _summarize(store, name, dev, prec, (m, n, k), done, failures, elapsed,
                       baseline_key, len(valid), stopped_by or "trials", timing_s / elapsed if elapsed else None)
+
+
+MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole space may be 10^5
+
+
+def _model_seeds(candidates: list[Config], count: int, dev, prec, m, n, k, store: Store, rng: random.Random,
+                 skip: set) -> list[Config]:
+    """The best-predicted unmeasured configurations (of a random sample, when the space is large),
+    with the device's measured peaks where `gemmtune peak` stored them."""
+    from gemmtune.model import rank
+
+    sample = candidates if len(candidates) <= MODEL_SAMPLE else rng.sample(candidates, MODEL_SAMPLE)
+    ranked = rank(sample, dev, prec, m, n, k, store.latest_peaks(dev.key))
+    return [c for c in ranked if _config_key(c.kernel, c.params) not in skip][:count]
 
 
 def _record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precision, m, n, k,

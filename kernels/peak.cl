@@ -4,9 +4,9 @@
 // arithmetic units never wait for a result. The chain's value is a factor of each product, so
 // no compiler can hoist the product out of the loop; and like the GEMM kernels' MULADD it is
 // written as an expression that -cl-mad-enable may fuse (fma() itself ran 40 times slower on
-// PoCL on an AMD EPYC, apparently as a library call). A complex multiply-add is four real ones, as in the GEMM kernels, and is
-// counted as 8 flops. Every chain starts from a different value (so none can be merged with
-// another) and the sum of all is stored (so none can be dropped).
+// PoCL on an AMD EPYC, apparently as a library call). A complex multiply-add is four real ones,
+// as in the GEMM kernels, and is counted as 8 flops. Every chain starts from a different value
+// (so none can be merged with another) and the sum of all is stored (so none can be dropped).
 // copy: out <- in, 16 bytes per work-item; bandwidth counts the bytes read and written.
 #include "common.cl"
 
@@ -38,7 +38,7 @@ __kernel void madd(const int iterations, const real a, const real b, __global re
   out[gid] = sum;
 }
 
-__kernel void copy(const __global float4* restrict in, __global float4* restrict out) {
+__kernel void copy(const ulong items, const __global float4* restrict in, __global float4* restrict out) {
   const size_t i = get_global_id(0);
-  out[i] = in[i];
+  if (i < items) { out[i] = in[i]; }
 }

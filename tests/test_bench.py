@@ -51,7 +51,7 @@ def no_env(tmp_path_factory):
 @pytest.fixture
 def empty_db(tmp_path) -> str:
     """A database URL whose file does not exist: nothing was tuned."""
-    return f"sqlite:///{tmp_path / 'nothing' / 'results.db'}"
+    return f"sqlite:///{tmp_path / 'results.db'}"
 
 
 @pytest.fixture(scope="module")

@@ -194,9 +194,24 @@ def test_rank_puts_better_reuse_first():
         assert model.rank([poor, good, fair], dev, S, 1024, 1024, 1024) == [good, fair, poor]
         p = [model.predict(c, dev, S, 1024, 1024, 1024) for c in (poor, fair, good)]
         assert p[0].intensity < p[1].intensity < p[2].intensity
-    # Ties keep their order: these differ only in what the model does not see.
+    # Equal predicted times go to the configuration that moves fewer bytes; configurations that
+    # differ only in what the model does not see keep their order.
+    peaks = {"s": 1.0, "bandwidth": 1e6}  # compute-bound: time depends on efficiency alone
+    small, large = k5(TSM=16, TSN=64, TSK=16, WPTN=8), k5(TSM=64, TSN=64, TSK=16, WPTN=8)
+    p_small, p_large = (model.predict(c, GPU, S, 512, 512, 512, peaks) for c in (small, large))
+    assert p_small.time_s == p_large.time_s and p_small.bytes > p_large.bytes
+    assert model.rank([small, large], GPU, S, 512, 512, 512, peaks) == [large, small]
     a, b = rt(UNROLL=1), rt(UNROLL=8)
     assert model.rank([b, a], GPU, S, 512, 512, 512) == [b, a]
+
+
+def test_seeds_are_the_best_predictions_one_per_distinct_prediction():
+    a, b = rt(UNROLL=1), rt(UNROLL=8)                  # the model cannot tell these apart
+    worse = k5(TSM=16, TSN=16, TSK=16, WPTN=1, PAD=0)
+    assert model.rank([worse, a, b], GPU, S, 512, 512, 512) == [a, b, worse]
+    assert model.seeds([worse, a, b], GPU, S, 512, 512, 512, count=2) == [a, worse]
+    assert model.seeds([worse, a, b], GPU, S, 512, 512, 512, count=1) == [a]
+    assert model.seeds([worse, a, b], GPU, S, 512, 512, 512, count=10) == [a, worse]
 
 
 def test_spearman_on_known_data():

@@ -304,3 +304,20 @@ def test_problem_checks_name_what_is_wrong():
     with pytest.raises(GemmtuneError, match="one allocation"):
         check_problem(_device(global_mem_bytes=2**40), get_precision("d"), 8192, 8192, 8)
     check_problem(_device(), get_precision("d"), 1024, 1024, 1024)  # fits: no error
+
+
+def test_the_model_best_predictions_are_measured_right_after_the_baseline(tmp_path):
+    from gemmtune.model import rank
+
+    space_file = tmp_path / "seed.toml"
+    space_file.write_text(TINY_SPACE.replace("TSK = [16]", "TSK = [8, 16, 32]").replace("PAD = [1]", "PAD = [0, 2]"))
+    db = tmp_path / "s.db"
+    search("--size", "40", "--trials", "3", "--space", str(space_file), "--seed", "4", db=db)
+    got = [json.loads(r["params"]) for r in rows(db)]
+    dev, prec = resolve_device(0), get_precision("s")
+    ranked = [c.params for c in rank(valid_configs(load_space(space_file), dev, prec), dev, prec, 40, 40, 40)]
+    assert got[1:] == [p for p in ranked if p != got[0]][:2]
+    # With --no-seed the sampler alone decides after the baseline (TPE's first proposals are random).
+    db2 = tmp_path / "n.db"
+    search("--size", "40", "--trials", "3", "--space", str(space_file), "--seed", "4", "--no-seed", db=db2)
+    assert rows(db2)[0]["params"] == rows(db)[0]["params"] and len(rows(db2)) == 3
