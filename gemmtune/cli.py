@@ -508,11 +508,13 @@ def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
 @click.option("--target", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
               help="Stop at a measured trial reaching this fraction of the study's best GFLOP/s.")
 @click.option("--model-seeds", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Best-predicted configurations tpe-seeded measures first.")
+              help="Configurations tpe-seeded measures first: the model's best predictions, one per "
+                   "distinct prediction.")
 @click.option("--device-info", type=click.Path(dir_okay=False), default=None, metavar="FILE.json",
               help="The study's device for the model, as `gemmtune devices --format json` printed it "
                    "(default: the device of this machine with the study's device key).")
-@space_option
+@click.option("--space", "space_file", type=click.Path(dir_okay=False), default=None,
+              help="The study's search-space TOML file (default: the space rebuilt from the recorded rows).")
 @format_option("table", "json")
 def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_file, fmt):
     """Compare samplers by re-running searches against an exhaustive study's recorded results."""

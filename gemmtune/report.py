@@ -129,7 +129,8 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (device, precision, m, n, k), group in rows.groupby(GROUP, sort=False):
         ranked = _ranked(group)
-        failed = group[group.status != "ok"].status.value_counts().sort_index()
+        # "slow" was stopped early on purpose: neither correct-and-complete nor a failure.
+        failed = group[~group.status.isin(("ok", "slow"))].status.value_counts().sort_index()
         entry = {"device": device, "device_name": group.device_name.iloc[0], "precision": precision,
                  "m": int(m), "n": int(n), "k": int(k), "kernel": None, "params": None, "gflops": None,
                  "gflops_low": None, "gflops_high": None, "time_ms": None, "trials": len(group),

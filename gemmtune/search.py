@@ -409,13 +409,14 @@ MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole
 
 def _model_seeds(candidates: list[Config], count: int, dev, prec, m, n, k, store: Store, rng: random.Random,
                  skip: set) -> list[Config]:
-    """The best-predicted unmeasured configurations (of a random sample, when the space is large),
-    with the device's measured peaks where `gemmtune peak` stored them."""
-    from gemmtune.model import rank
+    """The best-predicted unmeasured configurations, one per distinct prediction (of a random
+    sample, when the space is large), with the device's measured peaks where `gemmtune peak`
+    stored them."""
+    from gemmtune.model import seeds
 
     sample = candidates if len(candidates) <= MODEL_SAMPLE else rng.sample(candidates, MODEL_SAMPLE)
-    ranked = rank(sample, dev, prec, m, n, k, store.latest_peaks(dev.key))
-    return [c for c in ranked if _config_key(c.kernel, c.params) not in skip][:count]
+    sample = [c for c in sample if _config_key(c.kernel, c.params) not in skip]
+    return seeds(sample, dev, prec, m, n, k, count, store.latest_peaks(dev.key))
 
 
 def _record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precision, m, n, k,

@@ -40,7 +40,7 @@ def grid(tmp_path_factory) -> tuple[Path, Path]:
     where = tmp_path_factory.mktemp("replay")
     space, db = where / "grid.toml", where / "grid.db"
     space.write_text(GRID_SPACE)
-    result = CliRunner().invoke(cli, ["search", "--sampler", "grid", "--size", "24", "--time-cap", "0.05", "-q",
+    result = CliRunner().invoke(cli, ["search", "--sampler", "grid", "--size", "24", "--time-cap", "0.05", "-q", "--early-stop", "0",
                                       "--space", str(space), "--study", GRID_STUDY, "--db", f"sqlite:///{db}"])
     assert result.exit_code == 0, result.output
     return db, space
