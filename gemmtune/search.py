@@ -217,7 +217,9 @@ def _search(req, prec, space, valid, runner, compilers, store, progress) -> Summ
 
     measured: dict[tuple, tuple[str, float | None]] = {}
     for row in store.frame(study=name).itertuples():
-        measured[_config_key(row.kernel, json.loads(row.params))] = (row.status, row.gflops)
+        # pandas reads a failed row's NULL as NaN: Optuna must be told "failed", not NaN.
+        value = None if row.gflops is None or row.gflops != row.gflops else float(row.gflops)
+        measured[_config_key(row.kernel, json.loads(row.params))] = (row.status, value)
     valid_keys = {_config_key(c.kernel, c.params) for c in valid}
     proposals = _Proposals(space)
     rng = random.Random(req.seed)
