@@ -49,7 +49,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
-from gemmtune.search import MAX_FREE_PROPOSALS, _config_key, _Proposals, make_sampler
+from gemmtune.search import Proposer, _config_key, _Proposals, make_sampler
 from gemmtune.space import Config, FamilySpace, Space, load_space
 from gemmtune.store import Store, database_url
 
@@ -165,36 +165,22 @@ def replay_once(land: Landscape, sampler: str, seed: int, target: float,
                                     sampler=make_sampler("random" if sampler == "random" else "tpe", seed))
         pending = [land.baseline] if land.baseline is not None else []
         pending += [c for c in first if c not in pending]
-        measured: set[tuple] = set()
+        measured: dict[tuple, tuple[str, float | None]] = {}
         order: list[Config] = []
-        free = 0
+        # The search's own proposer: configurations not recorded count as invalid.
+        proposer = Proposer(study, proposals, land.configs, measured, rng, pending)
         while True:
-            if not pending and free >= MAX_FREE_PROPOSALS:
-                left = [c for c in land.configs if _config_key(c.kernel, c.params) not in measured]
-                if not left:
-                    return ReplayRun(None, order, study)
-                pending.append(rng.choice(left))
-            if pending:
-                proposals.enqueue(study, pending.pop(0))
-            trial = study.ask()
-            config = proposals.suggest(trial)
-            key = _config_key(config.kernel, config.params)
-            if key not in land.values:
-                study.tell(trial, state=TrialState.PRUNED)
-                free += 1
-                continue
-            status, value = land.values[key]
-            if key in measured:
-                free += 1
-            else:
-                free = 0
-                measured.add(key)
-                order.append(config)
+            proposal = proposer.next()
+            if proposal is None:
+                return ReplayRun(None, order, study)
+            trial, config, key = proposal
+            status, value = measured[key] = land.values[key]
+            order.append(config)
             if value is not None:
                 study.tell(trial, value)
             else:
                 study.tell(trial, state=TrialState.FAIL)
-            if free == 0 and status == "ok" and value >= threshold:
+            if status == "ok" and value >= threshold:
                 return ReplayRun(len(order), order, study)
 
 

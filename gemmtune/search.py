@@ -202,6 +202,67 @@ def default_jobs() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+class Proposer:
+    """The next candidate to measure, by the rules in the module docstring.
+
+    ``measured`` maps configuration keys to (status, GFLOP/s or None) and is shared with the
+    caller, who adds each measured candidate; a proposal of a key already there is told that
+    value again, or PRUNED while its status is "in_flight". ``pending`` configurations are
+    enqueued first; ``grid`` (a list) makes the order exhaustive instead of the sampler's.
+    Used by the live search and by ``gemmtune replay``, so that both follow one set of rules.
+    """
+
+    def __init__(self, study, proposals: "_Proposals", valid: list[Config], measured: dict, rng: random.Random,
+                 pending: list[Config], grid: list[Config] | None = None, why_invalid=None):
+        self.study, self.proposals, self.valid, self.measured = study, proposals, valid, measured
+        self.rng, self.pending, self.grid, self.why_invalid = rng, pending, grid, why_invalid
+        self.valid_keys = {_config_key(c.kernel, c.params) for c in valid}
+        self.free = 0   # proposals in a row that cost nothing (invalid or measured before)
+
+    def unmeasured(self) -> list[Config]:
+        return [c for c in self.valid if _config_key(c.kernel, c.params) not in self.measured]
+
+    def next(self):
+        """(trial, config, key) of a valid, unmeasured configuration, or None when none is left.
+        The key is marked "in_flight" in ``measured``."""
+        study, measured = self.study, self.measured
+        while True:
+            if not self.pending:
+                if self.grid is not None:
+                    nxt = next((c for c in self.grid if _config_key(c.kernel, c.params) not in measured), None)
+                    if nxt is None:
+                        return None
+                    self.pending.append(nxt)
+                elif self.free >= MAX_FREE_PROPOSALS:
+                    left = self.unmeasured()
+                    if not left:
+                        return None
+                    self.pending.append(self.rng.choice(left))
+            if self.pending:
+                self.proposals.enqueue(study, self.pending.pop(0))
+            trial = study.ask()
+            config = self.proposals.suggest(trial)
+            key = _config_key(config.kernel, config.params)
+            if key not in self.valid_keys:
+                broken = self.why_invalid(config) if self.why_invalid else None
+                trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")
+                study.tell(trial, state=TrialState.PRUNED)
+                self.free += 1
+                continue
+            if key in measured:
+                status, value = measured[key]
+                trial.set_user_attr("skipped", "measured before" if status != "in_flight" else "in flight")
+                if value is not None:
+                    study.tell(trial, value)
+                else:
+                    study.tell(trial, state=TrialState.FAIL if status != "in_flight" else TrialState.PRUNED)
+                self.free += 1
+                continue
+            self.free = 0
+            measured[key] = ("in_flight", None)
+            return trial, config, key
+
+
 def _search(req, prec, space, valid, runner, compilers, store, progress) -> Summary:
     dev = runner.device
     m, n, k = req.m, req.n, req.k
@@ -242,7 +303,6 @@ def _search(req, prec, space, valid, runner, compilers, store, progress) -> Summ
     if req.sampler == "grid":
         left = len(unmeasured())
         budget = left if budget is None else min(budget, left)
-    state = {"free": 0}
     done, failures = 0, Counter()
     start = time.monotonic()
     stopped_by = None
@@ -250,43 +310,9 @@ def _search(req, prec, space, valid, runner, compilers, store, progress) -> Summ
     digests: dict[str, tuple[int, Outcome]] = {}   # binary digest -> (trial, outcome) measured
     timing_s = 0.0
 
-    def propose():
-        """The next candidate as (trial, config, key), or None when the space is exhausted."""
-        while True:
-            if not pending:
-                if grid_order is not None:
-                    nxt = next((c for c in grid_order if _config_key(c.kernel, c.params) not in measured), None)
-                    if nxt is None:
-                        return None
-                    pending.append(nxt)
-                elif state["free"] >= MAX_FREE_PROPOSALS:
-                    left = unmeasured()
-                    if not left:
-                        return None
-                    pending.append(rng.choice(left))
-            if pending:
-                proposals.enqueue(study, pending.pop(0))
-            trial = study.ask()
-            config = proposals.suggest(trial)
-            key = _config_key(config.kernel, config.params)
-            if key not in valid_keys:
-                broken = FAMILIES[config.kernel].broken(config.params, dev, prec)
-                trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")
-                study.tell(trial, state=TrialState.PRUNED)
-                state["free"] += 1
-                continue
-            if key in measured:
-                status, value = measured[key]
-                trial.set_user_attr("skipped", "measured before" if status != "in_flight" else "in flight")
-                if value is not None:
-                    study.tell(trial, value)
-                else:
-                    study.tell(trial, state=TrialState.FAIL if status != "in_flight" else TrialState.PRUNED)
-                state["free"] += 1
-                continue
-            state["free"] = 0
-            measured[key] = ("in_flight", None)
-            return trial, config, key
+    proposer = Proposer(study, proposals, valid, measured, rng, pending, grid_order,
+                        why_invalid=lambda c: FAMILIES[c.kernel].broken(c.params, dev, prec))
+    propose = proposer.next
 
     def finish(trial, config, key, outcome: Outcome, compile_s=None):
         nonlocal done, best
