@@ -222,8 +222,9 @@ class _ProgressLine:
         total = "?" if p.total is None else p.total
         best = "-" if p.best_gflops is None else f"{p.best_gflops:,.1f}"
         last = p.last.status if p.last_gflops is None else f"{p.last_gflops:,.1f} GFLOP/s"
+        where = "" if p.device is None else f"device {p.device.index}: "
         line = (f"trial {p.done}/{total}  best {best} GFLOP/s  failed {p.failures}  "
-                f"{p.elapsed:,.0f} s  | last: {p.last_config} -> {last}")
+                f"{p.elapsed:,.0f} s  | {where}{p.last_config} -> {last}")
         if self.tty:
             click.echo("\r\033[K" + line[: click.get_terminal_size()[0] - 1], nl=False, err=True)
         else:
@@ -237,7 +238,8 @@ class _ProgressLine:
 def summary_dict(s) -> dict:
     best = s.best
     return {
-        "study": s.study, "db": s.db, "device": s.device.key, "precision": s.precision,
+        "study": s.study, "db": s.db, "device": s.device.key,
+        "devices": [d.index for d in s.devices], "precision": s.precision,
         "m": s.shape[0], "n": s.shape[1], "k": s.shape[2],
         "trials": s.trials, "failures": dict(s.failures), "stopped_by": s.stopped_by,
         "elapsed_s": round(s.elapsed, 2), "valid_configurations": s.space_size,
@@ -256,13 +258,15 @@ def summary_dict(s) -> dict:
 
 def print_summary(d: dict) -> None:
     click.echo(f"study      {d['study']}  ({d['db']})")
-    click.echo(f"device     {d['device']}")
+    click.echo(f"device     {d['device']}" + (f" (devices {', '.join(map(str, d['devices']))})"
+                                                 if len(d["devices"]) > 1 else ""))
     click.echo(f"problem    {d['precision']}gemm {d['m']}x{d['n']}x{d['k']}")
     failed = ", ".join(f"{n} {r}" for r, n in sorted(d["failures"].items())) or "none"
     click.echo(f"this run   {d['trials']} trials in {d['elapsed_s']:.1f} s (stopped: {d['stopped_by']}), "
                f"failed: {failed}; {d['valid_configurations']} valid configurations")
     if d["device_busy_share"] is not None:
-        click.echo(f"pipeline   timing worker busy {100 * d['device_busy_share']:.0f}% of the wall time")
+        click.echo(f"pipeline   timing worker{'s' if len(d['devices']) > 1 else ''} busy "
+                   f"{100 * d['device_busy_share']:.0f}% of the wall time")
     b = d["best"]
     if b is None:
         click.echo("best       no configuration has run correctly yet")
@@ -284,7 +288,10 @@ def print_summary(d: dict) -> None:
 
 
 @cli.command()
-@device_option
+@click.option("--device", "device", default=None, metavar="N|P:D|LIST|all",
+              help="Device(s): a flat index from `gemmtune devices` or platform:device, a comma-separated "
+                   "list of them, or all. Devices of one model and driver search one study together; "
+                   "other models get studies of their own. Default: $GEMMTUNE_DEVICE, else 0.")
 @precision_option
 @shape_options
 @click.option("--trials", type=int, default=None,
@@ -308,10 +315,13 @@ def print_summary(d: dict) -> None:
                    "(status slow); 0 disables.")
 @click.option("--no-seed", is_flag=True,
               help="Do not measure the performance model's 10 best-predicted configurations first.")
+@click.option("--heartbeat-grace", "grace", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Seconds a trial of another search process may go without a heartbeat before it is "
+                   "failed and recorded as lost (its process or machine died).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @format_option("table", "json")
 def search(device, precision, shape, trials, timeout, trial_timeout, sampler, seed, db, study,
-           space_file, time_cap, jobs, early_stop, no_seed, quiet, fmt):
+           space_file, time_cap, jobs, early_stop, no_seed, grace, quiet, fmt):
     """Search the valid space with Optuna; build, verify and time each trial; record every result."""
     from gemmtune.search import SearchRequest, run_search
     from gemmtune.timing import TimingPolicy
@@ -322,16 +332,19 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
                         trials=trials if trials is not None or sampler == "grid" else 30,
                         timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
                         db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap),
-                        jobs=jobs, early_stop=early_stop or None, seeds=0 if no_seed else 10)
+                        jobs=jobs, early_stop=early_stop or None, seeds=0 if no_seed else 10, grace=grace)
     line = _ProgressLine(quiet)
-    summary = run_search(req, line)
+    summaries = run_search(req, line)
     line.close()
-    d = summary_dict(summary)
-    if fmt == "json":
-        click.echo(json.dumps(d, indent=2, default=str))
+    found = [summary_dict(s) for s in summaries]
+    if fmt == "json":  # one study: its object; several (devices of different models): a list
+        click.echo(json.dumps(found[0] if len(found) == 1 else found, indent=2, default=str))
     else:
-        print_summary(d)
-    return 130 if summary.stopped_by == "interrupted" else 0
+        for i, d in enumerate(found):
+            if i:
+                click.echo("")
+            print_summary(d)
+    return 130 if any(s.stopped_by == "interrupted" for s in summaries) else 0
 
 
 # ---------------------------------------------------------------- report, export
@@ -373,7 +386,10 @@ def result_filters(f):
               help="Also plot best-so-far GFLOP/s per search and best GFLOP/s against size "
                    "(needs matplotlib: pip install 'gemmtune[plot]').")
 @click.option("--importance", is_flag=True, help="Add Optuna's parameter importances of each study shown.")
-def report(filters, db, fmt, top, plot_file, importance):
+@click.option("--model", "with_model", is_flag=True,
+              help="Add the performance model's predicted GFLOP/s of each configuration shown and its rank "
+                   "correlation (Spearman) with the measured times of each shape.")
+def report(filters, db, fmt, top, plot_file, importance, with_model):
     """Show the best configurations found, per device, precision and shape."""
     from gemmtune import report as rp
 
@@ -383,7 +399,11 @@ def report(filters, db, fmt, top, plot_file, importance):
     if found.rows.empty:
         click.echo(found.nothing_message())
         return 0
-    frame = rp.top(found.rows, top) if top else rp.summary(found.rows)
+    frame = rp.top(found.rows, top) if top else rp.summary(found.rows, found.peaks)
+    if with_model:
+        frame, notes = rp.add_model(frame, found)
+        for note in notes:
+            click.echo(note, err=True)
     if importance:
         frame, notes = rp.add_importance(frame, found.url)
         for note in notes:
@@ -512,7 +532,8 @@ def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
                    "distinct prediction.")
 @click.option("--device-info", type=click.Path(dir_okay=False), default=None, metavar="FILE.json",
               help="The study's device for the model, as `gemmtune devices --format json` printed it "
-                   "(default: the device of this machine with the study's device key).")
+                   "(default: as the search stored it in the database, else the device of this machine "
+                   "with the study's device key).")
 @click.option("--space", "space_file", type=click.Path(dir_okay=False), default=None,
               help="The study's search-space TOML file (default: the space rebuilt from the recorded rows).")
 @format_option("table", "json")
@@ -524,8 +545,8 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
     land = rp.load_landscape(db, study, space_file)
     device = rp.device_for(land, device_info) if "tpe-seeded" in names or device_info else None
     if "tpe-seeded" in names and device is None:
-        raise GemmtuneError(f"tpe-seeded needs the study's device ({land.device_name}) for the model, and this "
-                            "machine has no device with its key: pass --device-info FILE (saved with "
+        raise GemmtuneError(f"tpe-seeded needs the study's device ({land.device_name}) for the model; neither the "
+                            "database nor this machine describes it: pass --device-info FILE (saved with "
                             "`gemmtune devices --format json` on its machine) or leave tpe-seeded out of --samplers")
     result = rp.replay(land, names, seeds, target, model_seeds, device)
     d = result.to_json()

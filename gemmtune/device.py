@@ -67,6 +67,26 @@ def device_spec(spec: str | int | None = None) -> str:
     return str(spec).strip()
 
 
+def device_specs(spec: str | int | None = None) -> list[str]:
+    """The devices of a ``--device`` value: one spec, a comma-separated list of them, or ``all``
+    (every device of every platform). Lists are checked here; a single spec by its worker."""
+    spec = device_spec(spec)
+    if spec.lower() == "all":
+        return [str(info.index) for info in list_devices()]
+    if "," not in spec:
+        return [spec]
+    parts = [p.strip() for p in spec.split(",")]
+    if not all(parts):
+        raise GemmtuneError(f"bad device list {spec!r}: expected e.g. 0,1")
+    seen = {}
+    for part in parts:
+        info = resolve_device(part)
+        if info.index in seen:
+            raise GemmtuneError(f"device list {spec!r} names device {info.index} twice ({seen[info.index]} and {part})")
+        seen[info.index] = part
+    return parts
+
+
 def open_device(spec: str | int | None = None) -> tuple[DeviceInfo, cl.Device]:
     """The device named by ``spec``: a flat index ``N`` or ``P:D`` (platform : device)."""
     spec = device_spec(spec)

@@ -9,6 +9,7 @@ comments. Nothing here imports OpenCL.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -99,6 +100,11 @@ class Family:
     def defaults(self) -> Params:
         return {name: default for name, (default, _) in self.parameters.items()}
 
+    def store_conflicts(self, p: Params, prec: Precision) -> tuple[int, int]:
+        """How many ways the stores of the A and B slices into local memory conflict on a GPU's
+        32 banks of 4 bytes (1: none), for the performance model."""
+        return 1, 1
+
     def b_k_fast(self, p: Params) -> bool:
         """Whether the kernel reads B as Kp x Np (k fastest) rather than Np x Kp."""
         return bool(p.get("BKFAST", 0))
@@ -127,6 +133,12 @@ class TiledK5(Family):
 
     def local_mem_bytes(self, p, prec):
         return (p["TSK"] * p["TSM"] + p["TSN"] * (p["TSK"] + p["PAD"])) * prec.bytes
+
+    def store_conflicts(self, p, prec):
+        # Consecutive work-items store Bsub[n][k] for consecutive n: rows TSK + PAD elements
+        # apart, what PAD is for. A's stores go to consecutive addresses.
+        words = prec.bytes // 4
+        return 1, max(1, math.gcd((p["TSK"] + p["PAD"]) * words, 32) // words)
 
 
 def _wgs(p: Params) -> int:

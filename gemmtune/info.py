@@ -30,6 +30,12 @@ class DeviceInfo:
         """Stable identity of a device model and driver, used to key results."""
         return f"{self.platform} | {self.name} | {self.driver_version}"
 
+    @classmethod
+    def from_json(cls, d: dict) -> "DeviceInfo":
+        """The inverse of ``to_json`` (the device's indices on its own machine are not kept)."""
+        return cls(**{**d, "platform_index": 0, "device_index": 0,
+                      "max_work_item_sizes": tuple(d["max_work_item_sizes"])})
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["max_work_item_sizes"] = list(self.max_work_item_sizes)

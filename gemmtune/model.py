@@ -43,7 +43,12 @@ Efficiency (the fraction of the compute peak the kernel can reach)
     register tile  = each work-item computes wm x wn results with wm = TM/lx, wn = TN/ly
                      (xgemm_k5: 1 x WPTN; xgemm_rt: WPTM x WPTN). Per k it reads wm + wn values
                      from local memory for wm·wn multiply-adds; counting a local read as one
-                     issue slot, like a multiply-add: reg = wm·wn / (wm·wn + wm + wn).
+                     issue slot, like a multiply-add: reg = wm·wn / (wm·wn + wm + wn). On a GPU
+                     the slots also count the work-item's share of storing the k-slice, TM + TN
+                     values over lx·ly work-items, each store weighted by its bank conflicts
+                     (the family's ``store_conflicts``; xgemm_k5's B rows lie TSK + PAD elements
+                     apart, so a store conflicts gcd((TSK + PAD)·e/4, 32)/(e/4) ways over 32 banks
+                     of 4 bytes): reg = wm·wn / (wm·wn + wm + wn + (TM·ca + TN·cb)/(lx·ly)).
     occupancy      = min(1, min(resident, rounds) · work-items per group / LATENCY_ITEMS), where
                      LATENCY_ITEMS work-items per compute unit hide memory latency: 128 on a GPU
                      (4 warps of 32; a guess), 1 elsewhere (a CPU runs a work-group as a loop).
@@ -197,7 +202,11 @@ def predict(config: Config, dev: DeviceInfo, prec: Precision, m: int, n: int, k:
     rounds = -(-groups // dev.compute_units)
 
     wm, wn = tm / lx, tn / ly
-    register_tile = wm * wn / (wm * wn + wm + wn)
+    slots = wm * wn + wm + wn   # per k: multiply-adds and local reads
+    if dev.type == "GPU":       # and the slices' stores into local memory, with bank conflicts
+        ca, cb = family.store_conflicts(p, prec)
+        slots += (tm * ca + tn * cb) / items
+    register_tile = wm * wn / slots
     occupancy = min(1.0, min(resident, rounds) * items / LATENCY_ITEMS.get(dev.type, 1))
     efficiency = register_tile * occupancy
 

@@ -180,6 +180,7 @@ def run_peak(device: str | int | None = None, precisions: str | None = None, db:
         store = Store(url)
         try:
             created = store.save_peaks(info.key, info.name, {p.quantity: p.value for p in peaks})
+            store.save_device(info)
         finally:
             store.close()
     return PeakRun(info, peaks, url, created)

@@ -71,6 +71,7 @@ class Landscape:
     values: dict[tuple, tuple[str, float | None]]   # config key -> (status, recorded GFLOP/s or None)
     baseline: Config | None
     peaks: dict[str, float]       # the device's measured peaks in the same database, if any
+    described: DeviceInfo | None = None   # the device as the search stored it (table devices)
 
     @property
     def best(self) -> float:
@@ -114,6 +115,7 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
             raise GemmtuneError(f"no results for study {study!r} in {store.url} ({where})")
         first = rows.iloc[0]
         peaks = store.latest_peaks(first.device)
+        described = store.device_info(first.device)
     finally:
         store.close()
     unknown = sorted(set(rows.kernel) - set(FAMILIES))
@@ -138,7 +140,8 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
         raise GemmtuneError(f"study {study!r} has no correct ('ok') configuration in {space.origin}")
     return Landscape(study, store.url, first.device, first.device_name, get_precision(first.precision),
                      (int(first.m), int(first.n), int(first.k)), space,
-                     [c for _, c in sorted(configs.values(), key=lambda pc: pc[0])], values, baseline, peaks)
+                     [c for _, c in sorted(configs.values(), key=lambda pc: pc[0])], values, baseline, peaks,
+                     described)
 
 
 @dataclass
@@ -262,7 +265,8 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
 def device_for(land: Landscape, info_file: str | Path | None = None) -> DeviceInfo | None:
     """The study's device, for the model: from ``info_file`` (what ``gemmtune devices --format
     json`` printed on its machine: the entry with the study's device name, or the only one), else
-    the device of this machine with the study's device key; None when neither has it."""
+    the description the search stored in the database, else the device of this machine with the
+    study's device key; None when none has it."""
     if info_file is not None:
         try:
             entries = json.loads(Path(info_file).read_text(encoding="utf-8"))
@@ -274,11 +278,12 @@ def device_for(land: Landscape, info_file: str | Path | None = None) -> DeviceIn
         if not isinstance(chosen, dict):
             raise GemmtuneError(f"device description {info_file} has no device named {land.device_name!r}")
         try:
-            return DeviceInfo(**{**chosen, "platform_index": 0, "device_index": 0,
-                                 "max_work_item_sizes": tuple(chosen["max_work_item_sizes"])})
+            return DeviceInfo.from_json(chosen)
         except (TypeError, KeyError) as e:
             raise GemmtuneError(f"device description {info_file} is not what `gemmtune devices --format json` "
                                 f"prints: {e}") from None
+    if land.described is not None:
+        return land.described
     try:
         from gemmtune.device import list_devices
 

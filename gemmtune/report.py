@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +69,8 @@ class Results:
     total: int            # rows in the table, before filtering
     rows: pd.DataFrame
     filters: Filters
+    peaks: dict = field(default_factory=dict)     # device key -> measured peaks (Store.latest_peaks)
+    devices: dict = field(default_factory=dict)   # device key -> DeviceInfo stored by search or peak
 
     def nothing_message(self) -> str:
         if not self.exists:
@@ -84,9 +86,13 @@ def load(db: str | None = None, filters: Filters = Filters()) -> Results:
     store = Store(database_url(db), create=False)
     try:
         rows = store.frame()
+        shown = filters.apply(rows)
+        keys = shown.device.unique()
+        peaks = {key: store.latest_peaks(key) for key in keys}
+        devices = {key: store.device_info(key) for key in keys}
     finally:
         store.close()
-    return Results(store.url, store.exists, len(rows), filters.apply(rows), filters)
+    return Results(store.url, store.exists, len(rows), shown, filters, peaks, devices)
 
 
 GROUP = ["device", "precision", "m", "n", "k"]
@@ -115,7 +121,7 @@ def _best_columns(row) -> dict:
             "gflops_low": low, "gflops_high": high, "time_ms": row.time_ms}
 
 
-def summary(rows: pd.DataFrame) -> pd.DataFrame:
+def summary(rows: pd.DataFrame, peaks: dict | None = None) -> pd.DataFrame:
     """One row per (device, precision, m, n, k): the best configuration and how it was found.
 
     ``gflops_low``/``gflops_high``: 95 % interval of the best's GFLOP/s; ``trials``: rows
@@ -124,8 +130,11 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     configuration of the best's search (None if that failed or is missing); ``tie``: whether
     best and runner-up are a statistical tie (one-tailed Mann-Whitney U at 95 % on their time
     samples), None with fewer than two correct configurations or fewer than three samples
-    each; ``study``/``trial``: where the best was found.
+    each; ``study``/``trial``: where the best was found; ``peak_pct``: the best GFLOP/s in
+    percent of the device's measured peak for the precision (``peaks``: device key -> what
+    ``Store.latest_peaks`` returns; None where ``gemmtune peak`` measured none).
     """
+    peaks = peaks or {}
     out = []
     for (device, precision, m, n, k), group in rows.groupby(GROUP, sort=False):
         ranked = _ranked(group)
@@ -137,10 +146,13 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
                  "failed": {str(r): int(c) for r, c in failed.items()},
                  "tuning_s": float(group.trial_s.fillna(0).sum()),
                  "compile_s": float(group.compile_s.fillna(0).sum()),
-                 "speedup": None, "tie": None, "study": None, "trial": None}
+                 "speedup": None, "tie": None, "study": None, "trial": None, "peak_pct": None}
         if len(ranked):
             best = ranked.iloc[0]
             entry.update(_best_columns(best), study=best.study, trial=int(best.trial))
+            peak = peaks.get(device, {}).get(precision)
+            if peak:
+                entry["peak_pct"] = 100 * best.gflops / peak
             baselines = group[group.baseline.astype(bool)]
             baselines = baselines.assign(same=baselines.study == best.study).sort_values(
                 ["same", "id"], ascending=[False, True])
@@ -168,6 +180,58 @@ def _sorted(frame: pd.DataFrame, extra=()) -> pd.DataFrame:
     if frame.empty:
         return frame
     return frame.sort_values(["device_name", "device", "precision", "m", "n", "k", *extra]).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- the performance model
+
+def describe_device(found: Results, key: str):
+    """The DeviceInfo of a device key: as search or peak stored it, else this machine's device
+    with that key; None when neither has it."""
+    if found.devices.get(key) is not None:
+        return found.devices[key]
+    try:
+        from gemmtune.device import list_devices  # OpenCL only for a device this database never described
+
+        return next((d for d in list_devices() if d.key == key), None)
+    except GemmtuneError:
+        return None
+
+
+def add_model(frame: pd.DataFrame, found: Results) -> tuple[pd.DataFrame, list[str]]:
+    """``frame`` (a summary or top view) with the model's ``predicted_gflops`` for each row's
+    configuration and ``model_spearman``, the rank correlation of predicted and measured time
+    over all correct configurations of the row's device, precision and shape; and a sentence for
+    each device the model cannot be applied to (no description of it anywhere)."""
+    from gemmtune.families import FAMILIES
+    from gemmtune.model import predict, spearman
+    from gemmtune.precision import get_precision
+    from gemmtune.space import Config
+
+    notes, devices, correlation = [], {}, {}
+    for key in frame.device.unique():
+        devices[key] = describe_device(found, key)
+        if devices[key] is None:
+            name = frame.device_name[frame.device == key].iloc[0]
+            notes.append(f"No description of device {name!r} in {found.url} or on this machine, so no "
+                         "model figures for it (a search or gemmtune peak with this version stores one).")
+    for group, rows in found.rows.groupby(GROUP, sort=False):
+        dev = devices.get(group[0])
+        ok = rows[(rows.status == "ok") & rows.kernel.isin(list(FAMILIES))]
+        if dev is None or ok.empty:
+            continue
+        prec, (m, n, k) = get_precision(group[1]), map(int, group[2:])
+        predicted = [predict(Config.of(r.kernel, json.loads(r.params)), dev, prec, m, n, k,
+                             found.peaks.get(group[0])).time_s for r in ok.itertuples()]
+        correlation[group] = spearman(predicted, list(ok.time_ms))
+    predicted_gflops = []
+    for row in frame.itertuples():
+        dev = devices.get(row.device)
+        ok = dev is not None and isinstance(row.params, dict) and row.kernel in FAMILIES
+        predicted_gflops.append(
+            predict(Config.of(row.kernel, row.params), dev, get_precision(row.precision), row.m, row.n, row.k,
+                    found.peaks.get(row.device)).gflops if ok else None)
+    spearmans = [correlation.get((r.device, r.precision, r.m, r.n, r.k)) for r in frame.itertuples()]
+    return frame.assign(predicted_gflops=predicted_gflops, model_spearman=spearmans), notes
 
 
 # ---------------------------------------------------------------- importances
@@ -238,8 +302,11 @@ def _for_people(frame: pd.DataFrame) -> pd.DataFrame:
             shown[column] = [_importance_text(v) for v in values]
         elif column == "tie":
             shown[column] = ["-" if v is None or v != v else ("yes" if v else "no") for v in values]
-        elif column in ("gflops", "gflops_low", "gflops_high", "time_ms", "tuning_s", "compile_s", "speedup"):
+        elif column in ("gflops", "gflops_low", "gflops_high", "time_ms", "tuning_s", "compile_s", "speedup",
+                        "peak_pct", "predicted_gflops"):
             shown[column] = [_number(v) for v in values]
+        elif column == "model_spearman":
+            shown[column] = ["-" if v is None or v != v else f"{v:.2f}" for v in values]
         else:
             shown[column] = ["-" if v is None else v for v in values]
     return shown

@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from gemmtune.errors import GemmtuneError
@@ -116,18 +117,38 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
     def run():
         return op.enqueue(pb.a_buf, pb.b_buf, pb.c_buf, 1.0, 0.0)
 
-    # Verify first, on an output poisoned with NaN, so unwritten elements cannot pass.
+    # Verify first, on an output poisoned with NaN, so unwritten elements cannot pass. On a
+    # device other than the host's CPU the comparison runs on the host (numpy releases the GIL)
+    # while the device is timed: at large sizes it costs as much as the timing. A wrong result
+    # then discards the timing. On a CPU device it would disturb the timing, so it goes first.
     cl.enqueue_copy(queue, pb.c_buf, pb.nan)
     run()
     result = np.empty_like(pb.nan)
     cl.enqueue_copy(queue, result, pb.c_buf)
-    check = compare(result, pb.reference, prec)
+    checking = _CHECKER.submit(compare, result, pb.reference, prec)
+    timed = None
+    if queue.device.type & cl.device_type.CPU:
+        checking.result()
+    try:
+        if not checking.done() or checking.result().passed:
+            timed = _time(cl, queue, run, job)
+    finally:
+        check = checking.result()
     if not check.passed:
         return Outcome("wrong_result", check=check, compile_s=compile_s,
                        detail=f"componentwise error {check.componentwise_error:.3g} > tolerance "
                               f"{check.tolerance:.3g}; max relative {check.max_rel_error:.3g}, "
                               f"normwise {check.norm_rel_error:.3g}")
+    status, timing, detail = timed
+    return Outcome(status, timing, check, compile_s, detail=detail)
 
+
+_CHECKER = ThreadPoolExecutor(max_workers=1)
+
+
+def _time(cl, queue, run, job: Job) -> tuple[str, Timing, str]:
+    """Warm up, then time until the interval is tight, the time cap is spent, or (early stop)
+    the candidate is surely slower than ``job.stop_above_ms``."""
     policy = job.policy
     for _ in range(policy.warmup):
         run()
@@ -144,9 +165,9 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
             break
         if job.stop_above_ms is not None and len(total) >= EARLY_STOP_SAMPLES \
                 and median_ci(total)[0] > job.stop_above_ms:
-            return Outcome("slow", Timing(tuple(total), tuple(kernel)), check, compile_s,
-                           detail=f"stopped after {len(total)} samples: time interval above {job.stop_above_ms:.4g} ms")
-    return Outcome("ok", Timing(tuple(total), tuple(kernel)), check, compile_s)
+            return ("slow", Timing(tuple(total), tuple(kernel)),
+                    f"stopped after {len(total)} samples: time interval above {job.stop_above_ms:.4g} ms")
+    return "ok", Timing(tuple(total), tuple(kernel)), ""
 
 
 def _watch_parent(parent: int) -> None:
@@ -263,12 +284,22 @@ class Worker:
         self.deadline = None      # time.monotonic() by which its answer is due
 
     def start(self) -> DeviceInfo:
+        self.launch()
+        return self.ready()
+
+    def launch(self) -> None:
+        """Start the process; ``ready`` waits for its device. Several workers launched before
+        any is waited for open their devices in parallel."""
         parent_conn, child_conn = self._ctx.Pipe()
         self.process = self._ctx.Process(target=self.main, args=(child_conn, self.spec, os.getpid(), self.quiet),
                                          daemon=True, name="gemmtune-worker")
         self.process.start()
         child_conn.close()
         self.connection = parent_conn
+
+    def ready(self) -> DeviceInfo:
+        """The device's description once the process has opened it; GemmtuneError if it cannot."""
+        parent_conn = self.connection
         if not parent_conn.poll(STARTUP_TIMEOUT):
             self.kill()
             raise GemmtuneError(f"the worker for device {self.spec} did not start within {STARTUP_TIMEOUT:.0f} s")
@@ -342,13 +373,24 @@ class Runner:
     ``device`` is resolved by the worker; bad specs raise GemmtuneError from the constructor.
     """
 
-    def __init__(self, device: str | int | None = None, trial_timeout: float = 60.0, quiet: bool = True):
+    def __init__(self, device: str | int | None = None, trial_timeout: float = 60.0, quiet: bool = True,
+                 wait: bool = True):
+        """``wait`` False returns at once; call ``ready()`` before using the runner (runners of
+        several devices then open them in parallel)."""
         from gemmtune.device import device_spec
 
         self.spec = device_spec(device)
         self.trial_timeout = trial_timeout
         self.worker = Worker(_worker_main, self.spec, quiet)
-        self.device: DeviceInfo = self.worker.start()
+        self.device: DeviceInfo | None = None
+        self.worker.launch()
+        if wait:
+            self.ready()
+
+    def ready(self) -> DeviceInfo:
+        if self.device is None:
+            self.device = self.worker.ready()
+        return self.device
 
     def submit(self, job: Job, tag=None) -> None:
         self.worker.submit(job, self.trial_timeout, tag)
@@ -392,7 +434,13 @@ class Compilers:
         self.timeout = timeout
         self.workers = [Worker(_compiler_main, device, quiet) for _ in range(count)]
         for w in self.workers:
-            w.start()
+            w.launch()
+        try:
+            for w in self.workers:
+                w.ready()
+        except GemmtuneError:
+            self.close()
+            raise
 
     def idle(self) -> Worker | None:
         return next((w for w in self.workers if w.idle), None)

@@ -15,17 +15,24 @@ Every measured trial becomes one row of ``results``, committed when the trial en
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import random
 import re
+import signal
+import socket
+import threading
 import time
+import warnings
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from multiprocessing import connection as mp_connection
 from typing import Callable
 
 import optuna
+import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from gemmtune.defaults import default_config, distance
@@ -35,7 +42,7 @@ from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
 from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
 from gemmtune.space import Config, Space, load_space, require_precision, valid_configs
-from gemmtune.store import Store, database_url
+from gemmtune.store import Store, database_url, fast_sqlite
 from gemmtune.timing import Timing, TimingPolicy, gflops, is_tie
 
 SAMPLERS = ("tpe", "random", "grid")
@@ -95,6 +102,7 @@ class SearchRequest:
     jobs: int | None = None          # compiler processes; None: one per spare core; 0: build on the timer
     early_stop: float | None = 0.5   # stop timing a candidate whose speed is surely below this x the best
     seeds: int = 10                  # best-predicted configurations measured first (0: none)
+    grace: float = 60.0              # seconds without a heartbeat before another process fails a trial
 
 
 @dataclass
@@ -109,6 +117,8 @@ class Progress:
     last: Outcome | None = None
     last_config: Config | None = None
     last_gflops: float | None = None
+    device: DeviceInfo | None = None     # the device that measured ``last`` (None: it failed to build)
+    study: str | None = None
 
 
 @dataclass
@@ -126,7 +136,8 @@ class Summary:
     space_size: int
     stopped_by: str                  # trials, timeout, exhausted, interrupted
     db: str
-    device_busy: float | None = None  # share of the wall time the timing worker was busy
+    device_busy: float | None = None  # share of the wall time the timing workers were busy
+    devices: list[DeviceInfo] = field(default_factory=list)   # every device that searched it here
 
     @property
     def speedup(self) -> float | None:
@@ -157,6 +168,15 @@ class _Proposals:
         return Config.of(kernel, {p: trial.suggest_categorical(self.name(kernel, p), values)
                                   for p, values in fs.values.items()})
 
+    def decode(self, params: dict) -> Config | None:
+        """The configuration of a trial's Optuna parameters (None if it has none of this space)."""
+        kernel = params.get("KERNEL", self.space.families[0].family.name)
+        try:
+            fs = self.space.family(kernel)
+            return Config.of(kernel, {p: params[self.name(kernel, p)] for p in fs.values})
+        except (KeyError, GemmtuneError):
+            return None
+
     def enqueue(self, study: optuna.Study, config: Config) -> None:
         params = {self.name(config.kernel, p): v for p, v in config.items}
         if self.multi:
@@ -164,8 +184,9 @@ class _Proposals:
         study.enqueue_trial(params)
 
 
-def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None = None) -> Summary:
-    """Search, measure and record; returns the summary. Ctrl-C ends it early (stopped_by)."""
+def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None = None) -> list[Summary]:
+    """Search, measure and record on every device of ``req.device``; one Summary per study
+    (devices of one model share one). Ctrl-C ends it early (``stopped_by``)."""
     prec = get_precision(req.precision)
     if req.trials is not None and req.trials < 1:
         raise GemmtuneError(f"--trials must be at least 1, got {req.trials}")
@@ -175,26 +196,75 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
         raise GemmtuneError(f"--early-stop must be in [0, 1), got {req.early_stop}")
     if req.jobs is not None and req.jobs < 0:
         raise GemmtuneError(f"--jobs must be at least 0, got {req.jobs}")
+    if req.grace < 1:
+        raise GemmtuneError(f"--heartbeat-grace must be at least 1 second, got {req.grace:g}")
     space = load_space(req.space_file)
-    runner = Runner(req.device, req.trial_timeout)
-    compilers = None
+    from gemmtune.device import device_specs
+
+    specs = device_specs(req.device)
+    runners: list[Runner] = []
+    lanes: list[_Lane] = []
     try:
-        dev = runner.device
-        check_problem(dev, prec, req.m, req.n, req.k)
-        valid = valid_configs(space, dev, prec)
-        if not valid:
-            raise GemmtuneError(f"no configuration of {space.origin} is valid on device {dev.index} "
-                                f"for precision {prec.code} (see gemmtune space --explain)")
-        url = database_url(req.db)
-        store = Store(url)  # opened last: bad input above leaves no database behind
-        jobs = default_jobs() if req.jobs is None else req.jobs
-        if jobs > 0:
-            compilers = Compilers(runner.spec, jobs, req.trial_timeout)
-        return _search(req, prec, space, valid, runner, compilers, store, progress)
+        for spec in specs:
+            runners.append(Runner(spec, req.trial_timeout, wait=False))
+        for r in runners:
+            r.ready()
+        groups: dict[str, list[Runner]] = {}
+        for r in runners:
+            groups.setdefault(r.device.key, []).append(r)
+        if req.study and len(groups) > 1:
+            names = " and ".join(sorted({g[0].device.name for g in groups.values()}))
+            raise GemmtuneError(f"--study names one study, but the devices are of different models ({names}), "
+                                "each searched in a study of its own: leave --study out")
+        plans = []
+        for group in groups.values():
+            dev = group[0].device
+            check_problem(dev, prec, req.m, req.n, req.k)
+            valid = valid_configs(space, dev, prec)
+            if not valid:
+                raise GemmtuneError(f"no configuration of {space.origin} is valid on device {dev.index} "
+                                    f"for precision {prec.code} (see gemmtune space --explain)")
+            plans.append((group, valid))
+        store = Store(database_url(req.db))  # opened last: bad input above leaves no database behind
+        lock = exclusive_sqlite(store)
+        try:
+            jobs = default_jobs() if req.jobs is None else req.jobs
+            for group, valid in plans:
+                compilers = Compilers(group[0].spec, max(1, jobs // len(plans)), req.trial_timeout) if jobs else None
+                lanes.append(_Lane(req, prec, space, valid, group, compilers, store))
+            return _search(lanes, req, progress)
+        finally:
+            for lane in lanes:
+                lane.storage.engine.dispose()  # Optuna's connections closed before the store's
+            store.close()
+            if lock is not None:
+                lock.close()
     finally:
-        if compilers is not None:
-            compilers.close()
-        runner.close()
+        for lane in lanes:
+            if lane.compilers is not None:
+                lane.compilers.close()
+        for r in runners:
+            r.close()
+
+
+def exclusive_sqlite(store: Store):
+    """For a SQLite file, an exclusive lock on it for this search (an open file, to close when
+    done); None for a server database. Several processes writing one SQLite file lock each
+    other out or lose Optuna trials, so a second search on the same file is refused."""
+    parsed = sa.engine.make_url(store.url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    import fcntl  # flock is independent of SQLite's own fcntl record locks
+
+    handle = open(parsed.database, "rb")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise GemmtuneError(f"{parsed.database} is in use by another gemmtune search; a SQLite database takes "
+                            "one search at a time (with any number of devices: --device 0,1 or all). For "
+                            "several processes or machines use PostgreSQL: --db postgresql://USER@HOST/DB") from None
+    return handle
 
 
 def default_jobs() -> int:
@@ -207,20 +277,34 @@ class Proposer:
 
     ``measured`` maps configuration keys to (status, GFLOP/s or None) and is shared with the
     caller, who adds each measured candidate; a proposal of a key already there is told that
-    value again, or PRUNED while its status is "in_flight". ``pending`` configurations are
-    enqueued first; ``grid`` (a list) makes the order exhaustive instead of the sampler's.
-    Used by the live search and by ``gemmtune replay``, so that both follow one set of rules.
+    value again, or PRUNED while it is in flight ("in_flight" here, "elsewhere" in another
+    process). ``pending`` configurations are enqueued first; ``grid`` (a list) makes the order
+    exhaustive instead of the sampler's. ``claim(key, trial)``, where given, takes a
+    configuration for this process (False: another process has it; ``refresh()`` then reads
+    what the others measured into ``measured``). Used by the live search and by ``gemmtune
+    replay``, so that both follow one set of rules.
     """
 
     def __init__(self, study, proposals: "_Proposals", valid: list[Config], measured: dict, rng: random.Random,
-                 pending: list[Config], grid: list[Config] | None = None, why_invalid=None):
+                 pending: list[Config], grid: list[Config] | None = None, why_invalid=None,
+                 claim: Callable | None = None, refresh: Callable | None = None, valid_keys: set | None = None):
         self.study, self.proposals, self.valid, self.measured = study, proposals, valid, measured
         self.rng, self.pending, self.grid, self.why_invalid = rng, pending, grid, why_invalid
-        self.valid_keys = {_config_key(c.kernel, c.params) for c in valid}
+        self.claim, self.refresh = claim, refresh
+        self.valid_keys = valid_keys if valid_keys is not None else {_config_key(c.kernel, c.params) for c in valid}
         self.free = 0   # proposals in a row that cost nothing (invalid or measured before)
 
     def unmeasured(self) -> list[Config]:
         return [c for c in self.valid if _config_key(c.kernel, c.params) not in self.measured]
+
+    def _tell_known(self, trial, status: str, value: float | None) -> None:
+        in_flight = status in IN_FLIGHT
+        trial.set_user_attr("skipped", "in flight" if in_flight else "measured before")
+        if value is not None:
+            self.study.tell(trial, value)
+        else:
+            self.study.tell(trial, state=TrialState.PRUNED if in_flight else TrialState.FAIL)
+        self.free += 1
 
     def next(self):
         """(trial, config, key) of a valid, unmeasured configuration, or None when none is left.
@@ -250,186 +334,402 @@ class Proposer:
                 self.free += 1
                 continue
             if key in measured:
-                status, value = measured[key]
-                trial.set_user_attr("skipped", "measured before" if status != "in_flight" else "in flight")
-                if value is not None:
-                    study.tell(trial, value)
-                else:
-                    study.tell(trial, state=TrialState.FAIL if status != "in_flight" else TrialState.PRUNED)
-                self.free += 1
+                self._tell_known(trial, *measured[key])
+                continue
+            if self.claim is not None and not self.claim(key, trial):
+                if self.refresh is not None:
+                    self.refresh()
+                measured.setdefault(key, ("elsewhere", None))
+                self._tell_known(trial, *measured[key])
                 continue
             self.free = 0
             measured[key] = ("in_flight", None)
             return trial, config, key
 
 
-def _search(req, prec, space, valid, runner, compilers, store, progress) -> Summary:
-    dev = runner.device
-    m, n, k = req.m, req.n, req.k
-    flops = prec.flops(m, n, k)
-    name = req.study or default_study_name(dev, prec, m, n, k)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.create_study(storage=optuna.storages.RDBStorage(store.url), study_name=name,
-                                    direction="maximize", load_if_exists=True,
-                                    sampler=make_sampler(req.sampler, req.seed, constant_liar=compilers is not None))
-    except Exception as e:  # storage errors come in many types; the message says which
-        raise GemmtuneError(f"cannot open the study {name!r} in {store.url}: {str(e).splitlines()[0]}") from None
+IN_FLIGHT = ("in_flight", "elsewhere")   # statuses of ``measured`` that are not results yet
+HEARTBEAT_S = 5                          # seconds between heartbeats of the trials in flight, at most
 
-    measured: dict[tuple, tuple[str, float | None]] = {}
-    for row in store.frame(study=name).itertuples():
-        # pandas reads a failed row's NULL as NaN: Optuna must be told "failed", not NaN.
-        value = None if row.gflops is None or row.gflops != row.gflops else float(row.gflops)
-        measured[_config_key(row.kernel, json.loads(row.params))] = (row.status, value)
-    valid_keys = {_config_key(c.kernel, c.params) for c in valid}
-    proposals = _Proposals(space)
-    rng = random.Random(req.seed)
 
-    def unmeasured() -> list[Config]:
-        return [c for c in valid if _config_key(c.kernel, c.params) not in measured]
+def heartbeat_interval(grace: float) -> int:
+    """Whole seconds between heartbeats: a few beats fit in the grace period, so a live trial
+    is never taken for a dead one."""
+    return max(1, min(HEARTBEAT_S, int(grace // 3)))
 
-    baseline = default_config(dev, prec)
-    if _config_key(baseline.kernel, baseline.params) not in valid_keys:
-        baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
-    baseline_key = _config_key(baseline.kernel, baseline.params)
-    pending: list[Config] = []
-    if baseline_key not in measured:
-        pending.append(baseline)
-    grid_order = list(valid) if req.sampler == "grid" else None
-    if req.seeds and grid_order is None:
-        pending += _model_seeds(unmeasured(), req.seeds, dev, prec, m, n, k, store, rng, {baseline_key})
 
-    budget = req.trials
-    if req.sampler == "grid":
-        left = len(unmeasured())
-        budget = left if budget is None else min(budget, left)
-    done, failures = 0, Counter()
-    start = time.monotonic()
-    stopped_by = None
-    best = max((g for st, g in measured.values() if st == "ok" and g is not None), default=None)
-    digests: dict[str, tuple[int, Outcome]] = {}   # binary digest -> (trial, outcome) measured
-    timing_s = 0.0
+def claim_text(key: tuple) -> str:
+    """A configuration key as canonical text, the claims table's ``config``."""
+    kernel, items = key
+    return json.dumps([kernel, [list(item) for item in items]], separators=(",", ":"))
 
-    proposer = Proposer(study, proposals, valid, measured, rng, pending, grid_order,
-                        why_invalid=lambda c: FAMILIES[c.kernel].broken(c.params, dev, prec))
-    propose = proposer.next
 
-    def finish(trial, config, key, outcome: Outcome, compile_s=None):
-        nonlocal done, best
+@contextlib.contextmanager
+def _quiet_heartbeat():
+    """Optuna warns that heartbeats are meant for Study.optimize, and that they are experimental;
+    gemmtune drives ask/tell and records the heartbeats itself."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Heartbeat of storage")
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+class _Lane:
+    """One study, searched here by the devices of one device key (same model and driver).
+
+    Other processes (``--db postgresql://...``) may search the same study: Optuna shares the
+    trials, the claims table makes sure each configuration is measured once, and the results
+    rows tell each process what the others found. A trial whose process stops sending
+    heartbeats is failed by whichever process notices, and recorded as ``lost``.
+    """
+
+    def __init__(self, req: SearchRequest, prec: Precision, space: Space, valid: list[Config],
+                 runners: list[Runner], compilers: Compilers | None, store: Store):
+        self.req, self.prec, self.space, self.valid = req, prec, space, valid
+        self.runners, self.compilers, self.store = runners, compilers, store
+        self.dev = dev = runners[0].device
+        m, n, k = req.m, req.n, req.k
+        self.flops = prec.flops(m, n, k)
+        self.name = name = req.study or default_study_name(dev, prec, m, n, k)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.beat = heartbeat_interval(req.grace)
+        self.storage, self.study = self._open_study(store.url, name)
+        store.save_device(dev)
+
+        self.measured: dict[tuple, tuple[str, float | None]] = {}
+        self.seen_id = 0
+        self.refresh()
+        valid_keys = {_config_key(c.kernel, c.params) for c in valid}
+        self.proposals = _Proposals(space)
+        rng = random.Random(req.seed)
+        baseline = default_config(dev, prec)
+        if _config_key(baseline.kernel, baseline.params) not in valid_keys:
+            baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
+        self.baseline_key = _config_key(baseline.kernel, baseline.params)
+        pending: list[Config] = [baseline] if self.baseline_key not in self.measured else []
+        grid_order = list(valid) if req.sampler == "grid" else None
+        if req.seeds and grid_order is None:
+            unmeasured = [c for c in valid if _config_key(c.kernel, c.params) not in self.measured]
+            pending += _model_seeds(unmeasured, req.seeds, dev, prec, m, n, k, store, rng, {self.baseline_key})
+        self.proposer = Proposer(
+            self.study, self.proposals, valid, self.measured, rng, pending, grid_order,
+            why_invalid=lambda c: FAMILIES[c.kernel].broken(c.params, dev, prec),
+            claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
+            valid_keys=valid_keys)
+
+        self.budget = req.trials
+        if req.sampler == "grid":
+            left = len(self.proposer.unmeasured())
+            self.budget = left if self.budget is None else min(self.budget, left)
+        self.done, self.failures, self.timing_s = 0, Counter(), 0.0
+        self.stopped_by: str | None = None
+        self.unrecorded_best: float | None = None   # of results collected but not yet recorded
+        self.digests: dict[tuple, tuple[int, Outcome]] = {}   # _same_run -> (trial, outcome) measured
+        self.ready: deque = deque()   # (trial, config, key, built): built, waiting for a device
+        self.timing: dict[int, tuple] = {}   # runner index -> (trial, config, key, built) on it
+        self.flying: dict[int, optuna.Trial] = {}   # trial id -> trial, everything asked and not told
+
+    def _open_study(self, url: str, name: str, attempts: int = 3):
+        for attempt in range(attempts):
+            try:
+                with _quiet_heartbeat():
+                    storage = optuna.storages.RDBStorage(
+                        url, heartbeat_interval=self.beat, grace_period=int(math.ceil(self.req.grace)),
+                        heartbeat_stale_trial_callback=self._lost)
+                fast_sqlite(storage.engine)
+                study = optuna.create_study(storage=storage, study_name=name, direction="maximize",
+                                            load_if_exists=True,
+                                            sampler=make_sampler(self.req.sampler, self.req.seed, constant_liar=True))
+                return storage, study
+            except sa.exc.IntegrityError:
+                # Processes starting together race to create Optuna's tables; the loser retries.
+                if attempt == attempts - 1:
+                    raise GemmtuneError(f"cannot create the study {name!r} in {url}: tables created "
+                                        "concurrently by another process") from None
+                time.sleep(0.5 * (attempt + 1))
+            except Exception as e:  # storage errors come in many types; the message says which
+                raise GemmtuneError(f"cannot open the study {name!r} in {url}: {str(e).splitlines()[0]}") from None
+
+    @property
+    def best(self) -> float | None:
+        values = [g for st, g in self.measured.values() if st == "ok" and g is not None]
+        if self.unrecorded_best is not None:
+            values.append(self.unrecorded_best)
+        return max(values, default=None)
+
+    def refresh(self) -> None:
+        """Read results rows recorded since the last look (by any process) into ``measured``."""
+        for row in self.store.frame(study=self.name, after_id=self.seen_id).itertuples():
+            # pandas reads a failed row's NULL as NaN: Optuna must be told "failed", not NaN.
+            value = None if row.gflops is None or row.gflops != row.gflops else float(row.gflops)
+            key = _config_key(row.kernel, json.loads(row.params))
+            if self.measured.get(key, ("", None))[0] != "in_flight":
+                self.measured[key] = (row.status, value)
+            self.seen_id = max(self.seen_id, int(row.id))
+
+    def _lost(self, study, frozen) -> None:
+        """Optuna failed a stale trial (its process stopped sending heartbeats): record it, once."""
+        if frozen._trial_id in self.flying:  # our own, late after a long pause: its result comes
+            return
+        if frozen.number in set(self.store.frame(study=self.name, trial=frozen.number).trial):
+            return
+        config = self.proposals.decode(frozen.params)
+        if config is None:
+            return
+        _record(self.store, self.name, frozen.number, self.dev, self.prec, self.req.m, self.req.n, self.req.k,
+                config, Outcome("lost", detail="its search process stopped sending heartbeats (it or its machine "
+                                "died) during the trial"), False)
+
+    # -- the pipeline
+
+    def has_room(self) -> bool:
+        if self.stopped_by is not None:
+            return False
+        busy = len(self.compilers.busy) if self.compilers else 0
+        in_flight = len(self.ready) + len(self.timing) + busy
+        if self.budget is not None and self.done + in_flight >= self.budget:
+            return False
+        if self.compilers is not None:
+            return (self.compilers.idle() is not None
+                    and len(self.ready) < max(len(self.compilers.workers), len(self.runners)))
+        return len(self.ready) + len(self.timing) < len(self.runners)
+
+    def fill_one(self) -> bool:
+        """Ask for one new candidate if there is room (builds run ahead of the devices); True if
+        one was asked. One at a time, so that finished devices are fed between asks: an ask
+        (and the invalid proposals it may skip) costs the sampler and the database some time."""
+        if not self.has_room():
+            return False
+        with _quiet_heartbeat():
+            proposal = self.proposer.next()
+        if proposal is None:  # every configuration measured or in flight: let those finish
+            self.stopped_by = self.stopped_by or "exhausted"
+            return False
+        trial, config, key = proposal
+        self.flying[trial._trial_id] = trial
+        self.storage.record_heartbeat(trial._trial_id)
+        if self.compilers is not None:
+            self.compilers.idle().submit(BuildJob(config, self.space.family(config.kernel).source, self.prec.code),
+                                         self.compilers.timeout, (trial, config, key))
+        else:
+            self.ready.append((trial, config, key, None))
+        return True
+
+    def _abandon(self, trial, key, status: str) -> None:
+        """A candidate dropped before it was measured: told failed, never recorded, its claim given back."""
+        self.measured.pop(key, None)
+        self.store.release(self.name, claim_text(key), trial.number)
+        trial.set_user_attr("status", status)
+        self.study.tell(trial, state=TrialState.FAIL)
+        self.flying.pop(trial._trial_id, None)
+
+    def stop(self, why: str, status: str = "abandoned") -> None:
+        """No new candidates; those not yet on a device are abandoned (``status``)."""
+        self.stopped_by = self.stopped_by or why
+        for trial, config, key, _ in self.ready:
+            self._abandon(trial, key, status)
+        self.ready.clear()
+        if self.compilers is not None:
+            for w in self.compilers.busy:
+                trial, config, key = w.job[1]
+                self._abandon(trial, key, status)
+                w.restart()
+
+    def interrupt(self) -> None:
+        self.stop("interrupted", "interrupted")
+        for trial, config, key, _ in self.timing.values():
+            self._abandon(trial, key, "interrupted")
+        self.timing.clear()
+
+    @property
+    def finished(self) -> bool:
+        if self.stopped_by is None and self.budget is not None and self.done >= self.budget:
+            self.stopped_by = "trials"
+        busy = self.compilers.busy if self.compilers else []
+        return self.stopped_by is not None and not self.timing and not busy and not self.ready
+
+    def feed(self, progress) -> None:
+        """Put built candidates on idle devices."""
+        for i, runner in enumerate(self.runners):
+            while i not in self.timing and self.ready:
+                trial, config, key, built = self.ready.popleft()
+                same = self._same_run(config, built)
+                if same in self.digests:
+                    first, outcome = self.digests[same]
+                    self.finish(trial, config, key, replace(outcome, detail=f"identical binary to trial {first}: "
+                                                                        "measured once"), built.compile_s, progress)
+                    continue
+                runner.submit(self._job(config, built), (trial, config, key, built))
+                self.timing[i] = (trial, config, key, built)
+
+    def _same_run(self, config: Config, built) -> tuple | None:
+        """What makes two candidates the same measurement: an identical binary launched the
+        same way (work-group shape, padded problem, B layout); None when not built ahead."""
+        if built is None:
+            return None
+        family, p = FAMILIES[config.kernel], config.params
+        return (built.digest, tuple(family.local_size(p)), tuple(family.padded_shape(p, self.req.m, self.req.n, self.req.k)),
+                bool(family.b_k_fast(p)))
+
+    def _job(self, config, built) -> Job:
+        threshold = None
+        best = self.best
+        if self.req.early_stop and best:
+            threshold = self.flops / (self.req.early_stop * best * 1e9) * 1e3  # ms at early_stop x the best
+        return Job(config, self.space.family(config.kernel).source, self.prec.code, self.req.m, self.req.n,
+                   self.req.k, self.req.policy, binary=built.binary if built else None, stop_above_ms=threshold)
+
+    def waits(self) -> tuple[list, list]:
+        """Connections to wait on and their deadlines."""
+        busy = self.compilers.busy if self.compilers else []
+        timed = [self.runners[i].worker for i in self.timing]
+        return ([w.connection for w in busy + timed], [w.deadline for w in busy + timed])
+
+    def collect(self, progress) -> None:
+        now = time.monotonic()
+        for w in self.compilers.busy if self.compilers else []:
+            if w.connection.poll(0) or now >= w.deadline:
+                trial, config, key = w.job[1]
+                built = self.compilers.collect(w)
+                if built.status == "ok":
+                    self.ready.append((trial, config, key, built))
+                else:
+                    self.finish(trial, config, key, Outcome(built.status, compile_s=built.compile_s,
+                                                            detail=built.detail), None, progress)
+        done = []
+        for i in list(self.timing):
+            runner = self.runners[i]
+            if runner.worker.connection.poll(0) or now >= runner.worker.deadline:
+                trial, config, key, built = self.timing.pop(i)
+                outcome = runner.collect()
+                self.timing_s += outcome.trial_s or 0.0
+                if built is not None and outcome.status in ("ok", "slow"):
+                    self.digests[self._same_run(config, built)] = (trial.number, outcome)
+                done.append((trial, config, key, outcome, built, runner.device))
+                if outcome.status == "ok" and outcome.timing is not None:  # the early stop of the next
+                    value = gflops(self.flops, outcome.timing.median_ms)
+                    self.unrecorded_best = max(self.unrecorded_best or 0.0, value)
+        if done:
+            self.feed(progress)  # the next candidates go on the devices before the database writes
+        for trial, config, key, outcome, built, dev in done:
+            self.finish(trial, config, key, outcome, built.compile_s if built is not None else None, progress, dev)
+
+    def finish(self, trial, config, key, outcome: Outcome, compile_s, progress, dev: DeviceInfo | None = None):
         if compile_s is not None:
             outcome = replace(outcome, compile_s=compile_s)
-        value = _record(store, name, trial.number, dev, prec, m, n, k, config, outcome, key == baseline_key)
-        measured[key] = (outcome.status, value)
-        trial.set_user_attr("status", outcome.status)
-        if value is not None:
-            study.tell(trial, value)
-            if outcome.status == "ok":
-                best = value if best is None else max(best, value)
-        else:
-            failures[outcome.status] += 1
-            study.tell(trial, state=TrialState.FAIL)
-        done += 1
+        dev = dev or self.dev
+        value = _record(self.store, self.name, trial.number, dev, self.prec, self.req.m, self.req.n, self.req.k,
+                        config, outcome, key == self.baseline_key)
+        self.measured[key] = (outcome.status, value)
+        if value is None:
+            self.failures[outcome.status] += 1
+        try:
+            trial.set_user_attr("status", outcome.status)
+            if value is not None:
+                self.study.tell(trial, value)
+            else:
+                self.study.tell(trial, state=TrialState.FAIL)
+        except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
+            pass  # failed as stale while this process was paused past the grace period; its row stands
+        self.flying.pop(trial._trial_id, None)
+        self.done += 1
         if progress:
-            progress(Progress(done, budget, best, sum(failures.values()), time.monotonic() - start,
-                              outcome, config, value if outcome.status == "ok" else None))
+            progress(Progress(self.done, self.budget, self.best, sum(self.failures.values()),
+                              time.monotonic() - self.start, outcome, config,
+                              value if outcome.status == "ok" else None, dev, self.name))
 
-    def job(config, built=None) -> Job:
-        threshold = None
-        if req.early_stop and best:
-            threshold = flops / (req.early_stop * best * 1e9) * 1e3  # ms at early_stop x the best speed
-        return Job(config, space.family(config.kernel).source, prec.code, m, n, k, req.policy,
-                   binary=built.binary if built else None, stop_above_ms=threshold)
+    def heartbeat(self) -> None:
+        for trial_id in self.flying:
+            self.storage.record_heartbeat(trial_id)
+        with _quiet_heartbeat():
+            optuna.storages.fail_stale_trials(self.study)
+        self.refresh()
 
-    ready: deque = deque()   # (trial, config, key, built): built, waiting for the device
-    timing = None            # (trial, config, key, built) on the device
+    def summary(self, elapsed: float) -> Summary:
+        busy = self.timing_s / (elapsed * len(self.runners)) if elapsed else None
+        return _summarize(self.store, self.name, [r.device for r in self.runners], self.prec,
+                          (self.req.m, self.req.n, self.req.k), self.done, self.failures, elapsed,
+                          self.baseline_key, len(self.valid), self.stopped_by or "trials", busy)
+
+
+class _CtrlC:
+    """Ctrl-C as a flag, not an exception: an exception could land inside a database write and
+    leave its transaction holding SQLite's lock. ``wakeup`` becomes readable when it is pressed,
+    so the main loop's wait returns at once."""
+
+    def __enter__(self):
+        self.pressed = False
+        self.wakeup, self._writer = socket.socketpair()
+        for end in (self.wakeup, self._writer):
+            end.setblocking(False)
+        self._handler = self._fd = None
+        if threading.current_thread() is threading.main_thread():
+            self._fd = signal.set_wakeup_fd(self._writer.fileno())
+            self._handler = signal.signal(signal.SIGINT, self._press)
+        return self
+
+    def _press(self, signum, frame):
+        self.pressed = True
+
+    def drain(self) -> None:
+        try:
+            while self.wakeup.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def __exit__(self, *exc):
+        if self._handler is not None:
+            signal.signal(signal.SIGINT, self._handler)
+            signal.set_wakeup_fd(self._fd)
+        self.wakeup.close()
+        self._writer.close()
+
+
+def _search(lanes: list[_Lane], req: SearchRequest, progress) -> list[Summary]:
+    with _CtrlC() as ctrl_c:
+        return _run_lanes(lanes, req, progress, ctrl_c)
+
+
+def _run_lanes(lanes: list[_Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) -> list[Summary]:
+    start = time.monotonic()
+    for lane in lanes:
+        lane.start = start
+        lane.heartbeat()  # trials of searches that died before this one started
+    beat, beat_s = start, min(lane.beat for lane in lanes)
     try:
         while True:
-            if stopped_by is None:
-                if req.timeout is not None and time.monotonic() - start >= req.timeout:
-                    stopped_by = "timeout"
-            in_flight = len(ready) + (timing is not None) + (len(compilers.busy) if compilers else 0)
-            # Ask for new candidates while there is room: builds run ahead of the device.
-            while stopped_by is None and (budget is None or done + in_flight < budget):
-                if compilers is not None:
-                    worker = compilers.idle()
-                    if worker is None or len(ready) >= len(compilers.workers):
-                        break
-                elif timing is not None or ready:
-                    break
-                proposal = propose()
-                if proposal is None:
-                    stopped_by = "exhausted"
-                    break
-                trial, config, key = proposal
-                if compilers is not None:
-                    worker.submit(BuildJob(config, space.family(config.kernel).source, prec.code),
-                                  compilers.timeout, (trial, config, key))
-                else:
-                    ready.append((trial, config, key, None))
-                in_flight += 1
-            if stopped_by is not None:
-                # Candidates not yet on the device are abandoned: told failed, never recorded.
-                for trial, config, key, _ in ready:
-                    measured.pop(key, None)
-                    trial.set_user_attr("status", "abandoned")
-                    study.tell(trial, state=TrialState.FAIL)
-                ready.clear()
-                if compilers is not None:
-                    for w in compilers.busy:
-                        trial, config, key = w.job[1]
-                        measured.pop(key, None)
-                        trial.set_user_attr("status", "abandoned")
-                        study.tell(trial, state=TrialState.FAIL)
-                        w.restart()
-            if budget is not None and done >= budget and stopped_by is None:
-                stopped_by = "trials"
-            # Feed the device.
-            while timing is None and ready:
-                trial, config, key, built = ready.popleft()
-                if built is not None and built.digest in digests:
-                    first, outcome = digests[built.digest]
-                    finish(trial, config, key, replace(outcome, detail=f"identical binary to trial {first}: "
-                                                       f"measured once"), built.compile_s)
-                    continue
-                runner.submit(job(config, built), (trial, config, key, built))
-                timing = (trial, config, key, built)
-            busy = compilers.busy if compilers else []
-            if timing is None and not busy and not ready:
-                if stopped_by is not None:
-                    break
-                continue
-            waits = [w.connection for w in busy] + ([runner.worker.connection] if timing else [])
-            deadlines = [w.deadline for w in busy] + ([runner.worker.deadline] if timing else [])
-            mp_connection.wait(waits, timeout=max(0.0, min(deadlines) - time.monotonic()))
+            if ctrl_c.pressed:
+                raise KeyboardInterrupt
             now = time.monotonic()
-            for w in busy:
-                if w.connection.poll(0) or now >= w.deadline:
-                    trial, config, key = w.job[1]
-                    built = compilers.collect(w)
-                    if built.status == "ok":
-                        ready.append((trial, config, key, built))
-                    else:
-                        finish(trial, config, key, Outcome(built.status, compile_s=built.compile_s,
-                                                           detail=built.detail))
-            if timing is not None and (runner.worker.connection.poll(0) or now >= runner.worker.deadline):
-                trial, config, key, built = timing
-                timing = None
-                outcome = runner.collect()
-                timing_s += outcome.trial_s or 0.0
-                if built is not None and outcome.status in ("ok", "slow"):
-                    digests[built.digest] = (trial.number, outcome)
-                finish(trial, config, key, outcome, built.compile_s if built is not None else None)
+            asked = False
+            for lane in lanes:
+                if lane.stopped_by is None and req.timeout is not None and now - start >= req.timeout:
+                    lane.stop("timeout")
+                lane.collect(progress)
+                lane.feed(progress)
+                asked = lane.fill_one() or asked
+                lane.feed(progress)
+            if now - beat >= beat_s:
+                beat = now
+                for lane in lanes:
+                    lane.heartbeat()
+            if all(lane.finished for lane in lanes):
+                break
+            waits, deadlines = [], []
+            for lane in lanes:
+                w, d = lane.waits()
+                waits += w
+                deadlines += d
+            if asked:
+                continue  # more to ask: look at the devices again first, without waiting
+            until = min(deadlines + [beat + beat_s])
+            mp_connection.wait(waits + [ctrl_c.wakeup], timeout=max(0.0, until - time.monotonic()))
+            ctrl_c.drain()
     except KeyboardInterrupt:
-        stopped_by = "interrupted"
-        abandoned = [t for t, *_ in ready] + ([timing[0]] if timing else [])
-        if compilers is not None:
-            abandoned += [w.job[1][0] for w in compilers.busy]
-        for trial in abandoned:
-            trial.set_user_attr("status", "interrupted")
-            study.tell(trial, state=TrialState.FAIL)
+        for lane in lanes:
+            lane.interrupt()
     elapsed = time.monotonic() - start
-    return _summarize(store, name, dev, prec, (m, n, k), done, failures, elapsed,
-                      baseline_key, len(valid), stopped_by or "trials", timing_s / elapsed if elapsed else None)
+    return [lane.summary(elapsed) for lane in lanes]
 
 
 MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole space may be 10^5
@@ -468,7 +768,7 @@ def _record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precis
     return value
 
 
-def _summarize(store, name, dev, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by,
+def _summarize(store, name, devices, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by,
                device_busy=None):
     rows = store.frame(study=name)
     ok = rows[rows.status == "ok"].sort_values("gflops", ascending=False)
@@ -479,5 +779,5 @@ def _summarize(store, name, dev, prec, shape, done, failures, elapsed, baseline_
     base_rows = rows[rows.apply(lambda r: _config_key(r.kernel, json.loads(r.params)) == baseline_key, axis=1)] \
         if len(rows) else rows
     baseline = base_rows.iloc[0].to_dict() if len(base_rows) else None
-    return Summary(name, dev, prec.code, shape, done, failures, elapsed, best, baseline, tie, space_size,
-                   stopped_by, store.url, device_busy)
+    return Summary(name, devices[0], prec.code, shape, done, failures, elapsed, best, baseline, tie, space_size,
+                   stopped_by, store.url, device_busy, devices)

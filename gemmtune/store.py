@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.info import DeviceInfo
 
 DEFAULT_DB = "sqlite:///results/gemmtune.db"
 
@@ -64,7 +67,25 @@ peaks = sa.Table(
     sa.Column("gemmtune_version", sa.String(32), nullable=False),
 )
 
-STATUSES = ("ok", "compile_error", "launch_error", "crash", "timeout", "wrong_result")
+devices = sa.Table(
+    "devices", metadata,
+    sa.Column("device", sa.String(512), primary_key=True),   # device key, as in results
+    sa.Column("device_name", sa.String(255), nullable=False),
+    sa.Column("info", sa.Text, nullable=False),              # JSON, as `gemmtune devices --format json`
+    sa.Column("created_at", sa.String(32), nullable=False),
+)
+
+# One row per configuration some search process took on in a study: the unique key makes taking
+# one atomic across processes and machines, so that no configuration is measured twice.
+claims = sa.Table(
+    "claims", metadata,
+    sa.Column("study", sa.String(255), primary_key=True),
+    sa.Column("config", sa.String(1024), primary_key=True),  # kernel and parameters, canonical JSON
+    sa.Column("trial", sa.Integer, nullable=False),          # Optuna's trial number of the taker
+    sa.Column("created_at", sa.String(32), nullable=False),
+)
+
+STATUSES = ("ok", "slow", "compile_error", "launch_error", "crash", "timeout", "wrong_result", "lost")
 
 
 def database_url(url: str | None = None) -> str:
@@ -118,20 +139,30 @@ class Store:
             return
         try:
             self.engine = sa.create_engine(self.url)
-            with self.engine.begin() as conn:
-                if create:
-                    metadata.create_all(conn)
+            self.logged = create and fast_sqlite(self.engine)
+            for attempt in range(3):
+                try:
+                    with self.engine.begin() as conn:
+                        if create:
+                            metadata.create_all(conn)
+                    break
+                except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+                    # Processes starting together on a server race to create the tables.
+                    if attempt == 2:
+                        raise
+                    time.sleep(0.5 * (attempt + 1))
         except sa.exc.NoSuchModuleError as e:
             raise GemmtuneError(f"database URL {self.url!r}: {e}") from None
         except ModuleNotFoundError as e:
-            raise GemmtuneError(f"database URL {self.url!r} needs the driver module {e.name!r}") from None
+            hint = " (pip install 'gemmtune[postgres]')" if e.name and e.name.startswith("psycopg") else ""
+            raise GemmtuneError(f"database URL {self.url!r} needs the driver module {e.name!r}{hint}") from None
         except sa.exc.SQLAlchemyError as e:
             raise GemmtuneError(f"cannot open database {self.url}: {_first_line(e)}") from None
 
     def add(self, **row) -> int:
         from gemmtune import __version__
 
-        row.setdefault("created_at", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        row.setdefault("created_at", _now())
         row.setdefault("gemmtune_version", __version__)
         if isinstance(row.get("params"), dict):
             row["params"] = json.dumps(row["params"])
@@ -140,13 +171,16 @@ class Store:
         with self.engine.begin() as conn:
             return conn.execute(results.insert().values(**row)).inserted_primary_key[0]
 
-    def frame(self, **filters) -> pd.DataFrame:
-        """Rows of ``results`` matching column == value filters (None values are ignored).
+    def frame(self, after_id: int | None = None, **filters) -> pd.DataFrame:
+        """Rows of ``results`` matching column == value filters (None values are ignored), and
+        with ``id`` above ``after_id`` if given.
 
         Empty, with the table's columns, when the database or its ``results`` table does not
         exist yet; GemmtuneError when it cannot be read (e.g. a file that is not SQLite).
         """
         query = sa.select(results)
+        if after_id is not None:
+            query = query.where(results.c.id > after_id)
         for column, value in filters.items():
             if value is not None:
                 query = query.where(results.c[column] == value)
@@ -171,7 +205,7 @@ class Store:
         ``"bandwidth"`` -> GB/s) in one transaction; returns its ``created_at``."""
         from gemmtune import __version__
 
-        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        created = _now()
         rows = [dict(device=device, device_name=device_name, precision=what, value=float(value),
                      unit="GB/s" if what == "bandwidth" else "GFLOP/s", created_at=created,
                      gemmtune_version=__version__) for what, value in values.items()]
@@ -192,9 +226,83 @@ class Store:
         except sa.exc.SQLAlchemyError as e:
             raise GemmtuneError(f"cannot read database {self.url}: {_first_line(e)}") from None
 
+    def save_device(self, info: DeviceInfo) -> None:
+        """Describe a device key once, so the model can be applied to its results from anywhere."""
+        row = dict(device=info.key, device_name=info.name, info=json.dumps(info.to_json()), created_at=_now())
+        try:
+            with self.engine.begin() as conn:
+                if conn.execute(sa.select(devices.c.device).where(devices.c.device == info.key)).first() is None:
+                    conn.execute(devices.insert().values(**row))
+        except sa.exc.IntegrityError:
+            pass  # another process described it first
+
+    def device_info(self, key: str) -> DeviceInfo | None:
+        """The description ``save_device`` stored for a device key, or None."""
+        try:
+            if self.engine is None or not sa.inspect(self.engine).has_table(devices.name):
+                return None
+            with self.engine.connect() as conn:
+                text = conn.execute(sa.select(devices.c.info).where(devices.c.device == key)).scalar()
+        except sa.exc.SQLAlchemyError as e:
+            raise GemmtuneError(f"cannot read database {self.url}: {_first_line(e)}") from None
+        return None if text is None else DeviceInfo.from_json(json.loads(text))
+
+    def claim(self, study: str, config: str, trial: int) -> bool:
+        """Take ``config`` (a canonical text key) in ``study`` for ``trial``: True for the first
+        caller in any process, False once anyone has taken it."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(claims.insert().values(study=study, config=config, trial=trial, created_at=_now()))
+            return True
+        except sa.exc.IntegrityError:
+            return False
+
+    def release(self, study: str, config: str, trial: int) -> None:
+        """Give back a claim whose candidate was abandoned before it was measured."""
+        with self.engine.begin() as conn:
+            conn.execute(claims.delete().where(claims.c.study == study, claims.c.config == config,
+                                               claims.c.trial == trial))
+
     def close(self) -> None:
         if self.engine is not None:
             self.engine.dispose()
+            if getattr(self, "logged", False):
+                plain_journal(self.engine)
+
+
+def fast_sqlite(engine: sa.engine.Engine) -> bool:
+    """For a SQLite file written by a search: write-ahead logging with commits that skip the
+    disk flush (True if applied). A search commits some 30 times per trial (Optuna's trial, its
+    parameters, the claim, the row), and a flush each can cost the device more time than a
+    trial's own work. A commit survives a crash of the process; only a power failure may lose
+    the last ones. ``plain_journal`` turns the file back into an ordinary one when done."""
+    if engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
+        return False
+
+    @sa.event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection, record):
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    return True
+
+
+def plain_journal(engine: sa.engine.Engine) -> None:
+    """Back to SQLite's default rollback journal, once every connection of the search is closed:
+    a file left in write-ahead mode cannot be opened where it is read-only."""
+    import sqlite3
+
+    try:
+        with closing(sqlite3.connect(engine.url.database, timeout=1)) as conn:
+            conn.execute("PRAGMA journal_mode=DELETE")
+    except sqlite3.Error:
+        pass  # another process still has it open: it stays in write-ahead mode, which is harmless
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _first_line(e: Exception) -> str:

@@ -57,9 +57,12 @@ def test_k5_single_unpadded_by_hand():
     assert pr.work_group_size == 32 * 16
     assert pr.groups == 2
     assert pr.resident == min(49152 // 6400, 1024 // 512) == 2
-    # 1 x 4 results per work-item: 4 / (4 + 1 + 4); one round of 2 groups on 4 compute units.
-    assert pr.efficiency == pytest.approx(4 / 9)
-    compute = 1 * 4 / 2 * (2 * 64**3) / (1000e9 * 4 / 9)
+    # 1 x 4 results per work-item: 4 multiply-adds, 1 + 4 local reads and, on a GPU, a share of
+    # the slice stores (32 of A and 64 of B over 512 work-items; B's rows 16 + 1 floats apart do
+    # not conflict); one round of 2 groups on 4 compute units.
+    eff = 4 / (4 + 1 + 4 + (32 + 64) / 512)
+    assert pr.efficiency == pytest.approx(eff)
+    compute = 1 * 4 / 2 * (2 * 64**3) / (1000e9 * eff)
     assert pr.compute_s == pytest.approx(compute)
     assert pr.memory_s == pytest.approx(65536 / 100e9)
     assert pr.pass_s == pytest.approx(32768 / 100e9)
@@ -97,9 +100,9 @@ def test_rt_bkfast_reads_an_untransposed_b_as_given(bkfast, kernels, pass_elemen
     assert pr.main_bytes == 4 * (128 * 128 * 2 + 128 * 128 * 2 + 128 * 128)
     assert pr.local_mem_bytes == 2 * 16 * (64 + 64) * 4 and pr.work_group_size == 128
     assert pr.resident == min(49152 // 16384, 1024 // 128) == 3
-    # 4 x 8 results per work-item: 32 / (32 + 4 + 8).
-    assert pr.efficiency == pytest.approx(32 / 44)
-    compute = 1 * 4 / 4 * (2 * 128**3) / (1000e9 * 32 / 44)
+    # 4 x 8 results per work-item: 32 / (32 + 4 + 8 + (64 + 64) / 128 stores).
+    assert pr.efficiency == pytest.approx(32 / 45)
+    compute = 1 * 4 / 4 * (2 * 128**3) / (1000e9 * 32 / 45)
     assert pr.time_s == pytest.approx(compute + 4 * pass_elements / 100e9 + kernels * 5e-6)
 
 
@@ -152,8 +155,33 @@ def test_low_occupancy_on_a_gpu_costs_efficiency():
     config = k5(TSM=16, TSN=16, TSK=16, WPTN=4, PAD=0)
     pr = model.predict(config, device(local_mem_bytes=3000), S, 1024, 1024, 1024)
     assert pr.local_mem_bytes == 2048 and pr.work_group_size == 64 and pr.resident == 1
-    assert pr.efficiency == pytest.approx(4 / 9 * 0.5)
-    assert model.predict(config, GPU, S, 1024, 1024, 1024).efficiency == pytest.approx(4 / 9)
+    # Per k a work-item does 1 x 4 multiply-adds and 1 + 4 local reads, and stores its share of
+    # the slices, (16 + 16 x 16) / 64: B's rows lie TSK + PAD = 16 floats apart, a 16-way conflict.
+    assert pr.efficiency == pytest.approx(4 / (9 + (16 + 16 * 16) / 64) * 0.5)
+    assert model.predict(config, GPU, S, 1024, 1024, 1024).efficiency == pytest.approx(4 / 13.25)
+
+
+@pytest.mark.parametrize("precision, tsk, pad, ways", [
+    ("s", 32, 0, 32), ("s", 32, 2, 2), ("s", 16, 1, 1), ("s", 8, 4, 4),
+    ("d", 16, 0, 16), ("d", 16, 1, 1), ("d", 8, 2, 2), ("z", 16, 0, 8), ("z", 8, 1, 1),
+])
+def test_k5_b_stores_conflict_as_the_padding_decides(precision, tsk, pad, ways):
+    from gemmtune.families import FAMILIES
+
+    # gcd of the row stride in 4-byte words and the 32 banks, over the words of one element.
+    p = {"TSM": 64, "TSN": 64, "TSK": tsk, "WPTN": 8, "PAD": pad, "TRANSPOSEX": 16, "TRANSPOSEY": 16}
+    assert FAMILIES["xgemm_k5"].store_conflicts(p, get_precision(precision)) == (1, ways)
+
+
+def test_bank_conflicts_cost_on_a_gpu_only():
+    padded, plain = k5(TSM=64, TSN=64, TSK=32, WPTN=8, PAD=2), k5(TSM=64, TSN=64, TSK=32, WPTN=8, PAD=0)
+    gpu = [model.predict(c, GPU, S, 1024, 1024, 1024) for c in (padded, plain)]
+    # 64 x 8 work-items: per k, 8 multiply-adds, 9 reads, (64 + 64 x ways) / 512 stores.
+    assert gpu[0].efficiency == pytest.approx(8 / (17 + (64 + 64 * 2) / 512))
+    assert gpu[1].efficiency == pytest.approx(8 / (17 + (64 + 64 * 32) / 512))
+    assert gpu[0].time_s < gpu[1].time_s
+    cpu = [model.predict(c, CPU, S, 1024, 1024, 1024) for c in (padded, plain)]
+    assert cpu[0].time_s == cpu[1].time_s  # a CPU's local memory has no banks
 
 
 def test_edge_tiles_and_the_last_round_cost_time():
@@ -198,9 +226,9 @@ def test_rank_puts_better_reuse_first():
     # differ only in what the model does not see keep their order.
     peaks = {"s": 1.0, "bandwidth": 1e6}  # compute-bound: time depends on efficiency alone
     small, large = k5(TSM=16, TSN=64, TSK=16, WPTN=8), k5(TSM=64, TSN=64, TSK=16, WPTN=8)
-    p_small, p_large = (model.predict(c, GPU, S, 512, 512, 512, peaks) for c in (small, large))
+    p_small, p_large = (model.predict(c, CPU, S, 512, 512, 512, peaks) for c in (small, large))
     assert p_small.time_s == p_large.time_s and p_small.bytes > p_large.bytes
-    assert model.rank([small, large], GPU, S, 512, 512, 512, peaks) == [large, small]
+    assert model.rank([small, large], CPU, S, 512, 512, 512, peaks) == [large, small]
     a, b = rt(UNROLL=1), rt(UNROLL=8)
     assert model.rank([b, a], GPU, S, 512, 512, 512) == [b, a]
 

@@ -266,3 +266,26 @@ def test_a_missing_database_is_not_created(tmp_path):
     result = CliRunner().invoke(cli, ["replay", "--db", f"sqlite:///{db}", "--study", "x", "--samplers", "random"])
     assert result.exit_code == 2 and "no results for study 'x'" in result.stderr
     assert not db.exists()
+
+
+def test_the_model_uses_the_device_the_search_stored(tmp_path, add_result):
+    # A study of a device that is not on this machine, whose description the search stored.
+    from gemmtune import replay as rp
+    from gemmtune.store import Store
+
+    db = tmp_path / "far.db"
+    dev = gpu("Far GPU")
+    for i, tsm in enumerate((16, 32)):
+        add_result(db, study="far", trial=i, device=dev.key, device_name=dev.name,
+                   params={"TSM": tsm, "TSN": 32, "TSK": 16, "WPTN": 4, "PAD": 1, "TRANSPOSEX": 16, "TRANSPOSEY": 8},
+                   gflops=100.0 * (i + 1))
+    land = rp.load_landscape(f"sqlite:///{db}", "far")
+    assert land.described is None and rp.device_for(land) is None
+    store = Store(f"sqlite:///{db}")
+    try:
+        store.save_device(dev)
+        store.save_device(dev)  # once only
+    finally:
+        store.close()
+    land = rp.load_landscape(f"sqlite:///{db}", "far")
+    assert rp.device_for(land) == dev

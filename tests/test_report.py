@@ -266,3 +266,48 @@ def test_reading_never_writes(results_db):
     report("--importance", "--format", "csv", db=results_db)
     report("--top", "2", db=results_db)
     assert (os.path.getmtime(results_db), results_db.read_bytes()) == before
+
+
+def test_model_columns_predicted_gflops_and_rank_correlation(results_db):
+    from scipy import stats
+
+    from gemmtune import model
+    from gemmtune.precision import get_precision
+    from gemmtune.space import Config
+
+    dev = resolve_device(0)
+    out = by_group(json.loads(report("--format", "json", "--model", db=results_db).stdout))
+    for group, row in out.items():
+        prec, (m, n, k) = get_precision(group[1]), group[2:]
+        expect = model.predict(Config.of(row["kernel"], row["params"]), dev, prec, m, n, k)
+        assert row["predicted_gflops"] == pytest.approx(expect.gflops)
+        ok = ranked(results_db, group)
+        predicted = [model.predict(Config.of(r["kernel"], json.loads(r["params"])), dev, prec, m, n, k).time_s
+                     for r in ok]
+        rho = stats.spearmanr(predicted, [r["time_ms"] for r in ok]).statistic
+        assert row["model_spearman"] == pytest.approx(rho, nan_ok=True)
+    top = json.loads(report("--format", "json", "--model", "--top", "2", db=results_db).stdout)
+    assert len(top) == 2 * len(out) and all(r["predicted_gflops"] > 0 for r in top)
+    assert "predicted_gflops" in report("--model", db=results_db).stdout
+
+
+def test_model_needs_a_description_of_the_device_and_says_so(results_copy, add_result):
+    add_result(results_copy)  # a made-up device that no search here described
+    result = report("--format", "json", "--model", "--device", "Fancy", db=results_copy)
+    assert json.loads(result.stdout)[0]["predicted_gflops"] is None
+    assert "No description of device 'Fancy GPU 9000'" in result.stderr
+
+
+def test_best_as_a_percentage_of_the_measured_peak(results_copy):
+    from gemmtune.store import Store
+
+    plain = json.loads(report("--format", "json", db=results_copy).stdout)
+    assert all(r["peak_pct"] is None for r in plain)  # nothing measured yet
+    key = resolve_device(0).key
+    store = Store(f"sqlite:///{results_copy}")
+    try:
+        store.save_peaks(key, "x", {"s": 3.0, "bandwidth": 10.0})
+    finally:
+        store.close()
+    for row in json.loads(report("--format", "json", db=results_copy).stdout):
+        assert row["peak_pct"] == (pytest.approx(100 * row["gflops"] / 3.0) if row["precision"] == "s" else None)

@@ -167,6 +167,13 @@ def test_the_summary_reports_the_pipeline(tmp_path, tiny_space):
     assert 0 < out["device_busy_share"] <= 1
     got = rows(db)
     assert len(got) == 3 and all(r["compile_s"] > 0 and r["trial_s"] > 0 for r in got)
+    # Written with a write-ahead log, left as one ordinary file that opens read-only anywhere.
+    assert not Path(f"{db}-wal").exists()
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    finally:
+        con.close()
 
 
 def _spawn_search(db: Path, *args) -> subprocess.Popen:
@@ -321,3 +328,42 @@ def test_the_model_best_predictions_are_measured_right_after_the_baseline(tmp_pa
     db2 = tmp_path / "n.db"
     search("--size", "40", "--trials", "3", "--space", str(space_file), "--seed", "4", "--no-seed", db=db2)
     assert rows(db2)[0]["params"] == rows(db)[0]["params"] and len(rows(db2)) == 3
+
+
+def test_candidates_with_an_identical_binary_launched_alike_are_measured_once(tmp_path, monkeypatch):
+    # PoCL's binaries embed a hash of the build options, so no two configurations share one
+    # there; a compiler pool that reports PAD-blind digests stands in for a driver that emits
+    # the same code for them (PAD changes neither the work-group nor the padded problem).
+    from dataclasses import replace
+
+    import gemmtune.search as search_module
+    from gemmtune.runner import Compilers
+
+    class PadBlind(Compilers):
+        def collect(self, worker):
+            _, config, _ = worker.job[1]
+            built = super().collect(worker)
+            if built.status != "ok":
+                return built
+            same = {k: v for k, v in config.params.items() if k != "PAD"}
+            return replace(built, digest=json.dumps(same, sort_keys=True))
+
+    monkeypatch.setattr(search_module, "Compilers", PadBlind)
+    space_file = tmp_path / "pads.toml"
+    space_file.write_text(TINY_SPACE.replace("TSN = [16, 32]", "TSN = [16]").replace("PAD = [1]", "PAD = [0, 1, 2]"))
+    db = tmp_path / "r.db"
+    search("--size", "32", "--sampler", "grid", "--jobs", "1", "--space", str(space_file), db=db)
+    got = rows(db)
+    assert len(got) == 6 and all(r["status"] == "ok" for r in got)
+    by_trial = {r["trial"]: r for r in got}
+    for tsm in (16, 32):
+        group = [r for r in got if json.loads(r["params"])["TSM"] == tsm]
+        measured = [r for r in group if not (r["detail"] or "").startswith("identical binary")]
+        assert len(measured) == 1, [r["detail"] for r in group]
+        first = measured[0]
+        for r in group:
+            if r is not first:
+                assert r["detail"] == f"identical binary to trial {first['trial']}: measured once"
+                assert (r["time_ms"], r["samples_ms"], r["gflops"]) == (first["time_ms"], first["samples_ms"], first["gflops"])
+    # Different TSM: a different launch, so never shared even with equal digests.
+    assert len({r["time_ms"] for r in by_trial.values()}) >= 2

@@ -1,0 +1,257 @@
+"""Several devices and several processes on one study.
+
+Two PoCL devices stand for two GPUs: POCL_DEVICES="pthread pthread" gives two devices of one
+model (one device key, so one shared study), "pthread basic" two different models. Searches
+sharing a study across processes run against a real PostgreSQL server: the one named by
+$GEMMTUNE_TEST_POSTGRES (what .ci/run starts), else one these tests start themselves
+(tests/pgserver.py); where neither can be had, those tests are skipped with the reason, except
+under CI, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy as sa
+
+import pgserver
+
+SPACE = """
+[xgemm_k5]
+TSM = [16, 32]
+TSN = [16, 32]
+TSK = [8, 16]
+WPTN = [1, 2]
+PAD = [0, 1]
+TRANSPOSEX = [8]
+TRANSPOSEY = [8]
+"""
+FAST = ["--time-cap", "0.05", "--early-stop", "0", "--size", "40"]
+SAME_MODEL = {"POCL_DEVICES": "pthread pthread"}
+TWO_MODELS = {"POCL_DEVICES": "pthread basic"}
+
+
+@pytest.fixture
+def space(tmp_path) -> Path:
+    path = tmp_path / "space.toml"
+    path.write_text(SPACE)
+    return path
+
+
+def gemmtune(*args, env=None, check=True) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "gemmtune", *args], capture_output=True, text=True,
+                            env={**os.environ, **(env or {})}, timeout=600)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def spawn(*args, env=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gemmtune", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def rows(url: str) -> list[dict]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [dict(r) for r in conn.execute(sa.text("SELECT * FROM results ORDER BY id")).mappings()]
+    finally:
+        engine.dispose()
+
+
+# ---------------------------------------------------------------- several devices, one process
+
+def test_two_devices_of_one_model_search_one_study_together(tmp_path, space):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    result = gemmtune("search", "--device", "all", "--db", url, "--space", str(space), "--trials", "8",
+                      "--format", "json", *FAST, env=SAME_MODEL)
+    out = json.loads(result.stdout)
+    assert out["devices"] == [0, 1] and out["trials"] == 8
+    got = rows(url)
+    assert len(got) == 8 and {r["study"] for r in got} == {out["study"]}
+    assert len({r["trial"] for r in got}) == 8 and len({r["params"] for r in got}) == 8
+    # Both devices measured: each progress line names the device that measured it.
+    measured_on = {line.split("| device ")[1].split(":")[0] for line in result.stderr.splitlines() if "| device " in line}
+    assert measured_on == {"0", "1"}
+
+
+def test_devices_of_different_models_get_a_study_each(tmp_path, space):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    out = json.loads(gemmtune("search", "--device", "0,1", "--db", url, "--space", str(space), "--trials", "3",
+                              "--format", "json", "-q", *FAST, env=TWO_MODELS).stdout)
+    assert isinstance(out, list) and len(out) == 2
+    assert out[0]["device"] != out[1]["device"] and out[0]["study"] != out[1]["study"]
+    got = rows(url)
+    for summary in out:
+        mine = [r for r in got if r["study"] == summary["study"]]
+        assert len(mine) == 3 and {r["device"] for r in mine} == {summary["device"]}
+
+
+@pytest.mark.parametrize("devices, env, message", [
+    ("0,0", SAME_MODEL, "names device 0 twice"),
+    ("0,7", SAME_MODEL, "no device 7"),
+    ("0,,1", SAME_MODEL, "bad device list"),
+])
+def test_bad_device_lists_are_one_line_exit_2_and_write_nothing(tmp_path, space, devices, env, message):
+    db = tmp_path / "bad.db"
+    result = gemmtune("search", "--device", devices, "--db", f"sqlite:///{db}", "--space", str(space), *FAST,
+                      env=env, check=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr
+    assert not db.exists()
+
+
+def test_one_study_name_for_two_models_is_refused(tmp_path, space):
+    db = tmp_path / "bad.db"
+    result = gemmtune("search", "--device", "0,1", "--study", "mine", "--db", f"sqlite:///{db}",
+                      "--space", str(space), *FAST, env=TWO_MODELS, check=False)
+    assert result.returncode == 2 and "--study" in result.stderr and "Traceback" not in result.stderr
+    assert not db.exists()
+
+
+def test_a_second_search_on_one_sqlite_file_is_refused_and_the_first_goes_on(tmp_path, space):
+    db = tmp_path / "one.db"
+    url = f"sqlite:///{db}"
+    first = spawn("search", "--db", url, "--space", str(space), "--trials", "30", "-q", *FAST,
+                  "--time-cap", "1")  # a second of timing per trial: still running when Ctrl-C comes
+    deadline = time.time() + 120
+    while time.time() < deadline and not (db.exists() and _count(db) >= 1):
+        assert first.poll() is None, first.communicate()
+        time.sleep(0.2)
+    before = _count(db)
+    second = gemmtune("search", "--db", url, "--space", str(space), "--trials", "2", "-q", *FAST, check=False)
+    assert first.poll() is None, "the first search ended before the second was tried"
+    assert second.returncode == 2 and "PostgreSQL" in second.stderr and len(second.stderr.strip().splitlines()) == 1
+    first.send_signal(signal.SIGINT)  # the first is unharmed: it ends as asked, with its rows
+    stdout, stderr = first.communicate(timeout=120)
+    assert first.returncode == 130 and "stopped: interrupted" in stdout, stderr
+    got = rows(url)
+    assert len(got) >= before and len({r["trial"] for r in got}) == len(got)
+    assert {r["study"] for r in got} == {got[0]["study"]}
+
+
+def _count(db: Path) -> int:
+    try:
+        con = sqlite3.connect(db)
+        try:
+            return con.execute("SELECT count(*) FROM results").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.OperationalError:
+        return 0  # not created yet, or locked for a moment
+
+
+# ---------------------------------------------------------------- several processes, PostgreSQL
+
+@pytest.fixture(scope="module")
+def postgres():
+    """URL of a PostgreSQL server's maintenance database."""
+    given = os.environ.get("GEMMTUNE_TEST_POSTGRES")
+    if given:
+        yield given
+        return
+    # Not under pytest's tmp_path: as root the server runs as user postgres, who must reach it.
+    where = Path(tempfile.mkdtemp(prefix="gemmtune-pg-"))
+    try:
+        url = pgserver.start(where)
+    except pgserver.Unavailable as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no PostgreSQL server under CI: {e}")
+        pytest.skip(f"no PostgreSQL server for the multi-process tests: {e}")
+    yield url
+    pgserver.stop(where)
+    shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(postgres) -> str:
+    """A fresh database of its own on the server."""
+    name = f"gemmtune_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(postgres, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return sa.engine.make_url(postgres).set(database=name).render_as_string(hide_password=False)
+
+
+def _optuna_trials(url: str, study: str):
+    return optuna.load_study(study_name=study, storage=url).get_trials(deepcopy=False)
+
+
+def test_two_processes_share_one_study_without_losing_or_doubling_a_trial(pg_url, space):
+    args = ["search", "--db", pg_url, "--space", str(space), "--study", "shared", "--trials", "5", "-q",
+            "--format", "json", *FAST]
+    procs = [spawn(*args, "--seed", str(seed)) for seed in (1, 2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (stdout, stderr) in zip(procs, outs):
+        assert p.returncode == 0, stderr
+    summaries = [json.loads(stdout) for stdout, _ in outs]
+    assert sum(s["trials"] for s in summaries) == 10
+
+    got = rows(pg_url)
+    assert len(got) == 10 and {r["study"] for r in got} == {"shared"}
+    assert len({r["trial"] for r in got}) == 10           # trial numbers unique
+    assert len({r["params"] for r in got}) == 10          # no configuration measured twice
+    trials = {t.number: t for t in _optuna_trials(pg_url, "shared")}
+    assert not [t for t in trials.values() if t.state == optuna.trial.TrialState.RUNNING]
+    for r in got:  # every row is a finished Optuna trial with the row's value
+        t = trials[r["trial"]]
+        if r["status"] == "ok":
+            assert t.state == optuna.trial.TrialState.COMPLETE and t.value == pytest.approx(r["gflops"])
+        else:
+            assert t.state == optuna.trial.TrialState.FAIL
+
+    # The best is the same whichever process asks, and it is the best row of either.
+    best = max((r for r in got if r["status"] == "ok"), key=lambda r: r["gflops"])
+    assert summaries[0]["best"]["trial"] == summaries[1]["best"]["trial"] or \
+        max(s["best"]["gflops"] for s in summaries) == pytest.approx(best["gflops"])
+    for _ in range(2):
+        report = json.loads(gemmtune("report", "--db", pg_url, "--format", "json").stdout)
+        assert len(report) == 1 and report[0]["trial"] == best["trial"]
+        assert report[0]["gflops"] == pytest.approx(best["gflops"])
+
+
+def test_a_killed_search_leaves_no_trial_running_and_the_other_goes_on(pg_url, space):
+    common = ["search", "--db", pg_url, "--space", str(space), "--study", "shared", "-q", "--heartbeat-grace", "3",
+              *FAST]
+    victim = spawn(*common, "--trials", "14", "--seed", "1")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        assert victim.poll() is None, victim.communicate()
+        try:
+            running = [t for t in _optuna_trials(pg_url, "shared") if t.state == optuna.trial.TrialState.RUNNING]
+            if len(rows(pg_url)) >= 1 and running:
+                break
+        except (KeyError, sa.exc.ProgrammingError):
+            pass  # study or table not created yet
+        time.sleep(0.2)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    orphaned = {t.number for t in _optuna_trials(pg_url, "shared") if t.state == optuna.trial.TrialState.RUNNING}
+    assert orphaned, "the killed search had no trial in flight"
+    recorded = {r["trial"] for r in rows(pg_url)}
+    before = len(recorded)
+
+    survivor = gemmtune(*common, "--trials", "2", "--seed", "2", "--format", "json")
+    assert json.loads(survivor.stdout)["trials"] == 2
+    trials = {t.number: t for t in _optuna_trials(pg_url, "shared")}
+    assert not [t for t in trials.values() if t.state == optuna.trial.TrialState.RUNNING]
+    assert all(trials[n].state == optuna.trial.TrialState.FAIL for n in orphaned)
+    got = rows(pg_url)
+    lost = {r["trial"] for r in got if r["status"] == "lost"}
+    # Each orphaned trial has one row: its own, if it was recorded just before the kill, else "lost".
+    assert lost == orphaned - recorded
+    assert len(got) == before + 2 + len(lost) and len({r["trial"] for r in got}) == len(got)
