@@ -226,7 +226,7 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
                                     f"for precision {prec.code} (see gemmtune space --explain)")
             plans.append((group, valid))
         store = Store(database_url(req.db))  # opened last: bad input above leaves no database behind
-        lock = exclusive_sqlite(store)
+        lock = store.lock()
         try:
             jobs = default_jobs() if req.jobs is None else req.jobs
             for group, valid in plans:
@@ -245,26 +245,6 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
                 lane.compilers.close()
         for r in runners:
             r.close()
-
-
-def exclusive_sqlite(store: Store):
-    """For a SQLite file, an exclusive lock on it for this search (an open file, to close when
-    done); None for a server database. Several processes writing one SQLite file lock each
-    other out or lose Optuna trials, so a second search on the same file is refused."""
-    parsed = sa.engine.make_url(store.url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    import fcntl  # flock is independent of SQLite's own fcntl record locks
-
-    handle = open(parsed.database, "rb")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
-        raise GemmtuneError(f"{parsed.database} is in use by another gemmtune search; a SQLite database takes "
-                            "one search at a time (with any number of devices: --device 0,1 or all). For "
-                            "several processes or machines use PostgreSQL: --db postgresql://USER@HOST/DB") from None
-    return handle
 
 
 def default_jobs() -> int:
@@ -287,11 +267,11 @@ class Proposer:
 
     def __init__(self, study, proposals: "_Proposals", valid: list[Config], measured: dict, rng: random.Random,
                  pending: list[Config], grid: list[Config] | None = None, why_invalid=None,
-                 claim: Callable | None = None, refresh: Callable | None = None, valid_keys: set | None = None):
+                 claim: Callable | None = None, refresh: Callable | None = None):
         self.study, self.proposals, self.valid, self.measured = study, proposals, valid, measured
         self.rng, self.pending, self.grid, self.why_invalid = rng, pending, grid, why_invalid
         self.claim, self.refresh = claim, refresh
-        self.valid_keys = valid_keys if valid_keys is not None else {_config_key(c.kernel, c.params) for c in valid}
+        self.valid_keys = {_config_key(c.kernel, c.params) for c in valid}
         self.free = 0   # proposals in a row that cost nothing (invalid or measured before)
 
     def unmeasured(self) -> list[Config]:
@@ -398,23 +378,22 @@ class _Lane:
         self.measured: dict[tuple, tuple[str, float | None]] = {}
         self.seen_id = 0
         self.refresh()
-        valid_keys = {_config_key(c.kernel, c.params) for c in valid}
         self.proposals = _Proposals(space)
         rng = random.Random(req.seed)
+        self.proposer = proposer = Proposer(
+            self.study, self.proposals, valid, self.measured, rng, [],
+            list(valid) if req.sampler == "grid" else None,
+            why_invalid=lambda c: FAMILIES[c.kernel].broken(c.params, dev, prec),
+            claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh)
         baseline = default_config(dev, prec)
-        if _config_key(baseline.kernel, baseline.params) not in valid_keys:
+        if _config_key(baseline.kernel, baseline.params) not in proposer.valid_keys:
             baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
         self.baseline_key = _config_key(baseline.kernel, baseline.params)
-        pending: list[Config] = [baseline] if self.baseline_key not in self.measured else []
-        grid_order = list(valid) if req.sampler == "grid" else None
-        if req.seeds and grid_order is None:
-            unmeasured = [c for c in valid if _config_key(c.kernel, c.params) not in self.measured]
-            pending += _model_seeds(unmeasured, req.seeds, dev, prec, m, n, k, store, rng, {self.baseline_key})
-        self.proposer = Proposer(
-            self.study, self.proposals, valid, self.measured, rng, pending, grid_order,
-            why_invalid=lambda c: FAMILIES[c.kernel].broken(c.params, dev, prec),
-            claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
-            valid_keys=valid_keys)
+        if self.baseline_key not in self.measured:
+            proposer.pending.append(baseline)
+        if req.seeds and proposer.grid is None:
+            proposer.pending += _model_seeds(proposer.unmeasured(), req.seeds, dev, prec, m, n, k, store, rng,
+                                             {self.baseline_key})
 
         self.budget = req.trials
         if req.sampler == "grid":

@@ -226,6 +226,25 @@ class Store:
         except sa.exc.SQLAlchemyError as e:
             raise GemmtuneError(f"cannot read database {self.url}: {_first_line(e)}") from None
 
+    def lock(self):
+        """For a SQLite file, an exclusive lock on it for one search (an open file; close it to
+        release); None for a server database. Several processes writing one SQLite file lock
+        each other out or lose Optuna trials, so a second search on the same file is refused."""
+        parsed = sa.engine.make_url(self.url)
+        if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+            return None
+        import fcntl  # flock is independent of SQLite's own fcntl record locks
+
+        handle = open(parsed.database, "rb")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise GemmtuneError(f"{parsed.database} is in use by another gemmtune search; a SQLite database takes "
+                                "one search at a time (with any number of devices: --device 0,1 or all). For "
+                                "several processes or machines use PostgreSQL: --db postgresql://USER@HOST/DB") from None
+        return handle
+
     def save_device(self, info: DeviceInfo) -> None:
         """Describe a device key once, so the model can be applied to its results from anywhere."""
         row = dict(device=info.key, device_name=info.name, info=json.dumps(info.to_json()), created_at=_now())

@@ -108,11 +108,10 @@ def compare(result: np.ndarray, ref: Reference, prec: Precision) -> Check:
             cw = np.divide(diff, flat_s[lo:hi], out=np.zeros_like(diff), where=nonzero)
         return _max(rel), _max(cw), float(np.dot(diff, diff))
 
-    parts = list(_pool().map(piece, range(0, flat_c.size, CHUNK))) or [(0.0, 0.0, 0.0)]
-    max_rel = max(p[0] for p in parts) if all(p[0] == p[0] for p in parts) else float("nan")
-    max_cw = max(p[1] for p in parts) if all(p[1] == p[1] for p in parts) else float("nan")
+    parts = np.array(list(_pool().map(piece, range(0, flat_c.size, CHUNK))) or [(0.0, 0.0, 0.0)])
+    max_rel, max_cw = (float(x) for x in parts[:, :2].max(axis=0))  # NaN wins a numpy max
     finite = bool(np.isfinite(max_cw))  # a NaN or infinity anywhere in C reaches the max
-    norm_diff = float(np.sqrt(sum(p[2] for p in parts)))
+    norm_diff = float(np.sqrt(parts[:, 2].sum()))
     norm_rel = norm_diff / ref.norm if ref.norm > 0 else norm_diff
     tol = tolerance(prec, ref.k)
     return Check(

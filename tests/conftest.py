@@ -8,24 +8,16 @@ timing per trial. Tests that change the database work on a copy (``results_copy`
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from gemmtune.cli import cli
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
+from helpers_foundation import TINY_SPACE  # noqa: E402
 
-# Four configurations, all valid on PoCL, differing in tile shape.
-TINY_SPACE = """
-[xgemm_k5]
-TSM = [16, 32]
-TSN = [16, 32]
-TSK = [16]
-WPTN = [2]
-PAD = [1]
-TRANSPOSEX = [8]
-TRANSPOSEY = [8]
-"""
+from gemmtune.cli import cli  # noqa: E402
 
 SEARCHES = (
     ("s", (24, 24, 24), 3),
@@ -57,6 +49,17 @@ def results_copy(results_db, tmp_path) -> Path:
     copy = tmp_path / "copy.db"
     shutil.copy(results_db, copy)
     return copy
+
+
+@pytest.fixture(scope="module")
+def no_tuned_results(tmp_path_factory):
+    """For a module (``pytest.mark.usefixtures``): no results database and no $GEMMTUNE_DEVICE.
+    config=None takes a tuned configuration from the results database when there is one; an
+    empty database location makes it the shipped default, whatever was tuned in the checkout."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GEMMTUNE_DB", f"sqlite:///{tmp_path_factory.mktemp('nodb') / 'none.db'}")
+        mp.delenv("GEMMTUNE_DEVICE", raising=False)
+        yield
 
 
 @pytest.fixture(autouse=True)

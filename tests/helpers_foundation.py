@@ -1,4 +1,4 @@
-"""Shared helpers of the foundation tests (test_space, test_kernel, test_cli, test_packaging).
+"""Shared helpers of the tests: hand-made devices and spaces, numpy references, SQL reads.
 
 The constraint rules here are written again from the issue's text, on purpose independently of
 gemmtune.families, so that the tests compare the library against the specification rather than
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,18 @@ REPO = Path(__file__).resolve().parents[1]
 BYTES = {"s": 4, "d": 8, "c": 8, "z": 16}
 DTYPES = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}
 PARAMS = ("TSM", "TSN", "TSK", "WPTN", "PAD", "TRANSPOSEX", "TRANSPOSEY")
+
+# Four configurations, all valid on PoCL, differing in tile shape (TSM != TSN included).
+TINY_SPACE = """
+[xgemm_k5]
+TSM = [16, 32]
+TSN = [16, 32]
+TSK = [16]
+WPTN = [2]
+PAD = [1]
+TRANSPOSEX = [8]
+TRANSPOSEY = [8]
+"""
 
 
 def make_device(**changes) -> DeviceInfo:
@@ -102,3 +115,42 @@ def uniform(shape, dtype, rng: np.random.Generator) -> np.ndarray:
     if np.dtype(dtype).kind == "c":
         x = x + 1j * part()
     return x.astype(dtype)
+
+
+def op(x: np.ndarray, flag: str) -> np.ndarray:
+    return {"N": x, "T": x.T, "C": x.conj().T}[flag]
+
+
+def numpy_product(a, b, c, alpha, beta, ta, tb):
+    """alpha * op(a) @ op(b) + beta * c in complex128 / float64, and each element's term scale."""
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    opa, opb = op(a.astype(wide), ta), op(b.astype(wide), tb)
+    value = alpha * (opa @ opb)
+    scale = abs(alpha) * (np.abs(opa) @ np.abs(opb))
+    if beta != 0:
+        value = value + beta * c.astype(wide)
+        scale = scale + abs(beta) * np.abs(c.astype(wide))
+    return value, scale
+
+
+def worst_case_tolerance(dtype, k: int, scale: np.ndarray) -> float:
+    """A bound no summation order can exceed, so a correct kernel cannot exceed it: a real dot
+    product of length k errs by at most gamma_k ~ k*u times the sum of its terms' magnitudes
+    (Higham, Accuracy and Stability of Numerical Algorithms, Thm 3.5); a complex one sums 2k real
+    products per component (and |ar*br| + |ai*bi| <= |a||b|); alpha, beta and the final sum add a
+    few roundings. A factor 2 covers gamma's denominator and complex magnitudes. One term dropped
+    or doubled moves an element by at least 1/16 (``uniform`` entries are at least 0.25 in
+    magnitude), while this is at most 2 * (2k + 8) * u * k < 0.022 for k <= 300 in single
+    precision (scale <= k). Loose for large k: gemmtune.verify.compare is the sharp check."""
+    u = np.finfo(dtype).eps / 2
+    return float(2 * (2 * k + 8) * u * scale.max())
+
+
+def sql(db: Path, query: str, *args) -> list[dict]:
+    """Rows of a query on a SQLite file, as dicts: the tests' own reading, not gemmtune's."""
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in con.execute(query, args)]
+    finally:
+        con.close()

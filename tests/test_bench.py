@@ -40,12 +40,7 @@ SIZES = [24, 40]
 TIME_CAP = 0.05
 
 
-@pytest.fixture(autouse=True, scope="module")
-def no_env(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GEMMTUNE_DB", f"sqlite:///{tmp_path_factory.mktemp('envdb') / 'none.db'}")
-        mp.delenv("GEMMTUNE_DEVICE", raising=False)
-        yield
+pytestmark = pytest.mark.usefixtures("no_tuned_results")
 
 
 @pytest.fixture

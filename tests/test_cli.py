@@ -37,14 +37,7 @@ ISSUE_EXAMPLE = ["verify", "--device", "0", "--precision", "z", "--m", "33", "--
                  "--config", "TSM=16,TSN=32,TSK=8,WPTN=4,PAD=1"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def no_tuned_results(tmp_path_factory):
-    # config=None takes a tuned configuration from the results database when there is one; an
-    # empty database location makes it the shipped default, whatever was tuned in the checkout.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GEMMTUNE_DB", f"sqlite:///{tmp_path_factory.mktemp('nodb') / 'none.db'}")
-        mp.delenv("GEMMTUNE_DEVICE", raising=False)
-        yield
+pytestmark = pytest.mark.usefixtures("no_tuned_results")
 
 
 def run(args, env=None, code=0):

@@ -4,13 +4,14 @@ best_config, and the kernel sources compiled and run through pyopencl."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pyopencl as cl
 import pytest
 from click.testing import CliRunner
+
+from helpers_foundation import sql
 
 import gemmtune
 from gemmtune.cli import cli
@@ -26,15 +27,6 @@ from gemmtune.verify import Reference, compare, random_matrix
 
 FANCY = "Test | Fancy GPU 9000 | 1.0"
 KERNEL = "xgemm_k5"
-
-
-def sql(db: Path, query: str, *args) -> list[dict]:
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute(query, args)]
-    finally:
-        con.close()
 
 
 def best_by_sql(db: Path) -> dict[tuple, dict]:

@@ -25,7 +25,8 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
 from helpers_foundation import (  # noqa: E402
-    BYTES, DTYPES, GPU_LIKE, POCL_LIKE, broken_rules, make_device, product, toml_space, uniform,
+    BYTES, DTYPES, GPU_LIKE, POCL_LIKE, broken_rules, make_device, numpy_product, product, toml_space, uniform,
+    worst_case_tolerance,
 )
 
 import gemmtune  # noqa: E402
@@ -393,34 +394,6 @@ def test_test_configurations_cover_the_features():
     assert any(c["VLM"] == 1 < c["MWG"] // c["MDIMC"] for c in configs)              # strided
     assert any(c["VLM"] == c["MWG"] // c["MDIMC"] > 1 for c in configs)              # blocked
     assert {code for code, _ in CASES} == set("sdcz")
-
-
-def op(x: np.ndarray, flag: str) -> np.ndarray:
-    return {"N": x, "T": x.T, "C": x.conj().T}[flag]
-
-
-def numpy_product(a, b, c, alpha, beta, ta, tb):
-    """alpha * op(a) @ op(b) + beta * c in complex128 / float64, and each element's term scale."""
-    wide = np.complex128 if a.dtype.kind == "c" else np.float64
-    opa, opb = op(a.astype(wide), ta), op(b.astype(wide), tb)
-    value = alpha * (opa @ opb)
-    scale = abs(alpha) * (np.abs(opa) @ np.abs(opb))
-    if beta != 0:
-        value = value + beta * c.astype(wide)
-        scale = scale + abs(beta) * np.abs(c.astype(wide))
-    return value, scale
-
-
-def worst_case_tolerance(dtype, k: int, scale: np.ndarray) -> float:
-    """A bound no summation order can exceed: a real dot product of length k errs by at most
-    gamma_k ~ k*u times the sum of its terms' magnitudes (Higham, Accuracy and Stability of
-    Numerical Algorithms, Thm 3.5); a complex one sums 2k real products per component (and
-    |ar*br| + |ai*bi| <= |a||b|); alpha, beta and the final sum add a few roundings. A factor 2
-    covers gamma's denominator and complex magnitudes. One term dropped or doubled moves an
-    element by at least 1/16 (entries are at least 0.25 in magnitude), while this is at most
-    2 * (2k + 8) * u * k < 0.022 for k <= 300 in single precision (scale <= k)."""
-    u = np.finfo(dtype).eps / 2
-    return float(2 * (2 * k + 8) * u * scale.max())
 
 
 def run_case(code: str, config: dict, shape, ta: str, tb: str, alpha, beta, c_kind, rng):

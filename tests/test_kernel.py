@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
-from helpers_foundation import DTYPES, broken_rules, uniform  # noqa: E402
+from helpers_foundation import DTYPES, broken_rules, numpy_product, uniform, worst_case_tolerance  # noqa: E402
 
 import gemmtune  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
@@ -47,47 +47,13 @@ REAL_SCALARS = [(1.0, 0.0, None), (-1.5, 0.0, "nan"), (0.75, -1.25, "random")]
 COMPLEX_SCALARS = REAL_SCALARS + [(0.5 - 1.25j, -0.75 + 0.5j, "random"), (1j, 0.0, "nan")]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def no_tuned_results(tmp_path_factory):
-    # config=None takes a tuned configuration from the results database when there is one; an
-    # empty database location makes it the shipped default, whatever was tuned in the checkout.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GEMMTUNE_DB", f"sqlite:///{tmp_path_factory.mktemp('nodb') / 'none.db'}")
-        mp.delenv("GEMMTUNE_DEVICE", raising=False)
-        yield
-
-
-def op(x: np.ndarray, flag: str) -> np.ndarray:
-    return {"N": x, "T": x.T, "C": x.conj().T}[flag]
+pytestmark = pytest.mark.usefixtures("no_tuned_results")
 
 
 def operands(rng, dtype, m, n, k, ta, tb):
     a = uniform((m, k) if ta == "N" else (k, m), dtype, rng)
     b = uniform((k, n) if tb == "N" else (n, k), dtype, rng)
     return a, b
-
-
-def numpy_product(a, b, c, alpha, beta, ta, tb):
-    """alpha * op(a) @ op(b) + beta * c in complex128 / float64, and each element's term scale."""
-    wide = np.complex128 if a.dtype.kind == "c" else np.float64
-    opa, opb = op(a.astype(wide), ta), op(b.astype(wide), tb)
-    value = alpha * (opa @ opb)
-    scale = abs(alpha) * (np.abs(opa) @ np.abs(opb))
-    if beta != 0:
-        value = value + beta * c.astype(wide)
-        scale = scale + abs(beta) * np.abs(c.astype(wide))
-    return value, scale
-
-
-def numpy_tolerance(dtype, k: int, scale: np.ndarray) -> float:
-    """Worst-case (deterministic) error bound of any summation order, so a correct kernel cannot
-    exceed it: a real dot product of length k errs by at most ~k*u times the sum of the terms'
-    magnitudes (Higham, Accuracy and Stability, Thm 3.5); a complex one sums 2k real products
-    per component, and |ar*br| + |ai*bi| <= |a||b|; the alpha/beta update adds a few roundings
-    more. A factor 2 covers the gamma_n = n*u/(1 - n*u) denominators and sqrt(2) of complex
-    magnitudes. This is loose for large k; compare() (probabilistic bound) is the sharp check."""
-    u = np.finfo(dtype).eps / 2
-    return float(2 * (2 * k + 8) * u * scale.max())
 
 
 def test_test_configurations_are_valid_on_pocl():
@@ -137,7 +103,7 @@ def check_gemm(code, config, shape):
                 if c is not None:
                     np.testing.assert_array_equal(c, c_before, err_msg="c was modified")
                 value, scale = numpy_product(a, b, c, alpha, beta, ta, tb)
-                np.testing.assert_allclose(got, value, rtol=0, atol=numpy_tolerance(dtype, k, scale),
+                np.testing.assert_allclose(got, value, rtol=0, atol=worst_case_tolerance(dtype, k, scale),
                                            err_msg=case)
                 check = compare(got, Reference.compute(prec, a, b, c, alpha, beta, ta, tb), prec)
                 assert check.passed, (case, check)

@@ -11,6 +11,8 @@ import math
 import numpy as np
 import pytest
 
+from helpers_foundation import make_device
+
 from gemmtune import model
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import get_precision
@@ -20,11 +22,8 @@ S, Z = get_precision("s"), get_precision("z")
 
 
 def device(**changes) -> DeviceInfo:
-    base = dict(index=0, platform_index=0, device_index=0, platform="P", name="Fancy GPU", vendor="V", type="GPU",
-                opencl_version="OpenCL 3.0", driver_version="1", compute_units=4, max_clock_mhz=1000,
-                global_mem_bytes=2**32, local_mem_bytes=48 * 1024, max_work_group_size=1024,
-                max_work_item_sizes=(1024, 1024, 64), double_precision=True, max_alloc_bytes=2**30)
-    return DeviceInfo(**{**base, **changes})
+    # 4 compute units at 1,000 MHz, 48 KiB, 1,024 work-items: the hand-computed figures use these.
+    return make_device(**{"compute_units": 4, "global_mem_bytes": 2**32, "max_alloc_bytes": 2**30, **changes})
 
 
 GPU = device()

@@ -12,6 +12,8 @@ import pytest
 from click.testing import CliRunner
 from optuna.trial import TrialState
 
+from helpers_foundation import make_device
+
 from gemmtune import model, replay as rp
 from gemmtune.cli import cli
 from gemmtune.info import DeviceInfo
@@ -57,10 +59,7 @@ def recorded(db: Path, study: str) -> dict[tuple, tuple[str, float | None]]:
 
 
 def gpu(name="Fancy GPU 9000") -> DeviceInfo:
-    return DeviceInfo(index=0, platform_index=0, device_index=0, platform="Test", name=name, vendor="V",
-                      type="GPU", opencl_version="OpenCL 3.0", driver_version="1.0", compute_units=8,
-                      max_clock_mhz=1000, global_mem_bytes=2**32, local_mem_bytes=48 * 1024,
-                      max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64), double_precision=True)
+    return make_device(platform="Test", name=name, global_mem_bytes=2**32)
 
 
 def k5(tsm, tsn, tsk) -> Config:

@@ -19,20 +19,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from helpers_foundation import sql
 from gemmtune.cli import cli
 from gemmtune.device import resolve_device
 from gemmtune.timing import is_tie
 
 FANCY = "Test | Fancy GPU 9000 | 1.0"
-
-
-def sql(db: Path, query: str, *args) -> list[dict]:
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute(query, args)]
-    finally:
-        con.close()
 
 
 def groups(db: Path) -> list[tuple]:

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -23,19 +22,9 @@ from gemmtune.space import load_space, valid_configs
 from gemmtune.device import resolve_device
 
 from faults import write_fault_space
+from helpers_foundation import TINY_SPACE, make_device
 
 
-# Four configurations, all valid on PoCL, differing in tile shape (TSM != TSN included).
-TINY_SPACE = """
-[xgemm_k5]
-TSM = [16, 32]
-TSN = [16, 32]
-TSK = [16]
-WPTN = [2]
-PAD = [1]
-TRANSPOSEX = [8]
-TRANSPOSEY = [8]
-"""
 FAST = ["--time-cap", "0.05", "-q", "--early-stop", "0"]  # early stop: its own test
 
 
@@ -294,11 +283,7 @@ def test_unwritable_database_directory_is_refused(tmp_path):
 
 
 def _device(**changes) -> DeviceInfo:
-    base = dict(index=0, platform_index=0, device_index=0, platform="P", name="D", vendor="V", type="GPU",
-                opencl_version="OpenCL 3.0", driver_version="1", compute_units=1, max_clock_mhz=1,
-                global_mem_bytes=2**30, local_mem_bytes=48 * 1024, max_work_group_size=1024,
-                max_work_item_sizes=(1024, 1024, 64), double_precision=True, max_alloc_bytes=2**28)
-    return DeviceInfo(**{**base, **changes})
+    return make_device(**{"global_mem_bytes": 2**30, "max_alloc_bytes": 2**28, **changes})
 
 
 def test_problem_checks_name_what_is_wrong():
