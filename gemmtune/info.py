@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 
 
@@ -42,3 +43,23 @@ class DeviceInfo:
         for private in ("platform_index", "device_index", "max_alloc_bytes"):
             d.pop(private)
         return d
+
+
+def host_cores() -> int:
+    """Cores this process may run on: unlike os.cpu_count(), taskset and cpusets count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on every platform
+        return os.cpu_count() or 1
+
+
+def core_shares(count: int) -> list[tuple[int, ...]] | None:
+    """The cores this process may run on, split into ``count`` disjoint blocks of consecutive
+    cores (None where the platform cannot pin, or with fewer cores than blocks)."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
+    if count < 1 or len(cores) < count:
+        return None
+    return [tuple(cores[i * len(cores) // count:(i + 1) * len(cores) // count]) for i in range(count)]

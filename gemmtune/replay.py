@@ -171,7 +171,7 @@ def replay_once(land: Landscape, sampler: str, seed: int, target: float,
         measured: dict[tuple, tuple[str, float | None]] = {}
         order: list[Config] = []
         # The search's own proposer: configurations not recorded count as invalid.
-        proposer = Proposer(study, proposals, land.configs, measured, rng, pending)
+        proposer = Proposer(study, proposals, land.configs, measured, rng, pending, uniform=sampler == "random")
         while True:
             proposal = proposer.next()
             if proposal is None:

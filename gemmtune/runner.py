@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
 import signal
 import threading
 import time
 import traceback
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -42,6 +44,13 @@ class Job:
     policy: TimingPolicy = field(default_factory=TimingPolicy)
     binary: bytes | None = None          # built by a compiler process; None: build here
     stop_above_ms: float | None = None   # stop timing, status "slow", once the time's interval is above this
+
+
+@dataclass(frozen=True)
+class StopAbove:
+    """A new early-stop threshold for a timing worker's jobs, the running one and those waiting:
+    the search found a faster candidate since they were submitted."""
+    ms: float
 
 
 @dataclass(frozen=True)
@@ -86,11 +95,12 @@ class _Problem:
         self.a = random_matrix(prec, (k, m), rng)
         self.b = random_matrix(prec, (n, k), rng)
         self.reference = Reference.compute(prec, self.b, self.a, None, 1.0, 0.0)
-        self.nan = np.full((n, m), np.nan, dtype=prec.dtype)
+        self.nan = np.full(1, np.nan, dtype=prec.dtype)   # the pattern C is filled with
+        self.shape = (n, m)
         mf = cl.mem_flags
         self.a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=self.a)
         self.b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=self.b)
-        self.c_buf = cl.Buffer(ctx, mf.READ_WRITE, self.nan.nbytes)
+        self.c_buf = cl.Buffer(ctx, mf.READ_WRITE, n * m * prec.bytes)
 
 
 def _trial(cl, queue, problems, job: Job) -> Outcome:
@@ -121,9 +131,9 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
     # device other than the host's CPU the comparison runs on the host (numpy releases the GIL)
     # while the device is timed: at large sizes it costs as much as the timing. A wrong result
     # then discards the timing. On a CPU device it would disturb the timing, so it goes first.
-    cl.enqueue_copy(queue, pb.c_buf, pb.nan)
+    cl.enqueue_fill_buffer(queue, pb.c_buf, pb.nan, 0, pb.c_buf.size)  # on the device: no host copy
     run()
-    result = np.empty_like(pb.nan)
+    result = np.empty(pb.shape, dtype=prec.dtype)
     cl.enqueue_copy(queue, result, pb.c_buf)
     checking = _CHECKER.submit(compare, result, pb.reference, prec)
     timed = None
@@ -146,9 +156,17 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
 _CHECKER = ThreadPoolExecutor(max_workers=1)
 
 
+_STOP_ABOVE: list[float | None] = [None]   # in a timing worker: the latest StopAbove received
+
+
+def _stop_above(job: Job) -> float | None:
+    limits = [ms for ms in (job.stop_above_ms, _STOP_ABOVE[0]) if ms is not None]
+    return min(limits) if limits else None
+
+
 def _time(cl, queue, run, job: Job) -> tuple[str, Timing, str]:
     """Warm up, then time until the interval is tight, the time cap is spent, or (early stop)
-    the candidate is surely slower than ``job.stop_above_ms``."""
+    the candidate is surely slower than ``job.stop_above_ms`` or a later StopAbove."""
     policy = job.policy
     for _ in range(policy.warmup):
         run()
@@ -163,10 +181,10 @@ def _time(cl, queue, run, job: Job) -> tuple[str, Timing, str]:
         spent += whole * 1e-3
         if spent >= policy.max_seconds or converged(total, policy):
             break
-        if job.stop_above_ms is not None and len(total) >= EARLY_STOP_SAMPLES \
-                and median_ci(total)[0] > job.stop_above_ms:
+        limit = _stop_above(job)
+        if limit is not None and len(total) >= EARLY_STOP_SAMPLES and median_ci(total)[0] > limit:
             return ("slow", Timing(tuple(total), tuple(kernel)),
-                    f"stopped after {len(total)} samples: time interval above {job.stop_above_ms:.4g} ms")
+                    f"stopped after {len(total)} samples: time interval above {limit:.4g} ms")
     return "ok", Timing(tuple(total), tuple(kernel)), ""
 
 
@@ -178,8 +196,24 @@ def _watch_parent(parent: int) -> None:
             os._exit(0)
 
 
-def _open(conn, device, parent: int, quiet: bool):
-    """Common start of every worker: signals, watchdog, device; None if it could not start."""
+def _pin(cores) -> None:
+    # Threads started before this (numpy's BLAS pool, at import) keep their own affinity: each
+    # is set by its thread id, which Linux lists under /proc/self/task.
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def _open(conn, device, parent: int, quiet: bool, cores):
+    """Common start of every worker: cores, signals, watchdog, device; None if it could not start."""
+    if cores:  # first, so that every thread started below (the driver's too) inherits them
+        _pin(cores)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if quiet:
         # Drivers print build diagnostics on stderr; each trial's own log is kept in its row.
@@ -204,19 +238,32 @@ def _open(conn, device, parent: int, quiet: bool):
 
 
 def _jobs(conn):
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
+    """The jobs, in order. A thread takes each off the pipe as it comes, so that the parent can
+    queue the next job while this one runs without blocking on a full pipe (a job carries a
+    program binary, larger than a pipe's buffer)."""
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read():
+        while True:
+            try:
+                job = conn.recv()
+            except (EOFError, OSError):
+                job = None
+            if isinstance(job, StopAbove):
+                _STOP_ABOVE[0] = job.ms
+                continue
+            inbox.put(job)
+            if job is None:
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    while (job := inbox.get()) is not None:
         yield job
 
 
-def _worker_main(conn, device: str | None, parent: int, quiet: bool) -> None:
+def _worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
     """The timing worker: builds (or loads a binary), verifies and times one job at a time."""
-    opened = _open(conn, device, parent, quiet)
+    opened = _open(conn, device, parent, quiet, cores)
     if opened is None:
         return
     cl, ctx = opened
@@ -235,7 +282,7 @@ def _worker_main(conn, device: str | None, parent: int, quiet: bool) -> None:
         conn.send(outcome)
 
 
-def _compiler_main(conn, device: str | None, parent: int, quiet: bool) -> None:
+def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
     """A compiler: builds one program at a time in a context of its own and returns its binary.
 
     Binaries, not a shared driver cache, carry the work to the timing worker: both PoCL
@@ -245,7 +292,7 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool) -> None:
     """
     import hashlib
 
-    opened = _open(conn, device, parent, quiet)
+    opened = _open(conn, device, parent, quiet, cores)
     if opened is None:
         return
     cl, ctx = opened
@@ -275,8 +322,8 @@ class Worker:
     ``multiprocessing.connection.wait``) and kills and restarts a worker that failed a job.
     """
 
-    def __init__(self, main, device: str, quiet: bool = True):
-        self.main, self.spec, self.quiet = main, device, quiet
+    def __init__(self, main, device: str, quiet: bool = True, cores: tuple[int, ...] | None = None):
+        self.main, self.spec, self.quiet, self.cores = main, device, quiet, cores
         self._ctx = mp.get_context("spawn")
         self.process = None
         self.connection = None
@@ -291,7 +338,7 @@ class Worker:
         """Start the process; ``ready`` waits for its device. Several workers launched before
         any is waited for open their devices in parallel."""
         parent_conn, child_conn = self._ctx.Pipe()
-        self.process = self._ctx.Process(target=self.main, args=(child_conn, self.spec, os.getpid(), self.quiet),
+        self.process = self._ctx.Process(target=self.main, args=(child_conn, self.spec, os.getpid(), self.quiet, self.cores),
                                          daemon=True, name="gemmtune-worker")
         self.process.start()
         child_conn.close()
@@ -371,17 +418,22 @@ class Runner:
     """Runs jobs one at a time in a timing worker on one device; survives any failure of one.
 
     ``device`` is resolved by the worker; bad specs raise GemmtuneError from the constructor.
+    A job submitted while another runs waits in the worker (``waiting``) and starts the moment
+    that one ends, not when the parent gets round to collecting it; a worker that crashes or
+    hangs is replaced and gets the waiting jobs again.
     """
 
     def __init__(self, device: str | int | None = None, trial_timeout: float = 60.0, quiet: bool = True,
-                 wait: bool = True):
+                 wait: bool = True, cores: tuple[int, ...] | None = None):
         """``wait`` False returns at once; call ``ready()`` before using the runner (runners of
-        several devices then open them in parallel)."""
+        several devices then open them in parallel). ``cores``: the host cores its process (and
+        every thread of it, the driver's included) may run on; None: any."""
         from gemmtune.device import device_spec
 
         self.spec = device_spec(device)
         self.trial_timeout = trial_timeout
-        self.worker = Worker(_worker_main, self.spec, quiet)
+        self.worker = Worker(_worker_main, self.spec, quiet, cores)
+        self.waiting: deque = deque()   # (job, tag) sent behind the one in flight
         self.device: DeviceInfo | None = None
         self.worker.launch()
         if wait:
@@ -392,24 +444,48 @@ class Runner:
             self.device = self.worker.ready()
         return self.device
 
+    @property
+    def jobs(self) -> int:
+        """Jobs submitted and not yet collected: the one in flight and those waiting."""
+        return (not self.worker.idle) + len(self.waiting)
+
     def submit(self, job: Job, tag=None) -> None:
-        self.worker.submit(job, self.trial_timeout, tag)
+        if self.worker.idle:
+            self.worker.submit(job, self.trial_timeout, tag)
+        else:
+            self.waiting.append((job, tag))
+            self.worker.connection.send(job)
 
     def collect(self) -> Outcome:
         """The outcome of the job in flight, once ``worker.connection`` is readable or its deadline passed."""
         started = self.worker.deadline - self.trial_timeout
         if not self.worker.connection.poll(0):
-            self.worker.restart()
+            self._replace()
             return Outcome("timeout", trial_s=time.monotonic() - started,
                            detail=f"no result within the trial timeout of {self.trial_timeout:g} s")
         outcome = self.worker.receive()
         if outcome is None:
             reason = self.worker.death()
-            self.worker.restart()
+            self._replace()
             return Outcome("crash", trial_s=time.monotonic() - started, detail=f"worker process died: {reason}")
         if outcome.status in ("launch_error", "crash"):
-            self.worker.restart()  # the context may be poisoned: every later call on it could fail
+            self._replace()  # the context may be poisoned: every later call on it could fail
+        elif self.waiting:  # the next job started when this one ended
+            job, tag = self.waiting.popleft()
+            self.worker.job, self.worker.deadline = (job, tag), time.monotonic() + self.trial_timeout
         return outcome
+
+    def stop_above(self, ms: float) -> None:
+        """Lower the early-stop threshold of the jobs submitted, running or waiting."""
+        if self.jobs:
+            self.worker.connection.send(StopAbove(ms))
+
+    def _replace(self) -> None:
+        """A fresh worker, given the jobs that were waiting in the old one."""
+        self.worker.restart()
+        waiting, self.waiting = self.waiting, deque()
+        for job, tag in waiting:
+            self.submit(job, tag)
 
     def run(self, job: Job) -> Outcome:
         """Run one job; every failure comes back as an Outcome with a failure status."""
@@ -418,6 +494,7 @@ class Runner:
         return self.collect()
 
     def close(self) -> None:
+        self.waiting.clear()
         self.worker.close()
 
     def __enter__(self):

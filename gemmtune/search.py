@@ -8,6 +8,9 @@ Driven with ``study.ask()`` / ``study.tell()`` so that gemmtune decides what a t
   the earlier value, and nothing is rebuilt.
 * After a run of such free proposals the search enqueues a random unmeasured valid
   configuration, so a sampler stuck on measured or invalid points cannot stall it.
+* ``random`` enqueues a configuration drawn uniformly from the valid, unmeasured ones: drawn
+  from the product of the parameters' values, half its proposals or more would break a
+  constraint, and each costs the database as much as a measured one.
 * ``grid`` enqueues every valid configuration in turn and stops when none is left.
 
 Every measured trial becomes one row of ``results``, committed when the trial ends.
@@ -18,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import random
 import re
 import signal
@@ -38,11 +40,12 @@ from optuna.trial import TrialState
 from gemmtune.defaults import default_config, distance
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
-from gemmtune.info import DeviceInfo
+from gemmtune.info import DeviceInfo, core_shares, host_cores
 from gemmtune.precision import Precision, get_precision
 from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
 from gemmtune.space import Config, Space, load_space, require_precision, valid_configs
 from gemmtune.store import Store, database_url, fast_sqlite
+from gemmtune.study_storage import BatchedStorage
 from gemmtune.timing import Timing, TimingPolicy, gflops, is_tie
 
 SAMPLERS = ("tpe", "random", "grid")
@@ -202,11 +205,16 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
     from gemmtune.device import device_specs
 
     specs = device_specs(req.device)
+    # Several timing workers share the host: each gets cores of its own. Measured on two H200s
+    # of one host, two unpinned workers each spent 1.6 times as long per trial on the host
+    # (read-back, comparison, even waiting for the device) as one alone; pinned to disjoint
+    # halves of the cores, no longer than alone. Compilers stay free to run anywhere.
+    shares = core_shares(len(specs)) if len(specs) > 1 else None
     runners: list[Runner] = []
     lanes: list[_Lane] = []
     try:
-        for spec in specs:
-            runners.append(Runner(spec, req.trial_timeout, wait=False))
+        for i, spec in enumerate(specs):
+            runners.append(Runner(spec, req.trial_timeout, wait=False, cores=shares[i] if shares else None))
         for r in runners:
             r.ready()
         groups: dict[str, list[Runner]] = {}
@@ -249,7 +257,7 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
 
 def default_jobs() -> int:
     """One compiler process per core beside the one the parent and the timing worker share."""
-    return max(1, (os.cpu_count() or 2) - 1)
+    return max(1, host_cores() - 1)
 
 
 class Proposer:
@@ -259,27 +267,41 @@ class Proposer:
     caller, who adds each measured candidate; a proposal of a key already there is told that
     value again, or PRUNED while it is in flight ("in_flight" here, "elsewhere" in another
     process). ``pending`` configurations are enqueued first; ``grid`` (a list) makes the order
-    exhaustive instead of the sampler's. ``claim(key, trial)``, where given, takes a
+    exhaustive instead of the sampler's, ``uniform`` draws every candidate at random from the
+    valid ones (the ``random`` sampler). ``claim(key, trial)``, where given, takes a
     configuration for this process (False: another process has it; ``refresh()`` then reads
-    what the others measured into ``measured``). Used by the live search and by ``gemmtune
-    replay``, so that both follow one set of rules.
+    what the others measured into ``measured``). ``batch()``, where given, groups a proposal's
+    storage writes into one transaction (``BatchedStorage.batch``); ``asked(trial)`` is called
+    first thing after each ask (the search records its first heartbeat). Used by the live search and
+    by ``gemmtune replay``, so that both follow one set of rules.
     """
 
     def __init__(self, study, proposals: "_Proposals", valid: list[Config], measured: dict, rng: random.Random,
-                 pending: list[Config], grid: list[Config] | None = None, why_invalid=None,
-                 claim: Callable | None = None, refresh: Callable | None = None):
+                 pending: list[Config], grid: list[Config] | None = None, uniform: bool = False, why_invalid=None,
+                 claim: Callable | None = None, refresh: Callable | None = None,
+                 batch: Callable = contextlib.nullcontext, asked: Callable | None = None):
         self.study, self.proposals, self.valid, self.measured = study, proposals, valid, measured
         self.rng, self.pending, self.grid, self.why_invalid = rng, pending, grid, why_invalid
-        self.claim, self.refresh = claim, refresh
+        self.uniform = uniform
+        self.claim, self.refresh, self.batch, self.asked = claim, refresh, batch, asked
         self.valid_keys = {_config_key(c.kernel, c.params) for c in valid}
         self.free = 0   # proposals in a row that cost nothing (invalid or measured before)
 
     def unmeasured(self) -> list[Config]:
         return [c for c in self.valid if _config_key(c.kernel, c.params) not in self.measured]
 
+    def random_unmeasured(self) -> Config | None:
+        for _ in range(64):  # rejection is cheap while most of the space is unmeasured
+            c = self.rng.choice(self.valid)
+            if _config_key(c.kernel, c.params) not in self.measured:
+                return c
+        left = self.unmeasured()
+        return self.rng.choice(left) if left else None
+
     def _tell_known(self, trial, status: str, value: float | None) -> None:
         in_flight = status in IN_FLIGHT
-        trial.set_user_attr("skipped", "in flight" if in_flight else "measured before")
+        with self.batch():
+            trial.set_user_attr("skipped", "in flight" if in_flight else "measured before")
         if value is not None:
             self.study.tell(trial, value)
         else:
@@ -297,19 +319,23 @@ class Proposer:
                     if nxt is None:
                         return None
                     self.pending.append(nxt)
-                elif self.free >= MAX_FREE_PROPOSALS:
-                    left = self.unmeasured()
-                    if not left:
+                elif self.uniform or self.free >= MAX_FREE_PROPOSALS:
+                    nxt = self.random_unmeasured()
+                    if nxt is None:
                         return None
-                    self.pending.append(self.rng.choice(left))
+                    self.pending.append(nxt)
             if self.pending:
                 self.proposals.enqueue(study, self.pending.pop(0))
             trial = study.ask()
-            config = self.proposals.suggest(trial)
-            key = _config_key(config.kernel, config.params)
+            if self.asked is not None:
+                self.asked(trial)
+            with self.batch():
+                config = self.proposals.suggest(trial)
+                key = _config_key(config.kernel, config.params)
+                if key not in self.valid_keys:
+                    broken = self.why_invalid(config) if self.why_invalid else None
+                    trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")
             if key not in self.valid_keys:
-                broken = self.why_invalid(config) if self.why_invalid else None
-                trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")
                 study.tell(trial, state=TrialState.PRUNED)
                 self.free += 1
                 continue
@@ -382,9 +408,10 @@ class _Lane:
         rng = random.Random(req.seed)
         self.proposer = proposer = Proposer(
             self.study, self.proposals, valid, self.measured, rng, [],
-            list(valid) if req.sampler == "grid" else None,
+            list(valid) if req.sampler == "grid" else None, uniform=req.sampler == "random",
             why_invalid=lambda c: FAMILIES[c.kernel].broken(c.params, dev, prec),
-            claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh)
+            claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
+            batch=self.storage.batch, asked=lambda trial: self.storage.record_heartbeat(trial._trial_id))
         baseline = default_config(dev, prec)
         if _config_key(baseline.kernel, baseline.params) not in proposer.valid_keys:
             baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
@@ -400,18 +427,23 @@ class _Lane:
             left = len(self.proposer.unmeasured())
             self.budget = left if self.budget is None else min(self.budget, left)
         self.done, self.failures, self.timing_s = 0, Counter(), 0.0
+        self.build_s = self.device_s = None   # running means of a build and of a device's trial
         self.stopped_by: str | None = None
         self.unrecorded_best: float | None = None   # of results collected but not yet recorded
         self.digests: dict[tuple, tuple[int, Outcome]] = {}   # _same_run -> (trial, outcome) measured
         self.ready: deque = deque()   # (trial, config, key, built): built, waiting for a device
-        self.timing: dict[int, tuple] = {}   # runner index -> (trial, config, key, built) on it
+        # runner index -> (trial, config, key, built) on it: the one in flight first, then the
+        # one waiting in the worker (with a compiler pool, each device gets its next candidate
+        # before it finishes, so that it never waits for this process to notice)
+        self.timing: dict[int, deque] = {i: deque() for i in range(len(runners))}
+        self.depth = 2 if compilers is not None else 1
         self.flying: dict[int, optuna.Trial] = {}   # trial id -> trial, everything asked and not told
 
     def _open_study(self, url: str, name: str, attempts: int = 3):
         for attempt in range(attempts):
             try:
                 with _quiet_heartbeat():
-                    storage = optuna.storages.RDBStorage(
+                    storage = BatchedStorage(
                         url, heartbeat_interval=self.beat, grace_period=int(math.ceil(self.req.grace)),
                         heartbeat_stale_trial_callback=self._lost)
                 fast_sqlite(storage.engine)
@@ -464,13 +496,23 @@ class _Lane:
         if self.stopped_by is not None:
             return False
         busy = len(self.compilers.busy) if self.compilers else 0
-        in_flight = len(self.ready) + len(self.timing) + busy
+        on_devices = sum(map(len, self.timing.values()))
+        in_flight = len(self.ready) + on_devices + busy
         if self.budget is not None and self.done + in_flight >= self.budget:
             return False
         if self.compilers is not None:
-            return (self.compilers.idle() is not None
-                    and len(self.ready) < max(len(self.compilers.workers), len(self.runners)))
-        return len(self.ready) + len(self.timing) < len(self.runners)
+            return self.compilers.idle() is not None and len(self.ready) + busy < self.build_ahead()
+        return len(self.ready) + on_devices < len(self.runners)
+
+    def build_ahead(self) -> int:
+        """Candidates built or building ahead of the devices: twice the builds that finish while
+        a device measures (build time over device time per trial; twice, as build times vary
+        tenfold), plus two ready per device. More would only keep compilers busy on cores the
+        timing worker, its comparison and this process need, and put more trials in flight
+        than the sampler's constant liar must cover."""
+        if not (self.build_s and self.device_s):
+            return len(self.compilers.workers) + 2 * len(self.runners)
+        return len(self.runners) * (2 + 2 * math.ceil(self.build_s / self.device_s))
 
     def fill_one(self) -> bool:
         """Ask for one new candidate if there is room (builds run ahead of the devices); True if
@@ -485,7 +527,6 @@ class _Lane:
             return False
         trial, config, key = proposal
         self.flying[trial._trial_id] = trial
-        self.storage.record_heartbeat(trial._trial_id)
         if self.compilers is not None:
             self.compilers.idle().submit(BuildJob(config, self.space.family(config.kernel).source, self.prec.code),
                                          self.compilers.timeout, (trial, config, key))
@@ -511,34 +552,49 @@ class _Lane:
             for w in self.compilers.busy:
                 trial, config, key = w.job[1]
                 self._abandon(trial, key, status)
-                w.restart()
+                w.kill()  # this lane builds nothing more: no need to start another
 
     def interrupt(self) -> None:
         self.stop("interrupted", "interrupted")
-        for trial, config, key, _ in self.timing.values():
-            self._abandon(trial, key, "interrupted")
-        self.timing.clear()
+        for entries in self.timing.values():
+            for trial, config, key, _ in entries:
+                self._abandon(trial, key, "interrupted")
+            entries.clear()
 
     @property
     def finished(self) -> bool:
         if self.stopped_by is None and self.budget is not None and self.done >= self.budget:
             self.stopped_by = "trials"
         busy = self.compilers.busy if self.compilers else []
-        return self.stopped_by is not None and not self.timing and not busy and not self.ready
+        return self.stopped_by is not None and not any(self.timing.values()) and not busy and not self.ready
 
     def feed(self, progress) -> None:
-        """Put built candidates on idle devices."""
+        """Put built candidates on devices with room (the one in flight and one waiting)."""
         for i, runner in enumerate(self.runners):
-            while i not in self.timing and self.ready:
-                trial, config, key, built = self.ready.popleft()
-                same = self._same_run(config, built)
-                if same in self.digests:
-                    first, outcome = self.digests[same]
-                    self.finish(trial, config, key, replace(outcome, detail=f"identical binary to trial {first}: "
-                                                                        "measured once"), built.compile_s, progress)
-                    continue
-                runner.submit(self._job(config, built), (trial, config, key, built))
-                self.timing[i] = (trial, config, key, built)
+            while len(self.timing[i]) < self.depth:
+                entry = self._next_ready(progress)
+                if entry is None:
+                    break
+                trial, config, key, built = entry
+                runner.submit(self._job(config, built), entry)
+                self.timing[i].append(entry)
+
+    def _next_ready(self, progress):
+        """The first ready candidate to measure. One whose identical run was measured gets those
+        figures instead; one whose identical run is on a device now waits for its figures."""
+        on_devices = {self._same_run(c, b) for entries in self.timing.values() for _, c, _, b in entries}
+        for entry in list(self.ready):
+            trial, config, key, built = entry
+            same = self._same_run(config, built)
+            if same in self.digests:
+                self.ready.remove(entry)
+                first, outcome = self.digests[same]
+                self.finish(trial, config, key, replace(outcome, detail=f"identical binary to trial {first}: "
+                                                                    "measured once"), built.compile_s, progress)
+            elif same is None or same not in on_devices:
+                self.ready.remove(entry)
+                return entry
+        return None
 
     def _same_run(self, config: Config, built) -> tuple | None:
         """What makes two candidates the same measurement: an identical binary launched the
@@ -549,18 +605,22 @@ class _Lane:
         return (built.digest, tuple(family.local_size(p)), tuple(family.padded_shape(p, self.req.m, self.req.n, self.req.k)),
                 bool(family.b_k_fast(p)))
 
-    def _job(self, config, built) -> Job:
-        threshold = None
+    def threshold_ms(self) -> float | None:
+        """The early stop's threshold: the time of early_stop x the best speed so far."""
         best = self.best
         if self.req.early_stop and best:
-            threshold = self.flops / (self.req.early_stop * best * 1e9) * 1e3  # ms at early_stop x the best
+            return self.flops / (self.req.early_stop * best * 1e9) * 1e3
+        return None
+
+    def _job(self, config, built) -> Job:
         return Job(config, self.space.family(config.kernel).source, self.prec.code, self.req.m, self.req.n,
-                   self.req.k, self.req.policy, binary=built.binary if built else None, stop_above_ms=threshold)
+                   self.req.k, self.req.policy, binary=built.binary if built else None,
+                   stop_above_ms=self.threshold_ms())
 
     def waits(self) -> tuple[list, list]:
         """Connections to wait on and their deadlines."""
         busy = self.compilers.busy if self.compilers else []
-        timed = [self.runners[i].worker for i in self.timing]
+        timed = [self.runners[i].worker for i, entries in self.timing.items() if entries]
         return ([w.connection for w in busy + timed], [w.deadline for w in busy + timed])
 
     def collect(self, progress) -> None:
@@ -569,24 +629,30 @@ class _Lane:
             if w.connection.poll(0) or now >= w.deadline:
                 trial, config, key = w.job[1]
                 built = self.compilers.collect(w)
+                self.build_s = _running_mean(self.build_s, built.compile_s)
                 if built.status == "ok":
                     self.ready.append((trial, config, key, built))
                 else:
                     self.finish(trial, config, key, Outcome(built.status, compile_s=built.compile_s,
                                                             detail=built.detail), None, progress)
-        done = []
-        for i in list(self.timing):
+        done, before = [], self.threshold_ms()
+        for i, entries in self.timing.items():
             runner = self.runners[i]
-            if runner.worker.connection.poll(0) or now >= runner.worker.deadline:
-                trial, config, key, built = self.timing.pop(i)
+            if entries and (runner.worker.connection.poll(0) or now >= runner.worker.deadline):
+                trial, config, key, built = entries.popleft()
                 outcome = runner.collect()
                 self.timing_s += outcome.trial_s or 0.0
+                self.device_s = _running_mean(self.device_s, outcome.trial_s)
                 if built is not None and outcome.status in ("ok", "slow"):
                     self.digests[self._same_run(config, built)] = (trial.number, outcome)
                 done.append((trial, config, key, outcome, built, runner.device))
                 if outcome.status == "ok" and outcome.timing is not None:  # the early stop of the next
                     value = gflops(self.flops, outcome.timing.median_ms)
                     self.unrecorded_best = max(self.unrecorded_best or 0.0, value)
+        if done and self.threshold_ms() != before:  # a new best: the candidates on devices learn it
+            for i, entries in self.timing.items():
+                if entries:
+                    self.runners[i].stop_above(self.threshold_ms())
         if done:
             self.feed(progress)  # the next candidates go on the devices before the database writes
         for trial, config, key, outcome, built, dev in done:
@@ -621,6 +687,9 @@ class _Lane:
             self.storage.record_heartbeat(trial_id)
         with _quiet_heartbeat():
             optuna.storages.fail_stale_trials(self.study)
+        for trial_id in self.storage.unbeaten_trial_ids(self.study._study_id, self.req.grace):
+            if trial_id not in self.flying and self.storage.set_trial_state_values(trial_id, TrialState.FAIL):
+                self._lost(self.study, self.storage.get_trial(trial_id))
         self.refresh()
 
     def summary(self, elapsed: float) -> Summary:
@@ -628,6 +697,13 @@ class _Lane:
         return _summarize(self.store, self.name, [r.device for r in self.runners], self.prec,
                           (self.req.m, self.req.n, self.req.k), self.done, self.failures, elapsed,
                           self.baseline_key, len(self.valid), self.stopped_by or "trials", busy)
+
+
+def _running_mean(mean: float | None, x: float | None, weight: float = 0.2) -> float | None:
+    """Exponentially weighted: follows a search that moves to slower or faster candidates."""
+    if x is None:
+        return mean
+    return x if mean is None else (1 - weight) * mean + weight * x
 
 
 class _CtrlC:

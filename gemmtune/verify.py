@@ -22,12 +22,12 @@ in double precision. An unwritten element (NaN from the poisoned output) always 
 from __future__ import annotations
 
 from dataclasses import dataclass
-import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache, cached_property
 
 import numpy as np
 
+from gemmtune.info import host_cores
 from gemmtune.precision import Precision
 
 
@@ -54,10 +54,6 @@ class Reference:
     value: np.ndarray
     scale: np.ndarray
     k: int
-
-    @cached_property
-    def magnitude(self) -> np.ndarray:
-        return np.abs(self.value)
 
     @cached_property
     def norm(self) -> float:
@@ -95,27 +91,29 @@ CHUNK = 1 << 18   # elements per piece of the comparison, one task for a thread
 def compare(result: np.ndarray, ref: Reference, prec: Precision) -> Check:
     # In cache-sized pieces, spread over threads (numpy releases the GIL): a trial at 4096^2
     # would otherwise spend more time here than on the device.
-    flat_c, flat_r = result.reshape(-1), ref.value.reshape(-1)
-    flat_m, flat_s = ref.magnitude.reshape(-1), ref.scale.reshape(-1)
+    flat_c, flat_r, flat_s = result.reshape(-1), ref.value.reshape(-1), ref.scale.reshape(-1)
     rd = prec.reference_dtype
 
     def piece(lo: int) -> tuple[float, float, float]:
         hi = lo + CHUNK
-        diff = np.abs(flat_c[lo:hi].astype(rd) - flat_r[lo:hi])    # NaN where C is NaN
-        nonzero = diff != 0  # an exact element has no error, even where R or its scale is 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.divide(diff, flat_m[lo:hi], out=np.zeros_like(diff), where=nonzero)
-            cw = np.divide(diff, flat_s[lo:hi], out=np.zeros_like(diff), where=nonzero)
-        return _max(rel), _max(cw), float(np.dot(diff, diff))
+        diff = np.abs(np.subtract(flat_c[lo:hi], flat_r[lo:hi], dtype=rd))   # NaN where C is NaN
+        ratio = np.abs(flat_r[lo:hi])  # |R| here, not stored: one array fewer to stream from memory
+        # fmax skips the 0/0 of an exact element where R or its scale is 0 (no error), and the
+        # NaN of an unwritten element, which the sum of squares catches instead.
+        with np.errstate(divide="ignore", invalid="ignore"):  # per thread, as numpy keeps it
+            rel = np.fmax.reduce(np.divide(diff, ratio, out=ratio), initial=0.0)
+            cw = np.fmax.reduce(np.divide(diff, flat_s[lo:hi], out=ratio), initial=0.0)
+        return rel, cw, float(np.dot(diff, diff))
 
     parts = np.array(list(_pool().map(piece, range(0, flat_c.size, CHUNK))) or [(0.0, 0.0, 0.0)])
-    max_rel, max_cw = (float(x) for x in parts[:, :2].max(axis=0))  # NaN wins a numpy max
-    finite = bool(np.isfinite(max_cw))  # a NaN or infinity anywhere in C reaches the max
-    norm_diff = float(np.sqrt(parts[:, 2].sum()))
+    max_rel, max_cw = (float(x) for x in parts[:, :2].max(axis=0))
+    sum_sq = float(parts[:, 2].sum())
+    finite = bool(np.isfinite(sum_sq) and np.isfinite(max_cw))  # a NaN or infinity anywhere in C
+    norm_diff = float(np.sqrt(sum_sq))
     norm_rel = norm_diff / ref.norm if ref.norm > 0 else norm_diff
     tol = tolerance(prec, ref.k)
     return Check(
-        max_rel_error=max_rel,
+        max_rel_error=max_rel if np.isfinite(sum_sq) else float("nan"),
         norm_rel_error=norm_rel if finite else float("nan"),
         componentwise_error=max_cw if finite else float("nan"),
         tolerance=tol,
@@ -125,7 +123,7 @@ def compare(result: np.ndarray, ref: Reference, prec: Precision) -> Check:
 
 @cache
 def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
+    return ThreadPoolExecutor(max_workers=min(8, host_cores()))
 
 
 def _max(x: np.ndarray) -> float:

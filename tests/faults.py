@@ -4,6 +4,7 @@ Made from kernels/xgemm_k5.cl by textual patches at test time, so it follows the
   FAULT 1: correct   2: does not compile   3: reads far out of bounds   4: never ends
   5: wrong result (drops the last K-step)   6: launch error (required work-group size mismatch)
   7: right but slow (the whole product computed 64 times over)
+  8: right, but one element of C left unwritten (the output's poison must catch it)
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ this line is not OpenCL C
 #else
   for (int k0 = 0; k0 < Kp; k0 += TSK) {
 #endif'''),
+    ("      if (n < N) { STORE_AXPBY(C[n * ldc + m], acc[w], alpha, beta); }",
+     "      if (n < N && !(FAULT == 8 && n == N - 1 && m == M - 1)) { STORE_AXPBY(C[n * ldc + m], acc[w], alpha, beta); }"),
 ]
 
 SPACE = """

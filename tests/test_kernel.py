@@ -238,3 +238,26 @@ def test_compare_flags_defects(code, k):
         check = compare(results[defect], ref, prec)
         assert not check.passed, (defect, check)
     assert compare(results["one wrong element"], ref, prec).componentwise_error > compare(good, ref, prec).tolerance
+
+
+def test_compare_edge_cases_across_pieces(monkeypatch):
+    """Elements whose terms are all zero are exact, not 0/0 failures; a nonzero one there, an
+    infinity or a NaN fails, in whichever piece of the threaded comparison it lands."""
+    import gemmtune.verify as verify
+
+    monkeypatch.setattr(verify, "CHUNK", 7)  # many pieces, the last one short
+    prec = precision_of(np.float32)
+    rng = np.random.default_rng(5)
+    a, b = uniform((9, 6), np.float32, rng), uniform((6, 8), np.float32, rng)
+    a[3] = 0.0  # row 3 of the product: every term zero, reference and scale exactly 0
+    ref = Reference.compute(prec, a, b, None, 1.0, 0.0)
+    exact = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    assert compare(exact, ref, prec).passed
+    for where, value in [((3, 2), 1e-30), ((8, 7), np.inf), ((8, 7), np.nan), ((0, 0), -np.inf)]:
+        bad = exact.copy()
+        bad[where] = value
+        check = compare(bad, ref, prec)
+        assert not check.passed, (where, value, check)
+    nan = exact.copy()
+    nan[8, 7] = np.nan
+    assert np.isnan(compare(nan, ref, prec).componentwise_error)

@@ -234,10 +234,35 @@ def test_free_proposals_end_in_a_random_unmeasured_pick(tmp_path):
     land = rp.load_landscape(f"sqlite:///{db}", "lonely", space_file=space)
     assert land.space.size == 64 and land.configs == [SYNTHETIC[5]]
     for seed in range(3):
-        run = rp.replay_once(land, "random", seed, 1.0)
+        run = rp.replay_once(land, "tpe", seed, 1.0)
         pruned = [t for t in run.study.trials if t.state == TrialState.PRUNED]
         assert run.trials == 1 and len(run.study.trials) == len(pruned) + 1
         assert len(pruned) <= MAX_FREE_PROPOSALS
+        # The random sampler draws from the valid configurations alone: no proposal is wasted.
+        run = rp.replay_once(land, "random", seed, 1.0)
+        assert run.trials == 1 and [t.state for t in run.study.trials] == [TrialState.COMPLETE]
+
+
+def test_random_draws_only_valid_configurations_each_once(tmp_path):
+    # A third of the space was never recorded (invalid for the replay): random proposes none of
+    # it, and measures every recorded configuration once before it runs out.
+    db = tmp_path / "third.db"
+    gone = {str(c) for c in SYNTHETIC[::3]}
+    store = Store(f"sqlite:///{db}")
+    for i, config in enumerate(c for c in SYNTHETIC if str(c) not in gone):
+        store.add(study="holes", trial=i, device="Test | Fancy GPU 9000 | 1.0", device_name="Fancy GPU 9000",
+                  precision="s", m=512, n=512, k=512, kernel=config.kernel, params=config.params, status="ok",
+                  gflops=1.0 + i, baseline=False)
+    store.close()
+    space = tmp_path / "space.toml"
+    space.write_text("[xgemm_k5]\nTSM = [16, 32, 64, 128]\nTSN = [16, 32, 64, 128]\nTSK = [8, 16, 32, 64]\n"
+                     "WPTN = [4]\nPAD = [1]\nTRANSPOSEX = [16]\nTRANSPOSEY = [16]\n")
+    land = rp.load_landscape(f"sqlite:///{db}", "holes", space_file=space)
+    assert len(land.configs) == 64 - len(gone)
+    run = rp.replay_once(land, "random", 5, 2.0)  # a target above the best: it runs out instead
+    assert run.trials is None
+    assert sorted(map(str, run.measured)) == sorted(map(str, land.configs))
+    assert all(t.state == TrialState.COMPLETE for t in run.study.trials)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -128,9 +128,11 @@ def test_building_on_the_timing_worker_gives_the_same_verdicts(tmp_path):
     # --jobs 0: no compiler processes; the timing worker builds each candidate itself.
     db = tmp_path / "j0.db"
     out = json.loads(search("--size", "40", "--sampler", "grid", "--jobs", "0", "--format", "json",
-                            "--space", str(write_fault_space(tmp_path, (1, 2, 5))), db=db).stdout)
-    by_fault = {json.loads(r["params"])["FAULT"]: r["status"] for r in rows(db)}
-    assert by_fault == {1: "ok", 2: "compile_error", 5: "wrong_result"}
+                            "--space", str(write_fault_space(tmp_path, (1, 2, 5, 8))), db=db).stdout)
+    by_fault = {json.loads(r["params"])["FAULT"]: r for r in rows(db)}
+    assert {f: r["status"] for f, r in by_fault.items()} == {1: "ok", 2: "compile_error", 5: "wrong_result",
+                                                             8: "wrong_result"}
+    assert "componentwise error nan" in by_fault[8]["detail"]  # the one element C kept from its poison
     assert out["best"]["params"]["FAULT"] == 1
 
 
@@ -352,3 +354,53 @@ def test_candidates_with_an_identical_binary_launched_alike_are_measured_once(tm
                 assert (r["time_ms"], r["samples_ms"], r["gflops"]) == (first["time_ms"], first["samples_ms"], first["gflops"])
     # Different TSM: a different launch, so never shared even with equal digests.
     assert len({r["time_ms"] for r in by_trial.values()}) >= 2
+
+
+def test_builds_run_ahead_only_as_far_as_the_devices_consume_them():
+    from types import SimpleNamespace
+
+    from gemmtune.search import _Lane, _running_mean
+
+    lane = SimpleNamespace(runners=[object()], compilers=SimpleNamespace(workers=[object()] * 15),
+                           build_s=None, device_s=None)
+    assert _Lane.build_ahead(lane) == 15 + 2  # nothing measured yet: every compiler, two ready
+    lane.build_s, lane.device_s = 0.36, 0.053  # builds take 6.8 trials of device time: 7, twice
+    assert _Lane.build_ahead(lane) == 2 + 2 * 7
+    lane.runners = [object(), object()]
+    assert _Lane.build_ahead(lane) == 2 * (2 + 2 * 7)
+    lane.build_s, lane.device_s = 0.5, 1.0  # device-bound: two building and two ready per device
+    assert _Lane.build_ahead(lane) == 2 * 4
+    assert _running_mean(None, 2.0) == 2.0 and _running_mean(2.0, None) == 2.0
+    assert _running_mean(2.0, 4.0) == pytest.approx(2.4)
+
+
+def test_a_job_waiting_behind_a_crash_or_a_hang_runs_on_the_fresh_worker(tmp_path):
+    from gemmtune.runner import Job, Runner
+    from gemmtune.timing import TimingPolicy
+
+    space = load_space(write_fault_space(tmp_path, (1, 3, 4)))
+    source = space.family("xgemm_k5").source
+
+    def collect(runner):
+        runner.worker.connection.poll(max(0.0, runner.worker.deadline - time.monotonic()))
+        return runner.collect()
+
+    with Runner(0, trial_timeout=15) as runner:
+        configs = {c.params["FAULT"]: c for c in valid_configs(space, runner.device, get_precision("s"))}
+
+        def job(fault):
+            return Job(configs[fault], source, "s", 40, 40, 40, TimingPolicy(max_seconds=0.05))
+
+        for bad, status in ((3, "crash"), (4, "timeout")):
+            first = runner.worker.process.pid
+            runner.submit(job(bad))
+            runner.submit(job(1))  # sent at once, waiting in the worker behind the bad one
+            assert runner.jobs == 2 and len(runner.waiting) == 1
+            assert collect(runner).status == status
+            assert runner.worker.process.pid != first and runner.jobs == 1
+            good = collect(runner)
+            assert good.status == "ok" and good.check.passed and runner.jobs == 0
+        # Behind a good job the next one starts when it ends: both come back, in order.
+        runner.submit(job(1))
+        runner.submit(job(1))
+        assert [collect(runner).status for _ in range(2)] == ["ok", "ok"] and runner.jobs == 0

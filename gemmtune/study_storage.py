@@ -1,0 +1,72 @@
+"""Optuna's relational storage, with a trial's parameters written in one transaction, and the
+trials that died before their first heartbeat found.
+
+Optuna commits every ``suggest_*`` on its own: a gemmtune configuration has a dozen parameters,
+so a proposal cost a dozen transactions, and with the devices waiting on the search process
+that was most of its time per trial. Inside ``batch()`` parameter and user-attribute writes
+are queued and committed together when the block ends; outside it this is Optuna's RDBStorage.
+The study and the other processes sharing it see the same rows as without batching, only
+written at once (the block ends before the trial is told or handed to a device).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+import optuna
+from optuna.storages._rdb import models
+from optuna.storages._rdb.storage import _create_scoped_session
+from optuna.trial import TrialState
+
+
+class BatchedStorage(optuna.storages.RDBStorage):
+    """``optuna.storages.RDBStorage`` with ``batch()``; takes the same arguments."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._queued: list[Callable] | None = None
+
+    @contextlib.contextmanager
+    def batch(self):
+        """Queue parameter and user-attribute writes until the block ends, then commit them as
+        one transaction (also when the block raises: what was suggested stays suggested)."""
+        if self._queued is not None:  # nested: the outer block commits
+            yield
+            return
+        self._queued = []
+        try:
+            yield
+        finally:
+            queued, self._queued = self._queued, None
+            if queued:
+                with _create_scoped_session(self.scoped_session) as session:
+                    for write in queued:
+                        write(session)
+
+    # Optuna's cached storage calls this one for every suggested parameter.
+    def _set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
+                         distribution, previous_distribution) -> None:
+        if self._queued is None:
+            return super()._set_trial_param(trial_id, param_name, param_value_internal, distribution,
+                                            previous_distribution)
+        self._queued.append(lambda session: self._set_trial_param_without_commit(
+            session, trial_id, param_name, param_value_internal, distribution, previous_distribution))
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        if self._queued is None:
+            return super().set_trial_user_attr(trial_id, key, value)
+        self._queued.append(lambda session: self._set_trial_attr_without_commit(
+            session, models.TrialUserAttributeModel, trial_id, key, value))
+
+    def unbeaten_trial_ids(self, study_id: int, grace: float) -> list[int]:
+        """Trials RUNNING for more than ``grace`` seconds that never sent a heartbeat: their process
+        died between creating them and the first beat (a few milliseconds, but a kill can land
+        there). Optuna's stale-trial check passes over them, so nothing else would ever end them.
+        Optuna 5 stores a trial's start in UTC, from the creating machine's clock."""
+        since = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=grace)
+        with _create_scoped_session(self.scoped_session) as session:
+            return [trial_id for (trial_id,) in session.query(models.TrialModel.trial_id).filter(
+                models.TrialModel.study_id == study_id, models.TrialModel.state == TrialState.RUNNING,
+                models.TrialModel._datetime_start_utc < since, ~models.TrialModel.heartbeats.any())]
