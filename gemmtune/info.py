@@ -45,21 +45,25 @@ class DeviceInfo:
         return d
 
 
-def host_cores() -> int:
-    """Cores this process may run on: unlike os.cpu_count(), taskset and cpusets count."""
+def _usable_cores() -> list[int] | None:
+    """The cores this process may run on (taskset and cpusets count); None where the platform
+    cannot tell."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not on every platform
-        return os.cpu_count() or 1
+        return None
+
+
+def host_cores() -> int:
+    """How many cores this process may run on: unlike os.cpu_count(), taskset and cpusets count."""
+    cores = _usable_cores()
+    return max(1, len(cores)) if cores is not None else os.cpu_count() or 1
 
 
 def core_shares(count: int) -> list[tuple[int, ...]] | None:
     """The cores this process may run on, split into ``count`` disjoint blocks of consecutive
     cores (None where the platform cannot pin, or with fewer cores than blocks)."""
-    try:
-        cores = sorted(os.sched_getaffinity(0))
-    except AttributeError:
-        return None
-    if count < 1 or len(cores) < count:
+    cores = _usable_cores()
+    if cores is None or count < 1 or len(cores) < count:
         return None
     return [tuple(cores[i * len(cores) // count:(i + 1) * len(cores) // count]) for i in range(count)]

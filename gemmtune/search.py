@@ -277,8 +277,8 @@ class Proposer:
     configuration for this process (False: another process has it; ``refresh()`` then reads
     what the others measured into ``measured``). ``batch()``, where given, groups a proposal's
     storage writes into one transaction (``BatchedStorage.batch``); ``asked(trial)`` is called
-    first thing after each ask (the search records its first heartbeat). Used by the live search and
-    by ``gemmtune replay``, so that both follow one set of rules.
+    first thing after each ask (the search records its first heartbeat). Used by the live
+    search and by ``gemmtune replay``, so that both follow one set of rules.
     """
 
     def __init__(self, study, proposals: "_Proposals", valid: list[Config], measured: dict, rng: random.Random,
@@ -337,10 +337,11 @@ class Proposer:
             with self.batch():
                 config = self.proposals.suggest(trial)
                 key = _config_key(config.kernel, config.params)
-                if key not in self.valid_keys:
+                invalid = key not in self.valid_keys
+                if invalid:
                     broken = self.why_invalid(config) if self.why_invalid else None
                     trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")
-            if key not in self.valid_keys:
+            if invalid:
                 study.tell(trial, state=TrialState.PRUNED)
                 self.free += 1
                 continue
@@ -654,10 +655,11 @@ class _Lane:
                 if outcome.status == "ok" and outcome.timing is not None:  # the early stop of the next
                     value = gflops(self.flops, outcome.timing.median_ms)
                     self.unrecorded_best = max(self.unrecorded_best or 0.0, value)
-        if done and self.threshold_ms() != before:  # a new best: the candidates on devices learn it
+        after = self.threshold_ms() if done else before
+        if after != before:  # a new best: the candidates on devices learn it
             for i, entries in self.timing.items():
                 if entries:
-                    self.runners[i].stop_above(self.threshold_ms())
+                    self.runners[i].stop_above(after)
         if done:
             self.feed(progress)  # the next candidates go on the devices before the database writes
         for trial, config, key, outcome, built, dev in done:

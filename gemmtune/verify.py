@@ -124,7 +124,3 @@ def compare(result: np.ndarray, ref: Reference, prec: Precision) -> Check:
 @cache
 def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=min(8, host_cores()))
-
-
-def _max(x: np.ndarray) -> float:
-    return float(np.max(x)) if x.size else 0.0
