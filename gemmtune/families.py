@@ -191,7 +191,8 @@ def _rt_vectors(p: Params):
     per_load = p["VWG"] * p["MDIMC"] * p["NDIMC"]
     return ((p["MWG"] % p["VWG"] == 0) & (p["NWG"] % p["VWG"] == 0)
             & ((p["BKFAST"] == 0) | (p["KWG"] % p["VWG"] == 0))
-            & ((p["KWG"] * p["MWG"]) % per_load == 0) & ((p["KWG"] * p["NWG"]) % per_load == 0))
+            & ((p["KWG"] * p["MWG"]) % per_load == 0) & ((p["KWG"] * p["NWG"]) % per_load == 0)
+            & ((p["BKFAST"] != 2) | ((p["KWG"] * p["NWG"]) % (per_load * p["VWG"]) == 0)))
 
 
 def _rt_local_vectors(p: Params):
@@ -223,7 +224,8 @@ XGEMM_RT = RegisterTiled(
                                          & (p["NDIMC"] <= dev.max_work_item_sizes[1])
                                          & (p["MDIMC"] * p["NDIMC"] <= dev.max_work_group_size))),
         Constraint(3, "vector loads", "MWG and NWG (and KWG if BKFAST) multiples of VWG; KWG * MWG "
-                   "and KWG * NWG multiples of VWG * MDIMC * NDIMC", lambda p, dev, prec: _rt_vectors(p)),
+                   "and KWG * NWG multiples of VWG * MDIMC * NDIMC (of VWG * VWG * MDIMC * NDIMC if "
+                   "BKFAST == 2)", lambda p, dev, prec: _rt_vectors(p)),
         Constraint(4, "local vectors", "WPTM % VLM == 0, WPTN % VLN == 0, PADL a multiple of VWG, "
                    "VLM and VLN", lambda p, dev, prec: _rt_local_vectors(p)),
         Constraint(5, "local memory", "(2 if PIPE == 2 else 1) * KWG * (MWG + NWG + 2 * PADL) * "

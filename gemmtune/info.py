@@ -60,10 +60,15 @@ def host_cores() -> int:
     return max(1, len(cores)) if cores is not None else os.cpu_count() or 1
 
 
-def core_shares(count: int) -> list[tuple[int, ...]] | None:
-    """The cores this process may run on, split into ``count`` disjoint blocks of consecutive
-    cores (None where the platform cannot pin, or with fewer cores than blocks)."""
+def core_plan(workers: int, per_worker: int = 8) -> tuple[list[tuple[int, ...]], tuple[int, ...]] | None:
+    """Cores for several timing workers sharing this host, and what is left for the compilers.
+
+    Each worker gets a disjoint block of at most ``per_worker`` cores, together at most half of
+    them, so that compilers never preempt the host side of a measurement (with fewer than two
+    cores per worker, a core each and the compilers anywhere: an empty rest). None where the
+    platform cannot pin or there are fewer cores than workers."""
     cores = _usable_cores()
-    if cores is None or count < 1 or len(cores) < count:
+    if cores is None or workers < 1 or len(cores) < workers:
         return None
-    return [tuple(cores[i * len(cores) // count:(i + 1) * len(cores) // count]) for i in range(count)]
+    share = min(per_worker, len(cores) // (2 * workers)) or len(cores) // workers
+    return [tuple(cores[i * share:(i + 1) * share]) for i in range(workers)], tuple(cores[workers * share:])

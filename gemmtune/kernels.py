@@ -78,6 +78,16 @@ def build(context: cl.Context, source: str, defs: dict[str, int], binary: bytes 
     return program
 
 
+def load_binary(context: cl.Context, binary: bytes, defs: dict[str, int]) -> None:
+    """Load a program binary as a timing worker will, and drop it. NVIDIA's binaries are PTX,
+    which the driver compiles to machine code on every new load (0.10-0.15 s for a large GEMM
+    kernel, measured on the H200) and keeps in its on-disk cache (~/.nv/ComputeCache): loaded
+    once by a compiler process, the binary then loads from that cache in the timing worker."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        cl.Program(context, context.devices, [binary]).build(options=build_options(defs))
+
+
 def program_binary(program: cl.Program) -> bytes:
     """The program's binary for its (single) device: PoCL's own format, PTX on NVIDIA."""
     return program.get_info(cl.program_info.BINARIES)[0]

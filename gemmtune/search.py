@@ -35,12 +35,13 @@ from typing import Callable
 
 import optuna
 import sqlalchemy as sa
+from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from gemmtune.defaults import default_config, distance
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
-from gemmtune.info import DeviceInfo, core_shares, host_cores
+from gemmtune.info import DeviceInfo, core_plan, host_cores
 from gemmtune.precision import Precision, get_precision
 from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
 from gemmtune.space import Config, Space, load_space, require_precision, valid_configs
@@ -185,11 +186,19 @@ class _Proposals:
         except (KeyError, GemmtuneError):
             return None
 
-    def enqueue(self, study: optuna.Study, config: Config) -> None:
+    def start(self, study: optuna.Study, config: Config) -> optuna.Trial:
+        """A running trial of ``config``, its parameters written with it in one transaction.
+        enqueue_trial and ask would take three, and ask a scan for waiting trials besides: with
+        devices measuring several candidates a second, that was the search process's largest
+        cost per trial. The sampler sees the trial as it sees an enqueued one."""
+        dists = {self.name(config.kernel, p): CategoricalDistribution(values)
+                 for p, values in self.space.family(config.kernel).values.items()}
         params = {self.name(config.kernel, p): v for p, v in config.items}
         if self.multi:
+            dists["KERNEL"] = CategoricalDistribution([fs.family.name for fs in self.space.families])
             params["KERNEL"] = config.kernel
-        study.enqueue_trial(params)
+        template = optuna.trial.create_trial(state=TrialState.RUNNING, params=params, distributions=dists)
+        return optuna.Trial(study, study._storage.create_new_trial(study._study_id, template_trial=template))
 
 
 def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None = None) -> list[Summary]:
@@ -210,11 +219,13 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
     from gemmtune.device import device_specs
 
     specs = device_specs(req.device)
-    # Several timing workers share the host: each gets cores of its own. Measured on two H200s
-    # of one host, two unpinned workers each spent 1.6 times as long per trial on the host
-    # (read-back, comparison, even waiting for the device) as one alone; pinned to disjoint
-    # halves of the cores, no longer than alone. Compilers stay free to run anywhere.
-    shares = core_shares(len(specs)) if len(specs) > 1 else None
+    # Several timing workers share the host: each gets cores of its own, and the compilers the
+    # rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times as long
+    # per trial on the host (read-back, comparison, even waiting for the device) as one alone;
+    # pinned to disjoint halves, no longer than alone. In a search the compilers ran on those
+    # cores too, and the slowdown stayed.
+    plan = core_plan(len(specs)) if len(specs) > 1 else None
+    shares, compiler_cores = plan if plan else (None, None)
     runners: list[Runner] = []
     lanes: list[_Lane] = []
     try:
@@ -243,7 +254,8 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
         try:
             jobs = default_jobs() if req.jobs is None else req.jobs
             for group, valid in plans:
-                compilers = Compilers(group[0].spec, max(1, jobs // len(plans)), req.trial_timeout) if jobs else None
+                compilers = Compilers(group[0].spec, max(1, jobs // len(plans)), req.trial_timeout,
+                                      cores=compiler_cores or None) if jobs else None
                 lanes.append(_Lane(req, prec, space, valid, group, compilers, store))
             return _search(lanes, req, progress)
         finally:
@@ -330,12 +342,15 @@ class Proposer:
                         return None
                     self.pending.append(nxt)
             if self.pending:
-                self.proposals.enqueue(study, self.pending.pop(0))
-            trial = study.ask()
+                config = self.pending.pop(0)
+                trial = self.proposals.start(study, config)
+            else:
+                config, trial = None, study.ask()
             if self.asked is not None:
                 self.asked(trial)
             with self.batch():
-                config = self.proposals.suggest(trial)
+                if config is None:
+                    config = self.proposals.suggest(trial)
                 key = _config_key(config.kernel, config.params)
                 invalid = key not in self.valid_keys
                 if invalid:

@@ -103,7 +103,10 @@ def compare(result: np.ndarray, ref: Reference, prec: Precision) -> Check:
         with np.errstate(divide="ignore", invalid="ignore"):  # per thread, as numpy keeps it
             rel = np.fmax.reduce(np.divide(diff, ratio, out=ratio), initial=0.0)
             cw = np.fmax.reduce(np.divide(diff, flat_s[lo:hi], out=ratio), initial=0.0)
-        return rel, cw, float(np.dot(diff, diff))
+        # Not np.dot: that is BLAS, whose own thread pool (sized for every core of the machine at
+        # import) then runs under each of these threads. In a timing worker pinned to a few
+        # cores, that made a trial three times slower (two H200s of one host, 8 cores each).
+        return rel, cw, float(np.square(diff, out=ratio).sum())
 
     parts = np.array(list(_pool().map(piece, range(0, flat_c.size, CHUNK))) or [(0.0, 0.0, 0.0)])
     max_rel, max_cw = (float(x) for x in parts[:, :2].max(axis=0))

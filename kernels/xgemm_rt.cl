@@ -5,9 +5,11 @@
 //   A is Mp x Kp column-major (lda = Mp) and B is Np x Kp column-major (ldb = Np), zero-padded
 //   to multiples of MWG, NWG, KWG by pad.cl, exactly as for xgemm_k5.
 //
-// With BKFAST = 1, B is instead Kp x Np column-major (ldb = Kp): an untransposed column-major
-// B is read as it is, and the transpose pass disappears; the B slice is transposed on its way
-// into local memory.
+// With BKFAST = 1 or 2, B is instead Kp x Np column-major (ldb = Kp): an untransposed
+// column-major B is read as it is, and the transpose pass disappears; the B slice is transposed
+// on its way into local memory: with 1, element by element; with 2, each work-item loads a
+// VWG x VWG block (VWG columns, VWG values of k each), transposes it in registers and stores
+// VWG vectors along n.
 //
 // A work-group of MDIMC x NDIMC work-items computes an MWG x NWG tile of C; each work-item
 // holds WPTM x WPTN results in registers. Per K-step of KWG, both slices are staged in local
@@ -51,7 +53,7 @@
 #define UNROLL 1    // unroll factor of the loop over k within a slice
 #endif
 #ifndef BKFAST
-#define BKFAST 0    // layout of B: 0 = Np x Kp, n fastest; 1 = Kp x Np, k fastest (an untransposed B as given)
+#define BKFAST 0    // layout of B: 0 = Np x Kp, n fastest; 1 = Kp x Np, k fastest (an untransposed B as given); 2 = as 1, transposed in registers
 #endif
 #ifndef WARPM
 #define WARPM 0     // 0: work-items laid out row by row; else each group of 32 covers a WARPM x (32/WARPM) sub-tile
@@ -72,7 +74,7 @@
 //   1. MWG % MDIMC == 0 and NWG % NDIMC == 0: WPTM and WPTN are integers
 //   2. MDIMC <= max work-item size[0], NDIMC <= max work-item size[1], WGS <= max work-group size
 //   3. KWG * MWG and KWG * NWG are multiples of VWG * WGS, and MWG, NWG (KWG if BKFAST) of VWG:
-//      whole vector loads
+//      whole vector loads; with BKFAST = 2, KWG * NWG a multiple of VWG * VWG * WGS: whole blocks
 //   4. WPTM % VLM == 0, WPTN % VLN == 0, and PADL keeps local rows aligned to VWG, VLM and VLN
 //   5. NBUF * KWG * (LDAL + LDBL) * sizeof(real) <= local memory size
 //   6. KWG % UNROLL == 0
@@ -80,6 +82,9 @@
 //   8. WPTM * WPTN accumulators take at most 128 32-bit registers (room left for operands)
 #if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
 #error "xgemm_rt: tiles must split evenly over work-items and vector loads"
+#endif
+#if BKFAST == 2 && (KWG * NWG) % (VWG * VWG * WGS) != 0
+#error "xgemm_rt: with BKFAST = 2 the B slice must split evenly into VWG x VWG blocks per work-item"
 #endif
 
 // Vector types: VW elements of `real` moved as one OpenCL vector of the underlying scalar.
@@ -158,16 +163,31 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   }
 
   gunion ra[LPTA], rb[LPTB];
-#if BKFAST
+#if BKFAST == 2
+  // Block b of the slice: columns (b / (KWG/VWG)) * VWG + i, piece b % (KWG/VWG) of each. The
+  // work-items of a block row take consecutive pieces of a column, as with BKFAST = 1.
+  // Register l holds column i = l % VWG of block tid + (l / VWG) * WGS.
+  #define BLOCK(l) (tid + ((l) / VWG) * WGS)
+  #define LOAD_B(k0, v, l) ((const __global gvec*)(Bblock + ((BLOCK(l) / (KWG / VWG)) * VWG + (l) % VWG) * ldb + (k0)))[BLOCK(l) % (KWG / VWG)]
+  #define STORE_B(buf, v, l) \
+    if ((l) % VWG == VWG - 1) { \
+      for (int j = 0; j < VWG; j++) { \
+        gunion bt; \
+        for (int i = 0; i < VWG; i++) { bt.e[i] = rb[(l) - (VWG - 1) + i].e[j]; } \
+        *((__local gvec*)(Blm + (buf) * KWG * LDBL + ((BLOCK(l) % (KWG / VWG)) * VWG + j) * LDBL \
+                          + (BLOCK(l) / (KWG / VWG)) * VWG)) = bt.v; \
+      } \
+    }
+#elif BKFAST
   // B column n of the slice is contiguous along k: vector v is column v / (KWG/VWG), piece
   // v % (KWG/VWG); its elements go to VWG rows of the k-major local slice.
-  #define LOAD_B(k0, v) ((const __global gvec*)(Bblock + ((v) / (KWG / VWG)) * ldb + (k0)))[(v) % (KWG / VWG)]
+  #define LOAD_B(k0, v, l) ((const __global gvec*)(Bblock + ((v) / (KWG / VWG)) * ldb + (k0)))[(v) % (KWG / VWG)]
   #define STORE_B(buf, v, l) \
     for (int j = 0; j < VWG; j++) { \
       Blm[(buf) * KWG * LDBL + (((v) % (KWG / VWG)) * VWG + j) * LDBL + (v) / (KWG / VWG)] = rb[l].e[j]; \
     }
 #else
-  #define LOAD_B(k0, v) ((const __global gvec*)(Bblock + ((k0) + (v) / (NWG / VWG)) * ldb))[(v) % (NWG / VWG)]
+  #define LOAD_B(k0, v, l) ((const __global gvec*)(Bblock + ((k0) + (v) / (NWG / VWG)) * ldb))[(v) % (NWG / VWG)]
   #define STORE_B(buf, v, l) \
     *((__local gvec*)(Blm + (buf) * KWG * LDBL + ((v) / (NWG / VWG)) * LDBL) + (v) % (NWG / VWG)) = rb[l].v
 #endif
@@ -180,7 +200,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     } \
     for (int l = 0; l < LPTB; l++) { \
       const int v = tid + l * WGS; \
-      rb[l].v = LOAD_B(k0, v); \
+      rb[l].v = LOAD_B(k0, v, l); \
     }
   #define STORE_LOCAL(buf) \
     for (int l = 0; l < LPTA; l++) { \

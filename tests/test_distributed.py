@@ -89,19 +89,29 @@ def test_two_devices_of_one_model_search_one_study_together(tmp_path, space):
 
 
 def test_timing_workers_of_several_devices_run_on_cores_of_their_own(tmp_path, space, monkeypatch):
-    from gemmtune import device, search as S
+    from gemmtune import device, info, search as S
     from gemmtune.timing import TimingPolicy
 
     seen: dict[str, dict[int, set]] = {}
+    compilers: list[set] = []   # the cores of every thread of each compiler
+
+    def threads(pid):  # every thread of a process, the OpenCL driver's too
+        return {int(t): os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{pid}/task")}
 
     class Recording(S.Runner):
         def ready(self):
             info = super().ready()
-            pid = self.worker.process.pid  # every thread of the worker, the OpenCL driver's too
-            seen[self.spec] = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{pid}/task")}
+            seen[self.spec] = threads(self.worker.process.pid)
             return info
 
+    class RecordingCompilers(S.Compilers):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for w in self.workers:
+                compilers.append(set().union(*threads(w.process.pid).values()))
+
     monkeypatch.setattr(S, "Runner", Recording)
+    monkeypatch.setattr(S, "Compilers", RecordingCompilers)
     # The workers inherit the variable; this process may have opened PoCL already, with one device.
     monkeypatch.setenv("POCL_DEVICES", "pthread pthread")
     monkeypatch.setattr(device, "device_specs", lambda spec: ["0", "1"] if spec == "all" else [spec])
@@ -109,26 +119,37 @@ def test_timing_workers_of_several_devices_run_on_cores_of_their_own(tmp_path, s
 
     def search(device):
         seen.clear()
+        compilers.clear()
         S.run_search(S.SearchRequest(device=device, m=40, n=40, k=40, trials=2, db=f"sqlite:///{tmp_path / 'p.db'}",
                                      space_file=str(space), seeds=0, jobs=1, early_stop=None,
                                      policy=TimingPolicy(max_seconds=0.05)))
         return [set().union(*threads.values()) for threads in seen.values()], seen
 
-    blocks, threads = search("all")
-    assert len(blocks) == 2 and blocks[0] and blocks[1]
-    assert not blocks[0] & blocks[1] and blocks[0] | blocks[1] == ours
-    assert all(len({frozenset(c) for c in t.values()}) == 1 for t in threads.values())
+    blocks, workers = search("all")
+    plan, rest = info.core_plan(2)
+    assert blocks == [set(p) for p in plan] and not blocks[0] & blocks[1]
+    assert all(len({frozenset(c) for c in t.values()}) == 1 for t in workers.values())
+    # The compilers keep off the workers' cores when any are left.
+    assert len(compilers) == 1 and compilers[0] == (set(rest) or ours)
     blocks, _ = search("0")  # one device keeps every core
-    assert blocks == [ours]
+    assert blocks == [ours] and compilers[0] == ours
 
 
-def test_core_shares_split_the_cores_into_disjoint_blocks(monkeypatch):
+def test_core_plan_gives_each_worker_a_block_and_the_compilers_the_rest(monkeypatch):
     from gemmtune import info
 
-    monkeypatch.setattr(info.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 8})
-    assert info.core_shares(2) == [(0, 1, 2, 3), (4, 5, 6, 8)]
-    assert info.core_shares(3) == [(0, 1), (2, 3, 4), (5, 6, 8)]
-    assert info.core_shares(9) is None and info.host_cores() == 8
+    def cores(c):
+        monkeypatch.setattr(info.os, "sched_getaffinity", lambda pid: set(c))
+
+    cores(range(32))
+    assert info.core_plan(2) == ([tuple(range(8)), tuple(range(8, 16))], tuple(range(16, 32)))
+    cores({0, 1, 2, 3, 4, 5, 6, 8})
+    assert info.core_plan(2) == ([(0, 1), (2, 3)], (4, 5, 6, 8))
+    assert info.core_plan(3) == ([(0,), (1,), (2,)], (3, 4, 5, 6, 8))
+    assert info.core_plan(1, per_worker=2) == ([(0, 1)], (2, 3, 4, 5, 6, 8))
+    cores({0, 1})
+    assert info.core_plan(2) == ([(0,), (1,)], ())
+    assert info.core_plan(3) is None and info.host_cores() == 2
 
 
 def test_devices_of_different_models_get_a_study_each(tmp_path, space):

@@ -63,7 +63,8 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
         2: {"dim0": mdimc <= wis[0], "dim1": ndimc <= wis[1], "total": wgs <= dev.max_work_group_size},
         3: {"MWG % VWG": mwg % vwg == 0, "NWG % VWG": nwg % vwg == 0,
             "KWG % VWG if BKFAST": not bkfast or kwg % vwg == 0,
-            "A slice": (kwg * mwg) % (vwg * wgs) == 0, "B slice": (kwg * nwg) % (vwg * wgs) == 0},
+            "A slice": (kwg * mwg) % (vwg * wgs) == 0, "B slice": (kwg * nwg) % (vwg * wgs) == 0,
+            "B blocks if BKFAST 2": bkfast != 2 or (kwg * nwg) % (vwg * vwg * wgs) == 0},
         4: {"WPTM % VLM": mwg % (mdimc * vlm) == 0, "WPTN % VLN": nwg % (ndimc * vln) == 0,
             "PADL % VWG": padl % vwg == 0, "PADL % VLM": padl % vlm == 0, "PADL % VLN": padl % vln == 0},
         5: {"local": nbuf * kwg * ((mwg + padl) + (nwg + padl)) * nbytes <= dev.local_mem_bytes},
@@ -188,10 +189,10 @@ def test_constraint_2_work_group(tmp_path):
 
 def test_constraint_3_vector_loads(tmp_path):
     table = {**BASE, "MWG": [8, 12, 16], "NWG": [8, 16, 20], "KWG": [2, 6, 8], "MDIMC": [2, 4],
-             "NDIMC": [2, 4], "VWG": [1, 2, 4, 8], "BKFAST": [0, 1]}
+             "NDIMC": [2, 4], "VWG": [1, 2, 4, 8], "BKFAST": [0, 1, 2]}
     alone = run_constraint_case(tmp_path, table, POCL_LIKE, "s", 3)
     parts = [failing_parts(p, POCL_LIKE, "s", 3) for p in alone]
-    for part in ("MWG % VWG", "NWG % VWG", "KWG % VWG if BKFAST", "A slice", "B slice"):
+    for part in ("MWG % VWG", "NWG % VWG", "KWG % VWG if BKFAST", "A slice", "B slice", "B blocks if BKFAST 2"):
         assert [part] in parts, part
     # KWG = 6 is split by 4-wide loads only when B is staged n-fastest (BKFAST = 0): with B read
     # k-fastest, a column of the slice (6 elements) is no whole number of 4-wide vectors.
@@ -199,6 +200,11 @@ def test_constraint_3_vector_loads(tmp_path):
     six = point(table, MWG=16, NWG=16, KWG=6, MDIMC=2, NDIMC=2, VWG=4)
     assert key({**six, "BKFAST": 0}) in valid and key({**six, "BKFAST": 1}) not in valid
     assert key({**six, "VWG": 2, "BKFAST": 1}) in valid
+    # With 2 x 2 blocks transposed in registers, the 16 x 6 slice of B holds 24 blocks: six for
+    # each of four work-items, but not a whole number for each of 16.
+    assert key({**six, "VWG": 2, "BKFAST": 2}) in valid
+    assert key({**six, "VWG": 2, "BKFAST": 2, "MDIMC": 4, "NDIMC": 4}) not in valid
+    assert key({**six, "VWG": 2, "BKFAST": 1, "MDIMC": 4, "NDIMC": 4}) in valid
 
 
 def test_constraint_4_local_vectors(tmp_path):
@@ -353,14 +359,15 @@ CONFIGS = {
     # two 8 x 4 sub-tiles.
     "c": dict(MWG=16, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=2, VLM=2, VLN=1, PIPE=1, PADL=0, UNROLL=1,
               BKFAST=1, WARPM=8, TRANSPOSEX=8, TRANSPOSEY=16),
-    # B n-fastest, double-buffered, 2-wide loads, A strided, B in chunks of 2 (WPTN = 4), padded.
+    # B k-fastest in 2 x 2 blocks transposed in registers, double-buffered, 2-wide loads, A
+    # strided, B in chunks of 2 (WPTN = 4), padded.
     "z": dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=2, VLM=1, VLN=2, PIPE=2, PADL=4, UNROLL=1,
-              BKFAST=0, WARPM=0, TRANSPOSEX=8, TRANSPOSEY=8),
+              BKFAST=2, WARPM=0, TRANSPOSEX=8, TRANSPOSEY=8),
 }
 # The c configuration with B read n-fastest instead: the one extra build, for BKFAST's effect.
 FLIPPED = ("c", {**CONFIGS["c"], "BKFAST": 0})
 CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED]
-CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast0-pipe2", "c-bkfast0-pipe1"]
+CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast2-pipe2", "c-bkfast0-pipe1"]
 
 # (m, n, k): C is m x n. (32, 32, 32) is a multiple of every tile above, so operands that are
 # already in the kernel's layout go to it directly, without a padding pass.
@@ -389,7 +396,7 @@ def test_test_configurations_cover_the_features():
     def seen(name):
         return {c[name] for c in configs}
 
-    assert seen("BKFAST") == {0, 1} and seen("PIPE") == {0, 1, 2} and seen("WARPM") == {0, 8}
+    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2} and seen("WARPM") == {0, 8}
     assert seen("PADL") == {0, 4} and seen("VWG") == {1, 2, 4}
     assert any(c["VLM"] == 1 < c["MWG"] // c["MDIMC"] for c in configs)              # strided
     assert any(c["VLM"] == c["MWG"] // c["MDIMC"] > 1 for c in configs)              # blocked

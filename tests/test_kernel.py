@@ -261,3 +261,27 @@ def test_compare_edge_cases_across_pieces(monkeypatch):
     nan = exact.copy()
     nan[8, 7] = np.nan
     assert np.isnan(compare(nan, ref, prec).componentwise_error)
+
+
+def test_a_binary_loads_as_the_timing_worker_will_and_a_bad_one_is_refused():
+    # Compilers on a GPU load each binary they build once, so that the driver's own cache holds
+    # what the timing worker will load; a binary the driver refuses raises, and is left to the
+    # worker (which builds from source and says why).
+    import pyopencl as cl
+
+    from gemmtune.device import open_device
+    from gemmtune.defaults import default_config
+    from gemmtune.kernels import build, defines, load_binary, program_binary
+    from gemmtune.precision import get_precision
+    from gemmtune.space import load_space
+
+    info, dev = open_device(0)
+    ctx = cl.Context([dev])
+    prec = get_precision("s")
+    config = default_config(info, prec)
+    defs = defines(config, prec)
+    binary = program_binary(build(ctx, load_space(None).family(config.kernel).source, defs))
+    assert len(binary) > 0
+    load_binary(ctx, binary, defs)
+    with pytest.raises(cl.Error):
+        load_binary(ctx, b"not a program binary" + binary[:16], defs)

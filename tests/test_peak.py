@@ -148,3 +148,33 @@ def test_doubles_on_a_device_without_them_are_refused():
     assert [p.code for p in parse_precisions(None, no_doubles)] == ["s", "c"]
     with pytest.raises(GemmtuneError, match="double precision"):
         parse_precisions("s,z", no_doubles)
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_the_madd_kernel_computes_the_multiply_adds_it_is_credited_with(code):
+    # The flops of a peak are counted, not observed: a kernel that skipped part of a complex
+    # multiply-add would report a rate it never reached. Its result must be the chains'.
+    import numpy as np
+    import pyopencl as cl
+
+    from gemmtune.device import open_device
+    from gemmtune.peak import CHAINS, _program
+
+    info, dev = open_device(0)
+    prec = get_precision(code)
+    ctx = cl.Context([dev])
+    queue = cl.CommandQueue(ctx)
+    rng = np.random.default_rng()
+    draw = (lambda: complex(*rng.uniform(-0.9, 0.9, 2))) if prec.is_complex else (lambda: rng.uniform(-0.9, 0.9))
+    a, b, items, iterations = draw(), draw(), 64, 5
+    out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, items * prec.bytes)
+    cl.Kernel(_program(ctx, prec), "madd")(queue, (items,), (items,), np.int32(iterations),
+                                            np.array(a, dtype=prec.dtype), np.array(b, dtype=prec.dtype), out)
+    got = np.empty(items, dtype=prec.dtype)
+    cl.enqueue_copy(queue, got, out)
+    start = np.arange(items)[:, None] + np.arange(CHAINS)[None, :]
+    acc = start * (1 - 1j) if prec.is_complex else start.astype(float)
+    for _ in range(iterations):
+        acc = acc * a + b
+    expected = acc.sum(axis=1)
+    assert np.allclose(got, expected, rtol=1e-4 if code in "sc" else 1e-12, atol=0)

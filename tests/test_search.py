@@ -404,3 +404,54 @@ def test_a_job_waiting_behind_a_crash_or_a_hang_runs_on_the_fresh_worker(tmp_pat
         runner.submit(job(1))
         runner.submit(job(1))
         assert [collect(runner).status for _ in range(2)] == ["ok", "ok"] and runner.jobs == 0
+
+
+def test_a_chosen_candidate_is_one_running_trial_written_at_once_that_samplers_accept(tmp_path):
+    # The baseline, the model's seeds, random and grid candidates skip enqueue_trial and ask.
+    import optuna
+    import sqlalchemy as sa
+    from optuna.trial import TrialState
+
+    from gemmtune.search import _Proposals, make_sampler
+    from gemmtune.study_storage import BatchedStorage
+
+    space = load_space(None)   # the shipped space: two families, so KERNEL is a parameter too
+    dev, prec = resolve_device(0), get_precision("s")
+    valid = valid_configs(space, dev, prec)
+    chosen = [valid[0], valid[-1]]
+    assert {c.kernel for c in chosen} == {"xgemm_k5", "xgemm_rt"}
+    storage = BatchedStorage(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(storage=storage, study_name="x", direction="maximize",
+                                    sampler=make_sampler("tpe", 1, constant_liar=True))
+        proposals = _Proposals(space)
+        commits = []
+        sa.event.listen(storage.engine, "commit", lambda conn: commits.append(1))
+        trials = [proposals.start(study, c) for c in chosen]
+        started = len(commits)
+        # What it replaces: enqueue the parameters, ask for the waiting trial, suggest them.
+        params = {proposals.name(chosen[1].kernel, p): v for p, v in chosen[1].items} | {"KERNEL": "xgemm_rt"}
+        study.enqueue_trial(params)
+        old = study.ask()
+        with storage.batch():
+            proposals.suggest(old)
+        # One transaction writes a chosen trial (and one reads it back), against five before.
+        assert started / len(chosen) <= 2 < len(commits) - started
+        study.tell(old, state=TrialState.PRUNED)
+        for trial, config in zip(trials, chosen):
+            frozen = study._storage.get_trial(trial._trial_id)
+            assert frozen.state == TrialState.RUNNING and proposals.decode(frozen.params) == config
+            # The parameters are what the sampler would have suggested: suggesting them again
+            # returns them, with no clash of distributions.
+            assert proposals.suggest(trial) == config
+        study.tell(trials[0], 1.0)
+        study.tell(trials[1], 2.0)
+        for _ in range(3):   # TPE, constant liar and all, models the study these trials are in
+            trial = study.ask()
+            config = proposals.suggest(trial)
+            assert proposals.decode(study._storage.get_trial(trial._trial_id).params) == config
+            study.tell(trial, 0.5)
+        assert [t.number for t in study.trials] == list(range(6))
+    finally:
+        storage.engine.dispose()
