@@ -10,7 +10,7 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
   (for ``slow``, the estimate search recorded and told), or FAIL for a failure (compile_error,
   wrong_result, ...); it counts;
 * a proposal measured before in this replay is told the same again and does not count;
-* after ``search.MAX_FREE_PROPOSALS`` proposals in a row that did not count, a random
+* after ``proposer.MAX_FREE_PROPOSALS`` proposals in a row that did not count, a random
   unmeasured recorded configuration is enqueued (as search does with the valid space);
 * the study's baseline configuration (its row with ``baseline`` = 1), if any, is the first
   trial, as in search; ``tpe-seeded`` then enqueues the model's K seeds (``model.seeds``: the
@@ -49,7 +49,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
-from gemmtune.search import Proposer, _config_key, _Proposals, make_sampler
+from gemmtune.proposer import Proposals, Proposer, config_key, make_sampler
 from gemmtune.space import Config, FamilySpace, Space, load_space
 from gemmtune.store import Store, database_url
 
@@ -79,7 +79,7 @@ class Landscape:
 
     def gflops(self, config: Config) -> float | None:
         """The measured GFLOP/s of an ``ok`` configuration, else None."""
-        status, value = self.values[_config_key(config.kernel, config.params)]
+        status, value = self.values[config_key(config.kernel, config.params)]
         return value if status == "ok" else None
 
 
@@ -130,7 +130,7 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
         position = _position(space, config)
         if position is None:
             continue
-        key = _config_key(config.kernel, config.params)
+        key = config_key(config.kernel, config.params)
         configs.setdefault(key, (position, config))
         gflops = None if pd.isna(row.gflops) else float(row.gflops)
         values[key] = (row.status, gflops)  # later rows win, as in search
@@ -159,7 +159,7 @@ def replay_once(land: Landscape, sampler: str, seed: int, target: float,
     model's picks as ``first``, enqueued after the baseline), stopping at the first measured
     ``ok`` trial that reaches ``target`` x the best."""
     threshold = target * land.best
-    proposals = _Proposals(land.space)
+    proposals = Proposals(land.space)
     rng = random.Random(seed)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():

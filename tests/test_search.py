@@ -412,7 +412,7 @@ def test_a_chosen_candidate_is_one_running_trial_written_at_once_that_samplers_a
     import sqlalchemy as sa
     from optuna.trial import TrialState
 
-    from gemmtune.search import _Proposals, make_sampler
+    from gemmtune.proposer import Proposals, make_sampler
     from gemmtune.study_storage import BatchedStorage
 
     space = load_space(None)   # the shipped space: two families, so KERNEL is a parameter too
@@ -425,7 +425,7 @@ def test_a_chosen_candidate_is_one_running_trial_written_at_once_that_samplers_a
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(storage=storage, study_name="x", direction="maximize",
                                     sampler=make_sampler("tpe", 1, constant_liar=True))
-        proposals = _Proposals(space)
+        proposals = Proposals(space)
         commits = []
         sa.event.listen(storage.engine, "commit", lambda conn: commits.append(1))
         trials = [proposals.start(study, c) for c in chosen]
