@@ -20,6 +20,7 @@ one set of rules.
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 import warnings
 from typing import Callable
@@ -52,6 +53,32 @@ def make_sampler(name: str, seed: int | None, constant_liar: bool = False) -> op
 
 
 IN_FLIGHT = ("in_flight", "elsewhere")   # statuses of ``measured`` that are not results yet
+
+
+@contextlib.contextmanager
+def one_read(study: optuna.Study):
+    """The study's trials read once for the whole block (one ask and its suggestions).
+
+    With the constant liar, Optuna's TPE reads every trial of the study afresh for each group of
+    parameters it samples, so that it sees the latest running ones: five reads per gemmtune
+    proposal (three groups, and the search space), each a round of queries, and the largest
+    cost of the search process per trial. Within one proposal nothing else is told or asked,
+    so one read serves them all."""
+    read = study._get_trials
+    trials: list | None = None
+
+    def get_trials(deepcopy: bool = True, states=None, use_cache: bool = False):
+        nonlocal trials
+        if trials is None:
+            trials = read(deepcopy=False, use_cache=False)
+        picked = trials if states is None else [t for t in trials if t.state in states]
+        return copy.deepcopy(picked) if deepcopy else picked
+
+    study._get_trials = get_trials
+    try:
+        yield
+    finally:
+        del study._get_trials
 
 
 def config_key(kernel: str, params: dict) -> tuple:
@@ -168,17 +195,20 @@ class Proposer:
                 config = self.pending.pop(0)
                 trial = self.proposals.start(study, config)
             else:
-                config, trial = None, study.ask()
-            if self.asked is not None:
-                self.asked(trial)
-            with self.batch():
+                config = None
+            with one_read(study):
                 if config is None:
-                    config = self.proposals.suggest(trial)
-                key = config_key(config.kernel, config.params)
-                invalid = key not in self.valid_keys
-                if invalid:
-                    broken = self.why_invalid(config) if self.why_invalid else None
-                    trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")
+                    trial = study.ask()
+                if self.asked is not None:
+                    self.asked(trial)
+                with self.batch():
+                    if config is None:
+                        config = self.proposals.suggest(trial)
+                    key = config_key(config.kernel, config.params)
+                    invalid = key not in self.valid_keys
+                    if invalid:
+                        broken = self.why_invalid(config) if self.why_invalid else None
+                        trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")
             if invalid:
                 study.tell(trial, state=TrialState.PRUNED)
                 self.free += 1

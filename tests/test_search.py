@@ -455,3 +455,48 @@ def test_a_chosen_candidate_is_one_running_trial_written_at_once_that_samplers_a
         assert [t.number for t in study.trials] == list(range(6))
     finally:
         storage.engine.dispose()
+
+
+def test_one_read_serves_a_whole_tpe_proposal_and_changes_no_proposal(tmp_path):
+    # With the constant liar TPE re-reads the study for every group it samples; one_read makes
+    # that one read per proposal. In one process nothing changes between those reads, so the
+    # proposals must be exactly those of plain Optuna.
+    import contextlib
+
+    import optuna
+
+    from gemmtune.proposer import Proposals, make_sampler, one_read
+    from gemmtune.study_storage import BatchedStorage
+
+    space = load_space(None)   # two families: TPE samples three groups per proposal
+
+    def propose(wrap: bool):
+        storage = BatchedStorage(f"sqlite:///{tmp_path / f'{wrap}.db'}")
+        try:
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            study = optuna.create_study(storage=storage, study_name="x", direction="maximize",
+                                        sampler=make_sampler("tpe", 3, constant_liar=True))
+            reads = []
+            real = study._storage.get_all_trials
+            study._storage.get_all_trials = lambda *a, **k: (reads.append(1), real(*a, **k))[1]
+            proposals, seen, per_proposal, flying = Proposals(space), [], [], []
+            for _ in range(16):   # past TPE's ten random start-up trials
+                before = len(reads)
+                with one_read(study) if wrap else contextlib.nullcontext():
+                    trial = study.ask()
+                    config = proposals.suggest(trial)
+                per_proposal.append(len(reads) - before)
+                seen.append(config)
+                flying.append((trial, config))
+                if len(flying) > 2:   # two stay running, for the constant liar to see
+                    done, c = flying.pop(0)
+                    study.tell(done, float(sum(c.params.values()) % 97 + len(c.kernel)))
+            return seen, per_proposal
+        finally:
+            storage.engine.dispose()
+
+    fast, fast_reads = propose(True)
+    plain, plain_reads = propose(False)
+    assert fast == plain and len(set(map(str, fast))) > 10
+    # ask reads the waiting trials itself; the sampler's reads of the study become one
+    assert max(fast_reads) <= 2 < max(plain_reads) and sum(fast_reads) < sum(plain_reads)
