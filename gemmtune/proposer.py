@@ -74,11 +74,15 @@ def one_read(study: optuna.Study):
         picked = trials if states is None else [t for t in trials if t.state in states]
         return copy.deepcopy(picked) if deepcopy else picked
 
+    outer = vars(study).get("_get_trials")   # inside another one_read: leave that one in place
     study._get_trials = get_trials
     try:
         yield
     finally:
-        del study._get_trials
+        if outer is None:
+            del study._get_trials
+        else:
+            study._get_trials = outer
 
 
 def config_key(kernel: str, params: dict) -> tuple:

@@ -500,3 +500,21 @@ def test_one_read_serves_a_whole_tpe_proposal_and_changes_no_proposal(tmp_path):
     assert fast == plain and len(set(map(str, fast))) > 10
     # ask reads the waiting trials itself; the sampler's reads of the study become one
     assert max(fast_reads) <= 2 < max(plain_reads) and sum(fast_reads) < sum(plain_reads)
+
+
+def test_one_read_blocks_nest_and_leave_the_study_as_it_was(tmp_path):
+    import optuna
+
+    from gemmtune.proposer import one_read
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    study.tell(study.ask(), 1.0)
+    with one_read(study):
+        outer = study._get_trials
+        with one_read(study):
+            assert study._get_trials is not outer and len(study._get_trials(deepcopy=False)) == 1
+        assert study._get_trials is outer
+    assert "_get_trials" not in vars(study)
+    study.tell(study.ask(), 2.0)   # reads are live again once the block ends
+    assert len(study._get_trials(deepcopy=False)) == 2
