@@ -99,10 +99,15 @@ class Proposals:
     def name(self, kernel: str, param: str) -> str:
         return f"{kernel}.{param}" if self.multi else param
 
+    @property
+    def kernels(self) -> list[str]:
+        """The values of the KERNEL parameter (present only with several families)."""
+        return [fs.family.name for fs in self.space.families]
+
     def suggest(self, trial: optuna.Trial) -> Config:
         kernel = self.space.families[0].family.name
         if self.multi:
-            kernel = trial.suggest_categorical("KERNEL", [fs.family.name for fs in self.space.families])
+            kernel = trial.suggest_categorical("KERNEL", self.kernels)
         fs = self.space.family(kernel)
         return Config.of(kernel, {p: trial.suggest_categorical(self.name(kernel, p), values)
                                   for p, values in fs.values.items()})
@@ -118,14 +123,14 @@ class Proposals:
 
     def start(self, study: optuna.Study, config: Config) -> optuna.Trial:
         """A running trial of ``config``, its parameters written with it in one transaction.
-        enqueue_trial and ask would take three, and ask a scan for waiting trials besides: with
-        devices measuring several candidates a second, that was the search process's largest
-        cost per trial. The sampler sees the trial as it sees an enqueued one."""
+        enqueue_trial, ask and the suggestions take five, and ask a scan for waiting trials
+        besides: with devices measuring several candidates a second, that was the search
+        process's largest cost per trial. The sampler sees the trial as it sees an enqueued one."""
         dists = {self.name(config.kernel, p): CategoricalDistribution(values)
                  for p, values in self.space.family(config.kernel).values.items()}
         params = {self.name(config.kernel, p): v for p, v in config.items}
         if self.multi:
-            dists["KERNEL"] = CategoricalDistribution([fs.family.name for fs in self.space.families])
+            dists["KERNEL"] = CategoricalDistribution(self.kernels)
             params["KERNEL"] = config.kernel
         template = optuna.trial.create_trial(state=TrialState.RUNNING, params=params, distributions=dists)
         return optuna.Trial(study, study._storage.create_new_trial(study._study_id, template_trial=template))
@@ -137,7 +142,7 @@ class Proposer:
     ``measured`` maps configuration keys to (status, GFLOP/s or None) and is shared with the
     caller, who adds each measured candidate; a proposal of a key already there is told that
     value again, or PRUNED while it is in flight ("in_flight" here, "elsewhere" in another
-    process). ``pending`` configurations are enqueued first; ``grid`` (a list) makes the order
+    process). ``pending`` configurations are proposed first (``Proposals.start``); ``grid`` (a list) makes the order
     exhaustive instead of the sampler's, ``uniform`` draws every candidate at random from the
     valid ones (the ``random`` sampler). ``claim(key, trial)``, where given, takes a
     configuration for this process (False: another process has it; ``refresh()`` then reads

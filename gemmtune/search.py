@@ -143,8 +143,7 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
     # Several timing workers share the host: each gets cores of its own, and the compilers the
     # rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times as long
     # per trial on the host (read-back, comparison, even waiting for the device) as one alone;
-    # pinned to disjoint halves, no longer than alone. In a search the compilers ran on those
-    # cores too, and the slowdown stayed.
+    # pinned to 8 cores each, no longer than alone.
     plan = core_plan(len(specs)) if len(specs) > 1 else None
     shares, compiler_cores = plan if plan else (None, None)
     runners: list[Runner] = []

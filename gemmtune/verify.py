@@ -111,12 +111,13 @@ def compare(result: np.ndarray, ref: Reference, prec: Precision) -> Check:
     parts = np.array(list(_pool().map(piece, range(0, flat_c.size, CHUNK))) or [(0.0, 0.0, 0.0)])
     max_rel, max_cw = (float(x) for x in parts[:, :2].max(axis=0))
     sum_sq = float(parts[:, 2].sum())
-    finite = bool(np.isfinite(sum_sq) and np.isfinite(max_cw))  # a NaN or infinity anywhere in C
+    diff_finite = bool(np.isfinite(sum_sq))   # False for a NaN (unwritten) or infinity anywhere in C
+    finite = diff_finite and bool(np.isfinite(max_cw))
     norm_diff = float(np.sqrt(sum_sq))
     norm_rel = norm_diff / ref.norm if ref.norm > 0 else norm_diff
     tol = tolerance(prec, ref.k)
     return Check(
-        max_rel_error=max_rel if np.isfinite(sum_sq) else float("nan"),
+        max_rel_error=max_rel if diff_finite else float("nan"),
         norm_rel_error=norm_rel if finite else float("nan"),
         componentwise_error=max_cw if finite else float("nan"),
         tolerance=tol,
