@@ -183,7 +183,7 @@ class RegisterTiled(Family):
         return mp // p["MWG"] * p["MDIMC"], np_ // p["NWG"] * p["NDIMC"]
 
     def local_mem_bytes(self, p, prec):
-        buffers = 1 + (p["PIPE"] == 2)
+        buffers = 1 + (p["PIPE"] >= 2)
         return buffers * p["KWG"] * (p["MWG"] + p["NWG"] + 2 * p["PADL"]) * prec.bytes
 
 
@@ -228,10 +228,13 @@ XGEMM_RT = RegisterTiled(
                    "BKFAST == 2)", lambda p, dev, prec: _rt_vectors(p)),
         Constraint(4, "local vectors", "WPTM % VLM == 0, WPTN % VLN == 0, PADL a multiple of VWG, "
                    "VLM and VLN", lambda p, dev, prec: _rt_local_vectors(p)),
-        Constraint(5, "local memory", "(2 if PIPE == 2 else 1) * KWG * (MWG + NWG + 2 * PADL) * "
+        Constraint(5, "local memory", "(2 if PIPE >= 2 else 1) * KWG * (MWG + NWG + 2 * PADL) * "
                    "bytes per element <= local memory size",
                    lambda p, dev, prec: XGEMM_RT.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
-        Constraint(6, "unroll", "KWG % UNROLL == 0", lambda p, dev, prec: p["KWG"] % p["UNROLL"] == 0),
+        Constraint(6, "unroll", "KWG % UNROLL == 0; PIPE 4 unrolls the slice itself: UNROLL == 1 and KWG "
+                   "even (two alternating operand sets)",
+                   lambda p, dev, prec: (p["KWG"] % p["UNROLL"] == 0)
+                   & ((p["PIPE"] != 4) | ((p["UNROLL"] == 1) & (p["KWG"] % 2 == 0)))),
         Constraint(7, "warp sub-tile", "WARPM == 0, or MDIMC * NDIMC % 32 == 0 and WARPM divides 32 "
                    "and MDIMC, and 32 / WARPM divides NDIMC", lambda p, dev, prec: _rt_warp(p)),
         Constraint(8, "registers", "WPTM * WPTN * bytes per element / 4 <= 128: the accumulators "

@@ -44,13 +44,13 @@
 #define VLN 4       // consecutive N elements per work-item chunk, read from local memory as one vector
 #endif
 #ifndef PIPE
-#define PIPE 2      // 0: load, then compute; 1: next K-slice prefetched into registers; 2: and double-buffered local memory
+#define PIPE 2      // 0 load, then compute; 1 next K-slice prefetched into registers; 2 and double-buffered local memory; 3 as 2, two slices per iteration; 4 as 2, step k+1's operands read during step k
 #endif
 #ifndef PADL
 #define PADL 0      // padding of each local-memory row, in elements
 #endif
 #ifndef UNROLL
-#define UNROLL 1    // unroll factor of the loop over k within a slice
+#define UNROLL 1    // unroll factor of the loop over k within a slice (PIPE 4 unrolls it whole itself)
 #endif
 #ifndef BKFAST
 #define BKFAST 0    // layout of B: 0 = Np x Kp, n fastest; 1 = Kp x Np, k fastest (an untransposed B as given); 2 = as 1, transposed in registers
@@ -68,7 +68,7 @@
 #define LDBL (NWG + PADL)              // local row length of the B slice
 #define LPTA ((KWG * MWG) / (VWG * WGS))  // vector loads per work-item, A slice
 #define LPTB ((KWG * NWG) / (VWG * WGS))  // vector loads per work-item, B slice
-#define NBUF (PIPE == 2 ? 2 : 1)       // local buffers per slice
+#define NBUF (PIPE >= 2 ? 2 : 1)       // local buffers per slice
 
 // Constraints, checked by gemmtune.space before any build:
 //   1. MWG % MDIMC == 0 and NWG % NDIMC == 0: WPTM and WPTN are integers
@@ -77,11 +77,14 @@
 //      whole vector loads; with BKFAST = 2, KWG * NWG a multiple of VWG * VWG * WGS: whole blocks
 //   4. WPTM % VLM == 0, WPTN % VLN == 0, and PADL keeps local rows aligned to VWG, VLM and VLN
 //   5. NBUF * KWG * (LDAL + LDBL) * sizeof(real) <= local memory size
-//   6. KWG % UNROLL == 0
+//   6. KWG % UNROLL == 0; with PIPE = 4, UNROLL == 1 and KWG even (two alternating operand sets)
 //   7. WARPM == 0, or WGS % 32 == 0, WARPM divides 32 and MDIMC, and 32 / WARPM divides NDIMC
 //   8. WPTM * WPTN accumulators take at most 128 32-bit registers (room left for operands)
 #if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
 #error "xgemm_rt: tiles must split evenly over work-items and vector loads"
+#endif
+#if PIPE == 4 && (UNROLL != 1 || KWG % 2 != 0)
+#error "xgemm_rt: PIPE = 4 unrolls the slice itself (UNROLL = 1) over an even KWG"
 #endif
 #if BKFAST == 2 && (KWG * NWG) % (VWG * VWG * WGS) != 0
 #error "xgemm_rt: with BKFAST = 2 the B slice must split evenly into VWG x VWG blocks per work-item"
@@ -211,24 +214,27 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
       const int v = tid + l * WGS; \
       STORE_B(buf, v, l); \
     }
-  #define COMPUTE(buf) \
-    PRAGMA(unroll UNROLL) \
-    for (int k = 0; k < KWG; k++) { \
-      real a[WPTM], b[WPTN]; \
-      const __local real* arow = Alm + (buf) * KWG * LDAL + k * LDAL; \
-      const __local real* brow = Blm + (buf) * KWG * LDBL + k * LDBL; \
+  // Operands of step k: WPTM values of A and WPTN of B, read from local memory into set f.
+  real a[2][WPTM], b[2][WPTN];
+  #define LOAD_OPERANDS(buf, k, f) { \
+      const __local real* arow = Alm + (buf) * KWG * LDAL + (k) * LDAL; \
+      const __local real* brow = Blm + (buf) * KWG * LDBL + (k) * LDBL; \
       for (int c = 0; c < WPTM / VLM; c++) { \
         munion u; u.v = *((const __local mvec*)(arow + MLOC(tx, c, 0))); \
-        for (int j = 0; j < VLM; j++) { a[c * VLM + j] = u.e[j]; } \
+        for (int j = 0; j < VLM; j++) { a[f][c * VLM + j] = u.e[j]; } \
       } \
       for (int c = 0; c < WPTN / VLN; c++) { \
         nunion u; u.v = *((const __local nvec*)(brow + NLOC(ty, c, 0))); \
-        for (int j = 0; j < VLN; j++) { b[c * VLN + j] = u.e[j]; } \
-      } \
-      for (int i = 0; i < WPTM; i++) { \
-        for (int j = 0; j < WPTN; j++) { MULADD(acc[i][j], a[i], b[j]); } \
+        for (int j = 0; j < VLN; j++) { b[f][c * VLN + j] = u.e[j]; } \
       } \
     }
+  #define MULTIPLY(f) \
+    for (int i = 0; i < WPTM; i++) { \
+      for (int j = 0; j < WPTN; j++) { MULADD(acc[i][j], a[f][i], b[f][j]); } \
+    }
+  #define COMPUTE(buf) \
+    PRAGMA(unroll UNROLL) \
+    for (int k = 0; k < KWG; k++) { LOAD_OPERANDS(buf, k, 0) MULTIPLY(0) }
 
   const int tiles = Kp / KWG;
 #if PIPE == 0
@@ -249,7 +255,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     COMPUTE(0)
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-#else
+#elif PIPE == 2
   // Two local buffers: the next slice is stored into the other one, one barrier per slice.
   LOAD_GLOBAL(0)
   STORE_LOCAL(0)
@@ -259,6 +265,45 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     COMPUTE(t & 1)
     if (t + 1 < tiles) { STORE_LOCAL((t + 1) & 1) }
     barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#elif PIPE == 3
+  // As 2, with the loop body written out for both buffers: every local-memory offset is then a
+  // constant the compiler can fold into the read, at twice the code size.
+  LOAD_GLOBAL(0)
+  STORE_LOCAL(0)
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int t = 0; t < tiles; t += 2) {
+    if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
+    COMPUTE(0)
+    if (t + 1 == tiles) { break; }
+    STORE_LOCAL(1)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t + 2 < tiles) { LOAD_GLOBAL((t + 2) * KWG) }
+    COMPUTE(1)
+    if (t + 2 < tiles) { STORE_LOCAL(0) }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#else
+  // As 2, with two operand sets: step k + 1's operands are read while step k multiplies. The
+  // last step's multiply-adds come after the barrier, on operands already in registers, and
+  // cover the reads of the next slice's first step: no step waits on local memory right after
+  // the barrier.
+  LOAD_GLOBAL(0)
+  STORE_LOCAL(0)
+  barrier(CLK_LOCAL_MEM_FENCE);
+  LOAD_OPERANDS(0, 0, 0)
+  for (int t = 0; t < tiles; t++) {
+    const int buf = t & 1;
+    if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
+    PRAGMA(unroll)
+    for (int k = 0; k < KWG - 1; k++) {
+      LOAD_OPERANDS(buf, k + 1, (k + 1) % 2)
+      MULTIPLY(k % 2)
+    }
+    if (t + 1 < tiles) { STORE_LOCAL(buf ^ 1) }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t + 1 < tiles) { LOAD_OPERANDS(buf ^ 1, 0, 0) }
+    MULTIPLY(1)
   }
 #endif
 

@@ -57,7 +57,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
     unroll, bkfast, warpm, tx, ty = (p[k] for k in ("UNROLL", "BKFAST", "WARPM", "TRANSPOSEX", "TRANSPOSEY"))
     wis = dev.max_work_item_sizes
     wgs = mdimc * ndimc
-    nbuf = 2 if pipe == 2 else 1
+    nbuf = 2 if pipe >= 2 else 1
     return {
         1: {"MWG % MDIMC": mwg % mdimc == 0, "NWG % NDIMC": nwg % ndimc == 0},
         2: {"dim0": mdimc <= wis[0], "dim1": ndimc <= wis[1], "total": wgs <= dev.max_work_group_size},
@@ -68,7 +68,8 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
         4: {"WPTM % VLM": mwg % (mdimc * vlm) == 0, "WPTN % VLN": nwg % (ndimc * vln) == 0,
             "PADL % VWG": padl % vwg == 0, "PADL % VLM": padl % vlm == 0, "PADL % VLN": padl % vln == 0},
         5: {"local": nbuf * kwg * ((mwg + padl) + (nwg + padl)) * nbytes <= dev.local_mem_bytes},
-        6: {"KWG % UNROLL": kwg % unroll == 0},
+        6: {"KWG % UNROLL": kwg % unroll == 0, "UNROLL 1 if PIPE 4": pipe != 4 or unroll == 1,
+            "KWG even if PIPE 4": pipe != 4 or kwg % 2 == 0},
         7: {"warp": warpm == 0 or (wgs % 32 == 0 and 32 % warpm == 0 and mdimc % warpm == 0
                                    and ndimc % (32 // warpm) == 0)},
         8: {"registers": (mwg // mdimc) * (nwg // ndimc) * nbytes <= 128 * 4},
@@ -230,7 +231,7 @@ def test_constraint_5_local_memory(tmp_path, code):
     # 9216 bytes = 32 * 72 floats: KWG * (MWG + NWG + 2 * PADL) with 32 x 32 tiles and PADL = 4
     # fits exactly, single-buffered, for KWG = 32, 16, 16, 8 in s, d, c, z.
     dev = make_device(local_mem_bytes=9216)
-    table = {**BASE, "MWG": [16, 32], "NWG": [16, 32], "KWG": [8, 16, 32], "PIPE": [0, 1, 2],
+    table = {**BASE, "MWG": [16, 32], "NWG": [16, 32], "KWG": [8, 16, 32], "PIPE": [0, 1, 2, 3],
              "PADL": [0, 4], "MDIMC": [8], "NDIMC": [8]}
     alone = run_constraint_case(tmp_path, table, dev, code, 5)
     nbytes = BYTES[code]
@@ -240,8 +241,10 @@ def test_constraint_5_local_memory(tmp_path, code):
     assert key(exact) in valid                               # the limit is inclusive
     assert key({**exact, "PIPE": 1}) in valid                # a register prefetch needs no more
     assert key({**exact, "PIPE": 2}) not in valid            # double buffers need twice as much
+    assert key({**exact, "PIPE": 3}) not in valid            # and so do they written out
     if exact["KWG"] > 8:
-        assert key({**exact, "PIPE": 2, "KWG": exact["KWG"] // 2}) in valid   # half as deep: fits again
+        for pipe in (2, 3):
+            assert key({**exact, "PIPE": pipe, "KWG": exact["KWG"] // 2}) in valid   # half as deep: fits again
     assert key({**exact, "PADL": 0, "PIPE": 0}) in valid
     # PADL counts once per slice (A and B): some configurations fit only without it.
     assert any(key({**p, "PADL": 0}) in valid for p in alone if p["PADL"] == 4)
@@ -291,6 +294,20 @@ def test_constraint_7_warp_sub_tile(tmp_path):
     assert key(point(table, MDIMC=16, NDIMC=2, WARPM=2)) not in valid      # 2 % (32 / 2)
     assert key(point(table, MDIMC=2, NDIMC=16, WARPM=1)) not in valid      # 16 % (32 / 1)
     assert len(alone) >= 3
+
+
+def test_constraint_6_pipe_4_unrolls_itself(tmp_path):
+    table = {**BASE, "KWG": [4, 6, 7, 8], "PIPE": [2, 4], "UNROLL": [1, 2]}
+    alone = run_constraint_case(tmp_path, table, GPU_LIKE, "s", 6)
+    parts = [failing_parts(p, GPU_LIKE, "s", 6) for p in alone]
+    for part in ("KWG % UNROLL", "UNROLL 1 if PIPE 4", "KWG even if PIPE 4"):
+        assert [part] in parts, part
+    valid = valid_keys(tmp_path, table, GPU_LIKE, "s")
+    assert key(point(table, KWG=6, PIPE=4, UNROLL=1)) in valid
+    assert key(point(table, KWG=6, PIPE=4, UNROLL=2)) not in valid     # PIPE 2 would take it
+    assert key(point(table, KWG=6, PIPE=2, UNROLL=2)) in valid
+    assert key(point(table, KWG=7, PIPE=4, UNROLL=1)) not in valid
+    assert key(point(table, KWG=7, PIPE=2, UNROLL=1)) in valid
 
 
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
@@ -359,15 +376,19 @@ CONFIGS = {
     # two 8 x 4 sub-tiles.
     "c": dict(MWG=16, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=2, VLM=2, VLN=1, PIPE=1, PADL=0, UNROLL=1,
               BKFAST=1, WARPM=8, TRANSPOSEX=8, TRANSPOSEY=16),
-    # B k-fastest in 2 x 2 blocks transposed in registers, double-buffered, 2-wide loads, A
-    # strided, B in chunks of 2 (WPTN = 4), padded.
-    "z": dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=2, VLM=1, VLN=2, PIPE=2, PADL=4, UNROLL=1,
+    # B k-fastest in 2 x 2 blocks transposed in registers, double-buffered with the loop written
+    # out for both buffers (K = 129 and 300 give an odd and an even number of slices), 2-wide
+    # loads, A strided, B in chunks of 2 (WPTN = 4), padded.
+    "z": dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=2, VLM=1, VLN=2, PIPE=3, PADL=4, UNROLL=1,
               BKFAST=2, WARPM=0, TRANSPOSEX=8, TRANSPOSEY=8),
 }
-# The c configuration with B read n-fastest instead: the one extra build, for BKFAST's effect.
+# Two extra builds: the c configuration with B read n-fastest instead, for BKFAST's effect, and
+# the s configuration with operands read a step ahead (PIPE 4), for PIPE's.
 FLIPPED = ("c", {**CONFIGS["c"], "BKFAST": 0})
-CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED]
-CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast2-pipe2", "c-bkfast0-pipe1"]
+AHEAD = ("s", {**CONFIGS["s"], "PIPE": 4})
+CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, AHEAD]
+CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast2-pipe3", "c-bkfast0-pipe1",
+            "s-bkfast1-pipe4"]
 
 # (m, n, k): C is m x n. (32, 32, 32) is a multiple of every tile above, so operands that are
 # already in the kernel's layout go to it directly, without a padding pass.
@@ -396,7 +417,7 @@ def test_test_configurations_cover_the_features():
     def seen(name):
         return {c[name] for c in configs}
 
-    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2} and seen("WARPM") == {0, 8}
+    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 3, 4} and seen("WARPM") == {0, 8}
     assert seen("PADL") == {0, 4} and seen("VWG") == {1, 2, 4}
     assert any(c["VLM"] == 1 < c["MWG"] // c["MDIMC"] for c in configs)              # strided
     assert any(c["VLM"] == c["MWG"] // c["MDIMC"] > 1 for c in configs)              # blocked
