@@ -184,7 +184,15 @@ class RegisterTiled(Family):
 
     def local_mem_bytes(self, p, prec):
         buffers = 1 + (p["PIPE"] >= 2)
-        return buffers * p["KWG"] * (p["MWG"] + p["NWG"] + 2 * p["PADL"]) * prec.bytes
+        return p.get("STAGE", 1) * buffers * p["KWG"] * (p["MWG"] + p["NWG"] + 2 * p["PADL"]) * prec.bytes
+
+    def store_conflicts(self, p, prec):
+        staged = p.get("STAGE", 1)
+        return staged, staged   # k-major slices store without conflicts; nothing is stored unstaged
+
+
+def _rt_unstaged(p: Params):
+    return (p["STAGE"] == 1) | ((p["PIPE"] == 0) & (p["PADL"] == 0) & (p["VWG"] == 1) & (p["BKFAST"] == 0))
 
 
 def _rt_vectors(p: Params):
@@ -228,7 +236,7 @@ XGEMM_RT = RegisterTiled(
                    "BKFAST == 2)", lambda p, dev, prec: _rt_vectors(p)),
         Constraint(4, "local vectors", "WPTM % VLM == 0, WPTN % VLN == 0, PADL a multiple of VWG, "
                    "VLM and VLN", lambda p, dev, prec: _rt_local_vectors(p)),
-        Constraint(5, "local memory", "(2 if PIPE >= 2 else 1) * KWG * (MWG + NWG + 2 * PADL) * "
+        Constraint(5, "local memory", "STAGE * (2 if PIPE >= 2 else 1) * KWG * (MWG + NWG + 2 * PADL) * "
                    "bytes per element <= local memory size",
                    lambda p, dev, prec: XGEMM_RT.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
         Constraint(6, "unroll", "KWG % UNROLL == 0; PIPE 4 unrolls the slice itself: UNROLL == 1 and KWG "
@@ -241,8 +249,11 @@ XGEMM_RT = RegisterTiled(
                    "leave room in a 255-register budget",
                    lambda p, dev, prec: (p["MWG"] // p["MDIMC"]) * (p["NWG"] // p["NDIMC"]) * prec.bytes // 4 <= 128),
         Constraint(9, "transpose tile", TRANSPOSE_FITS.text, TRANSPOSE_FITS.check),
+        Constraint(10, "staging", "STAGE == 1, or PIPE == 0, PADL == 0, VWG == 1 and BKFAST == 0: "
+                   "unstaged, those do not apply, and B is read n-fastest",
+                   lambda p, dev, prec: _rt_unstaged(p)),
     ),
-    may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST"}),
+    may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST", "STAGE"}),
 )
 
 

@@ -17,6 +17,10 @@
 // transposed relative to xgemm_k5 and neither tile needs padding against bank conflicts; PADL
 // is there to test that on a device). Each k then reads WPTM values of A and WPTN of B into
 // registers and does WPTM * WPTN multiply-adds.
+//
+// With STAGE = 0 nothing is staged: each work-item reads its operands for step k straight from
+// A and B (B n-fastest) through the device's cache, and the loop needs no barrier at all
+// (CLBlast's SA = SB = 0).
 #include "common.cl"
 
 #ifndef MWG
@@ -58,6 +62,9 @@
 #ifndef WARPM
 #define WARPM 0     // 0: work-items laid out row by row; else each group of 32 covers a WARPM x (32/WARPM) sub-tile
 #endif
+#ifndef STAGE
+#define STAGE 1     // 1: both K-slices staged in local memory; 0: operands read from global memory (through the cache), no barriers
+#endif
 
 #include "pad.cl"   // the operand preparation kernels, and their TRANSPOSEX/TRANSPOSEY
 
@@ -69,6 +76,11 @@
 #define LPTA ((KWG * MWG) / (VWG * WGS))  // vector loads per work-item, A slice
 #define LPTB ((KWG * NWG) / (VWG * WGS))  // vector loads per work-item, B slice
 #define NBUF (PIPE >= 2 ? 2 : 1)       // local buffers per slice
+#if STAGE
+  #define OPERANDS __local               // where the inner loop reads its operands from
+#else
+  #define OPERANDS __global
+#endif
 
 // Constraints, checked by gemmtune.space before any build:
 //   1. MWG % MDIMC == 0 and NWG % NDIMC == 0: WPTM and WPTN are integers
@@ -76,12 +88,18 @@
 //   3. KWG * MWG and KWG * NWG are multiples of VWG * WGS, and MWG, NWG (KWG if BKFAST) of VWG:
 //      whole vector loads; with BKFAST = 2, KWG * NWG a multiple of VWG * VWG * WGS: whole blocks
 //   4. WPTM % VLM == 0, WPTN % VLN == 0, and PADL keeps local rows aligned to VWG, VLM and VLN
-//   5. NBUF * KWG * (LDAL + LDBL) * sizeof(real) <= local memory size
+//   5. STAGE * NBUF * KWG * (LDAL + LDBL) * sizeof(real) <= local memory size
 //   6. KWG % UNROLL == 0; with PIPE = 4, UNROLL == 1 and KWG even (two alternating operand sets)
 //   7. WARPM == 0, or WGS % 32 == 0, WARPM divides 32 and MDIMC, and 32 / WARPM divides NDIMC
 //   8. WPTM * WPTN accumulators take at most 128 32-bit registers (room left for operands)
+//  10. STAGE == 1, or PIPE == 0, PADL == 0, VWG == 1 and BKFAST == 0: without staging, those
+//      parameters do not apply, and B is read n-fastest so that a work-item's WPTN values of B
+//      for one k are contiguous
 #if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
 #error "xgemm_rt: tiles must split evenly over work-items and vector loads"
+#endif
+#if STAGE == 0 && (PIPE != 0 || PADL != 0 || VWG != 1 || BKFAST != 0)
+#error "xgemm_rt: without staging (STAGE = 0), PIPE, PADL and BKFAST must be 0 and VWG 1"
 #endif
 #if PIPE == 4 && (UNROLL != 1 || KWG % 2 != 0)
 #error "xgemm_rt: PIPE = 4 unrolls the slice itself (UNROLL = 1) over an even KWG"
@@ -138,8 +156,10 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
            const __global real* restrict B, const int ldb,
            __global real* C, const int ldc) {
   // Aligned for the widest vector access: NVIDIA faults on a misaligned vector access to local memory.
+#if STAGE
   __local real Alm[NBUF * KWG * LDAL] __attribute__((aligned(128)));
   __local real Blm[NBUF * KWG * LDBL] __attribute__((aligned(128)));
+#endif
 
   const int tid = get_local_id(1) * MDIMC + get_local_id(0);
 #if WARPM == 0
@@ -214,17 +234,26 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
       const int v = tid + l * WGS; \
       STORE_B(buf, v, l); \
     }
-  // Operands of step k: WPTM values of A and WPTN of B, read from local memory into set f.
+  // Operands of step k of the slice at k0: WPTM values of A and WPTN of B, read into set f from
+  // local buffer buf or, without staging, from global memory.
   real a[2][WPTM], b[2][WPTN];
-  #define LOAD_OPERANDS(buf, k, f) { \
+#if STAGE
+  #define ROWS(buf, k0, k) \
       const __local real* arow = Alm + (buf) * KWG * LDAL + (k) * LDAL; \
-      const __local real* brow = Blm + (buf) * KWG * LDBL + (k) * LDBL; \
+      const __local real* brow = Blm + (buf) * KWG * LDBL + (k) * LDBL;
+#else
+  #define ROWS(buf, k0, k) \
+      const __global real* arow = Ablock + ((k0) + (k)) * lda; \
+      const __global real* brow = Bblock + ((k0) + (k)) * ldb;
+#endif
+  #define LOAD_OPERANDS(buf, k0, k, f) { \
+      ROWS(buf, k0, k) \
       for (int c = 0; c < WPTM / VLM; c++) { \
-        munion u; u.v = *((const __local mvec*)(arow + MLOC(tx, c, 0))); \
+        munion u; u.v = *((const OPERANDS mvec*)(arow + MLOC(tx, c, 0))); \
         for (int j = 0; j < VLM; j++) { a[f][c * VLM + j] = u.e[j]; } \
       } \
       for (int c = 0; c < WPTN / VLN; c++) { \
-        nunion u; u.v = *((const __local nvec*)(brow + NLOC(ty, c, 0))); \
+        nunion u; u.v = *((const OPERANDS nvec*)(brow + NLOC(ty, c, 0))); \
         for (int j = 0; j < VLN; j++) { b[f][c * VLN + j] = u.e[j]; } \
       } \
     }
@@ -232,17 +261,22 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     for (int i = 0; i < WPTM; i++) { \
       for (int j = 0; j < WPTN; j++) { MULADD(acc[i][j], a[f][i], b[f][j]); } \
     }
-  #define COMPUTE(buf) \
+  #define COMPUTE(buf, k0) \
     PRAGMA(unroll UNROLL) \
-    for (int k = 0; k < KWG; k++) { LOAD_OPERANDS(buf, k, 0) MULTIPLY(0) }
+    for (int k = 0; k < KWG; k++) { LOAD_OPERANDS(buf, k0, k, 0) MULTIPLY(0) }
 
   const int tiles = Kp / KWG;
-#if PIPE == 0
+#if STAGE == 0
+  // Every work-item reads what it multiplies; the cache, not local memory, shares it.
+  for (int t = 0; t < tiles; t++) {
+    COMPUTE(0, t * KWG)
+  }
+#elif PIPE == 0
   for (int t = 0; t < tiles; t++) {
     LOAD_GLOBAL(t * KWG)
     STORE_LOCAL(0)
     barrier(CLK_LOCAL_MEM_FENCE);
-    COMPUTE(0)
+    COMPUTE(0, 0)
     barrier(CLK_LOCAL_MEM_FENCE);
   }
 #elif PIPE == 1
@@ -252,7 +286,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     STORE_LOCAL(0)
     barrier(CLK_LOCAL_MEM_FENCE);
     if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
-    COMPUTE(0)
+    COMPUTE(0, 0)
     barrier(CLK_LOCAL_MEM_FENCE);
   }
 #elif PIPE == 2
@@ -262,7 +296,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int t = 0; t < tiles; t++) {
     if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
-    COMPUTE(t & 1)
+    COMPUTE(t & 1, 0)
     if (t + 1 < tiles) { STORE_LOCAL((t + 1) & 1) }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
@@ -274,12 +308,12 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int t = 0; t < tiles; t += 2) {
     if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
-    COMPUTE(0)
+    COMPUTE(0, 0)
     if (t + 1 == tiles) { break; }
     STORE_LOCAL(1)
     barrier(CLK_LOCAL_MEM_FENCE);
     if (t + 2 < tiles) { LOAD_GLOBAL((t + 2) * KWG) }
-    COMPUTE(1)
+    COMPUTE(1, 0)
     if (t + 2 < tiles) { STORE_LOCAL(0) }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
@@ -291,18 +325,18 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   LOAD_GLOBAL(0)
   STORE_LOCAL(0)
   barrier(CLK_LOCAL_MEM_FENCE);
-  LOAD_OPERANDS(0, 0, 0)
+  LOAD_OPERANDS(0, 0, 0, 0)
   for (int t = 0; t < tiles; t++) {
     const int buf = t & 1;
     if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
     PRAGMA(unroll)
     for (int k = 0; k < KWG - 1; k++) {
-      LOAD_OPERANDS(buf, k + 1, (k + 1) % 2)
+      LOAD_OPERANDS(buf, 0, k + 1, (k + 1) % 2)
       MULTIPLY(k % 2)
     }
     if (t + 1 < tiles) { STORE_LOCAL(buf ^ 1) }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (t + 1 < tiles) { LOAD_OPERANDS(buf ^ 1, 0, 0) }
+    if (t + 1 < tiles) { LOAD_OPERANDS(buf ^ 1, 0, 0, 0) }
     MULTIPLY(1)
   }
 #endif

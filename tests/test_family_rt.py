@@ -38,7 +38,7 @@ from gemmtune.space import Config, check_config, explain, load_space, valid_conf
 from gemmtune.verify import Reference, compare  # noqa: E402
 
 RT_PARAMS = ("MWG", "NWG", "KWG", "MDIMC", "NDIMC", "VWG", "VLM", "VLN", "PIPE", "PADL", "UNROLL",
-             "BKFAST", "WARPM", "TRANSPOSEX", "TRANSPOSEY")
+             "BKFAST", "WARPM", "STAGE", "TRANSPOSEX", "TRANSPOSEY")
 
 
 # ---------------------------------------------------------------- the rules, from the .cl comments
@@ -55,6 +55,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
     mwg, nwg, kwg, mdimc, ndimc = (p[k] for k in ("MWG", "NWG", "KWG", "MDIMC", "NDIMC"))
     vwg, vlm, vln, pipe, padl = (p[k] for k in ("VWG", "VLM", "VLN", "PIPE", "PADL"))
     unroll, bkfast, warpm, tx, ty = (p[k] for k in ("UNROLL", "BKFAST", "WARPM", "TRANSPOSEX", "TRANSPOSEY"))
+    stage = p["STAGE"]
     wis = dev.max_work_item_sizes
     wgs = mdimc * ndimc
     nbuf = 2 if pipe >= 2 else 1
@@ -67,7 +68,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
             "B blocks if BKFAST 2": bkfast != 2 or (kwg * nwg) % (vwg * vwg * wgs) == 0},
         4: {"WPTM % VLM": mwg % (mdimc * vlm) == 0, "WPTN % VLN": nwg % (ndimc * vln) == 0,
             "PADL % VWG": padl % vwg == 0, "PADL % VLM": padl % vlm == 0, "PADL % VLN": padl % vln == 0},
-        5: {"local": nbuf * kwg * ((mwg + padl) + (nwg + padl)) * nbytes <= dev.local_mem_bytes},
+        5: {"local": stage * nbuf * kwg * ((mwg + padl) + (nwg + padl)) * nbytes <= dev.local_mem_bytes},
         6: {"KWG % UNROLL": kwg % unroll == 0, "UNROLL 1 if PIPE 4": pipe != 4 or unroll == 1,
             "KWG even if PIPE 4": pipe != 4 or kwg % 2 == 0},
         7: {"warp": warpm == 0 or (wgs % 32 == 0 and 32 % warpm == 0 and mdimc % warpm == 0
@@ -75,6 +76,8 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
         8: {"registers": (mwg // mdimc) * (nwg // ndimc) * nbytes <= 128 * 4},
         9: {"dim0": tx <= wis[0], "dim1": ty <= wis[1], "total": tx * ty <= dev.max_work_group_size,
             "local": ty * (tx + 1) * nbytes <= dev.local_mem_bytes},
+        10: {"PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
+             "VWG 1 unstaged": stage == 1 or vwg == 1, "BKFAST 0 unstaged": stage == 1 or bkfast == 0},
     }
 
 
@@ -93,7 +96,7 @@ def key(params: dict) -> tuple:
 # Every parameter at a small value that breaks nothing on the devices below; each test widens
 # only the parameters its constraint is about.
 BASE = dict(MWG=[16], NWG=[16], KWG=[8], MDIMC=[4], NDIMC=[4], VWG=[1], VLM=[1], VLN=[1], PIPE=[0],
-            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], TRANSPOSEX=[8], TRANSPOSEY=[8])
+            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], STAGE=[1], TRANSPOSEX=[8], TRANSPOSEY=[8])
 
 
 def rt_counts(space, dev, prec) -> dict[int, tuple[int, int]]:
@@ -123,7 +126,7 @@ def run_constraint_case(tmp_path, table: dict, dev, code: str, n: int, also: tup
     broken = [rt_broken(p, dev, code) for p in configs]
     first = Counter(b[0] for b in broken if b)
     every = Counter(m for b in broken for m in b)
-    assert rt_counts(space, dev, prec) == {m: (first[m], every[m]) for m in range(1, 10)}
+    assert rt_counts(space, dev, prec) == {m: (first[m], every[m]) for m in range(1, 11)}
 
     for p, b in zip(configs, broken):
         if b:
@@ -148,10 +151,10 @@ def point(table: dict, **values) -> dict:
 
 def test_family_parameters_are_the_cl_defaults():
     assert [k for k in XGEMM_RT.parameters if k != "PRECISION"] == list(RT_PARAMS)
-    assert XGEMM_RT.may_be_zero == {"PADL", "WARPM", "PIPE", "BKFAST"}
+    assert XGEMM_RT.may_be_zero == {"PADL", "WARPM", "PIPE", "BKFAST", "STAGE"}
     # The .cl file's own defaults are a valid configuration on a GPU-like device, in s.
     assert not rt_broken(XGEMM_RT.defaults, GPU_LIKE, "s")
-    assert [c.number for c in XGEMM_RT.constraints] == list(range(1, 10))
+    assert [c.number for c in XGEMM_RT.constraints] == list(range(1, 11))
 
 
 # ---------------------------------------------------------------- constraints 1-9
@@ -310,6 +313,21 @@ def test_constraint_6_pipe_4_unrolls_itself(tmp_path):
     assert key(point(table, KWG=7, PIPE=2, UNROLL=1)) in valid
 
 
+def test_constraint_10_staging(tmp_path):
+    dev = make_device(local_mem_bytes=2048)
+    table = {**BASE, "MWG": [16, 64], "NWG": [16], "KWG": [8], "VWG": [1, 2], "PIPE": [0, 1], "PADL": [0, 2],
+             "BKFAST": [0, 1], "STAGE": [0, 1]}
+    alone = run_constraint_case(tmp_path, table, dev, "s", 10)
+    parts = [failing_parts(p, dev, "s", 10) for p in alone]
+    for part in ("PIPE 0 unstaged", "PADL 0 unstaged", "VWG 1 unstaged", "BKFAST 0 unstaged"):
+        assert [part] in parts, part
+    valid = valid_keys(tmp_path, table, dev, "s")
+    assert key(point(table, STAGE=0)) in valid and key(point(table, STAGE=1)) in valid
+    # Unstaged, the slices take no local memory; staged, 8 x (64 + 16) floats need 2,560 bytes.
+    wide = point(table, MWG=64, PIPE=0, PADL=0)
+    assert key({**wide, "STAGE": 1}) not in valid and key({**wide, "STAGE": 0}) in valid
+
+
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
 def test_constraint_8_registers(tmp_path, code):
     table = {**BASE, "MWG": [16, 32, 64], "NWG": [16, 32, 64], "KWG": [16], "MDIMC": [2, 4],
@@ -367,28 +385,30 @@ CONFIGS = {
     # B k-fastest, double-buffered, 4-wide loads, A blocked (VLM = WPTM = 4), B strided (VLN = 1),
     # padded local rows, 8 x 4 warp sub-tiles.
     "s": dict(MWG=32, NWG=16, KWG=8, MDIMC=8, NDIMC=4, VWG=4, VLM=4, VLN=1, PIPE=2, PADL=4, UNROLL=1,
-              BKFAST=1, WARPM=8, TRANSPOSEX=8, TRANSPOSEY=8),
+              BKFAST=1, WARPM=8, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=8),
     # B n-fastest (transposed), no prefetch, scalar loads, A strided (VLM = 1 < WPTM = 4), B
     # blocked (VLN = WPTN = 4), no padding, row-major work-items, rectangular transpose tile.
     "d": dict(MWG=16, NWG=32, KWG=16, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=4, PIPE=0, PADL=0, UNROLL=1,
-              BKFAST=0, WARPM=0, TRANSPOSEX=16, TRANSPOSEY=8),
+              BKFAST=0, WARPM=0, STAGE=1, TRANSPOSEX=16, TRANSPOSEY=8),
     # B k-fastest, register prefetch, 2-wide loads, A blocked (VLM = WPTM = 2), 64 work-items in
     # two 8 x 4 sub-tiles.
     "c": dict(MWG=16, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=2, VLM=2, VLN=1, PIPE=1, PADL=0, UNROLL=1,
-              BKFAST=1, WARPM=8, TRANSPOSEX=8, TRANSPOSEY=16),
+              BKFAST=1, WARPM=8, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=16),
     # B k-fastest in 2 x 2 blocks transposed in registers, double-buffered with the loop written
     # out for both buffers (K = 129 and 300 give an odd and an even number of slices), 2-wide
     # loads, A strided, B in chunks of 2 (WPTN = 4), padded.
     "z": dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=2, VLM=1, VLN=2, PIPE=3, PADL=4, UNROLL=1,
-              BKFAST=2, WARPM=0, TRANSPOSEX=8, TRANSPOSEY=8),
+              BKFAST=2, WARPM=0, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=8),
 }
-# Two extra builds: the c configuration with B read n-fastest instead, for BKFAST's effect, and
-# the s configuration with operands read a step ahead (PIPE 4), for PIPE's.
+# Three extra builds: the c configuration with B read n-fastest instead, for BKFAST's effect; the
+# s configuration with operands read a step ahead (PIPE 4), for PIPE's; the d configuration
+# reading its operands from global memory (STAGE 0), for STAGE's.
 FLIPPED = ("c", {**CONFIGS["c"], "BKFAST": 0})
 AHEAD = ("s", {**CONFIGS["s"], "PIPE": 4})
-CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, AHEAD]
+UNSTAGED = ("d", {**CONFIGS["d"], "STAGE": 0})
+CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, AHEAD, UNSTAGED]
 CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast2-pipe3", "c-bkfast0-pipe1",
-            "s-bkfast1-pipe4"]
+            "s-bkfast1-pipe4", "d-unstaged"]
 
 # (m, n, k): C is m x n. (32, 32, 32) is a multiple of every tile above, so operands that are
 # already in the kernel's layout go to it directly, without a padding pass.
@@ -418,7 +438,7 @@ def test_test_configurations_cover_the_features():
         return {c[name] for c in configs}
 
     assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 3, 4} and seen("WARPM") == {0, 8}
-    assert seen("PADL") == {0, 4} and seen("VWG") == {1, 2, 4}
+    assert seen("PADL") == {0, 4} and seen("VWG") == {1, 2, 4} and seen("STAGE") == {0, 1}
     assert any(c["VLM"] == 1 < c["MWG"] // c["MDIMC"] for c in configs)              # strided
     assert any(c["VLM"] == c["MWG"] // c["MDIMC"] > 1 for c in configs)              # blocked
     assert {code for code, _ in CASES} == set("sdcz")
@@ -519,7 +539,7 @@ def test_space_explain_lists_rt_constraints(tmp_path, code):
 
     rt_table = {**BASE, "MWG": [16, 32, 64], "NWG": [16, 64], "KWG": [6, 8, 16], "MDIMC": [2, 4, 8],
                 "NDIMC": [4, 8], "VWG": [1, 4], "VLM": [1, 4], "PIPE": [1, 2], "PADL": [0, 2],
-                "UNROLL": [1, 4], "BKFAST": [0, 1], "WARPM": [0, 8], "TRANSPOSEX": [16, 128]}
+                "UNROLL": [1, 4], "BKFAST": [0, 1], "WARPM": [0, 8], "STAGE": [0, 1], "TRANSPOSEX": [16, 128]}
     k5_table = dict(TSM=[16, 32], TSN=[16, 24], TSK=[8], WPTN=[2, 16], PAD=[0], TRANSPOSEX=[8], TRANSPOSEY=[8])
     path = tmp_path / "space.toml"
     path.write_text(toml_space(k5_table, "xgemm_k5") + toml_space(rt_table, "xgemm_rt"))
@@ -532,15 +552,15 @@ def test_space_explain_lists_rt_constraints(tmp_path, code):
     first = Counter(b[0] for b in broken if b)
     every = Counter(n for b in broken for n in b)
     rows = [r for r in doc["constraints"] if r["kernel"] == "xgemm_rt"]
-    assert [r["constraint"] for r in rows] == list(range(1, 10))
+    assert [r["constraint"] for r in rows] == list(range(1, 11))
     counts = {r["constraint"]: (r["removed"], r["broken"]) for r in rows}
-    assert counts == {n: (first[n], every[n]) for n in range(1, 10)}
+    assert counts == {n: (first[n], every[n]) for n in range(1, 11)}
     assert [r["name"] for r in rows] == [c.name for c in XGEMM_RT.constraints]
     assert all(r["rule"] for r in rows)
     assert sum(r["removed"] for r in rows) > 0 and len(set(first)) >= 5   # the space exercises several
     k5_rows = [r for r in doc["constraints"] if r["kernel"] == "xgemm_k5"]
     assert [r["constraint"] for r in k5_rows] == [1, 2, 3, 4, 5]
-    assert len(doc["constraints"]) == 14
+    assert len(doc["constraints"]) == 15
 
     rt_valid = sum(not b for b in broken)
     k5_valid = sum(not broken_rules(p, dev, code) for p in product(k5_table))
@@ -553,7 +573,7 @@ def test_space_explain_lists_rt_constraints(tmp_path, code):
 def test_space_explain_of_the_shipped_space_counts_both_families():
     doc = explain_json(["--precision", "d"])
     kernels = [r["kernel"] for r in doc["constraints"]]
-    assert kernels.count("xgemm_rt") == 9 and kernels.count("xgemm_k5") == 5
+    assert kernels.count("xgemm_rt") == 10 and kernels.count("xgemm_k5") == 5
     assert doc["total"] == load_space().size
     assert doc["valid"] == count(["--precision", "d"])
     rt_removed = sum(r["removed"] for r in doc["constraints"] if r["kernel"] == "xgemm_rt")

@@ -160,6 +160,17 @@ def test_low_occupancy_on_a_gpu_costs_efficiency():
     assert model.predict(config, GPU, S, 1024, 1024, 1024).efficiency == pytest.approx(4 / 13.25)
 
 
+def test_rt_unstaged_stores_nothing_and_takes_no_local_memory():
+    staged, unstaged = rt(), rt(STAGE=0, PIPE=0, VWG=1)
+    pr = [model.predict(c, GPU, S, 1024, 1024, 1024) for c in (staged, unstaged)]
+    assert pr[0].local_mem_bytes == 2 * 16 * (64 + 64) * 4 and pr[1].local_mem_bytes == 0
+    # 16 x 8 work-items, 4 x 8 results each: per k 32 multiply-adds and 12 reads; staged, also
+    # the work-item's share of storing the slices, (64 + 64) / 128.
+    assert pr[0].efficiency == pytest.approx(32 / 45)
+    assert pr[1].efficiency == pytest.approx(32 / 44)
+    assert pr[1].resident == 8    # bounded by work-items alone
+
+
 @pytest.mark.parametrize("precision, tsk, pad, ways", [
     ("s", 32, 0, 32), ("s", 32, 2, 2), ("s", 16, 1, 1), ("s", 8, 4, 4),
     ("d", 16, 0, 16), ("d", 16, 1, 1), ("d", 8, 2, 2), ("z", 16, 0, 8), ("z", 8, 1, 1),
