@@ -69,7 +69,7 @@ for code, text in CASES:
         s = variant(src, level)
         try:
             prog = cl.Program(ctx, s).build(options=build_options(defs) + (["-cl-nv-verbose"] if "NVIDIA" in dev.platform.name else []))
-        except cl.Error as e:
+        except cl.Error:
             figs.append("err"); continue
         if level in (0, 3):
             log = prog.get_build_info(dev, cl.program_build_info.LOG)
