@@ -172,7 +172,7 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
         store = Store(database_url(req.db))  # opened last: bad input above leaves no database behind
         lock = store.lock()
         try:
-            jobs = default_jobs() if req.jobs is None else req.jobs
+            jobs = default_jobs(compiler_cores) if req.jobs is None else req.jobs
             for group, valid in plans:
                 compilers = Compilers(group[0].spec, max(1, jobs // len(plans)), req.trial_timeout,
                                       cores=compiler_cores or None) if jobs else None
@@ -192,8 +192,11 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
             r.close()
 
 
-def default_jobs() -> int:
-    """One compiler process per core beside the one the parent and the timing worker share."""
+def default_jobs(compiler_cores: tuple[int, ...] | None = None) -> int:
+    """One compiler process per core left to the compilers where they are pinned; else one per
+    core beside the one the parent and the timing worker share."""
+    if compiler_cores:
+        return len(compiler_cores)
     return max(1, host_cores() - 1)
 
 

@@ -117,11 +117,11 @@ def test_timing_workers_of_several_devices_run_on_cores_of_their_own(tmp_path, s
     monkeypatch.setattr(device, "device_specs", lambda spec: ["0", "1"] if spec == "all" else [spec])
     ours = os.sched_getaffinity(0)
 
-    def search(device):
+    def search(device, jobs=1):
         seen.clear()
         compilers.clear()
         S.run_search(S.SearchRequest(device=device, m=40, n=40, k=40, trials=2, db=f"sqlite:///{tmp_path / 'p.db'}",
-                                     space_file=str(space), seeds=0, jobs=1, early_stop=None,
+                                     space_file=str(space), seeds=0, jobs=jobs, early_stop=None,
                                      policy=TimingPolicy(max_seconds=0.05)))
         return [set().union(*threads.values()) for threads in seen.values()], seen
 
@@ -133,6 +133,22 @@ def test_timing_workers_of_several_devices_run_on_cores_of_their_own(tmp_path, s
     assert len(compilers) == 1 and compilers[0] == (set(rest) or ours)
     blocks, _ = search("0")  # one device keeps every core
     assert blocks == [ours] and compilers[0] == ours
+    # Without --jobs, one compiler per core left to them (here a plan that leaves two).
+    cores = sorted(ours)
+    monkeypatch.setattr(S, "core_plan", lambda workers: ([(cores[0],)] * workers, tuple(cores[:2])))
+    search("all", jobs=None)
+    assert len(compilers) == 2
+
+
+def test_default_jobs_are_one_per_core_the_compilers_may_use(monkeypatch):
+    from gemmtune import search as S
+
+    monkeypatch.setattr(S, "host_cores", lambda: 32)
+    assert S.default_jobs() == 31                          # one core for the parent and the worker
+    assert S.default_jobs(tuple(range(16, 32))) == 16      # pinned beside two workers' blocks
+    assert S.default_jobs(()) == 31                        # nothing left to pin them to
+    monkeypatch.setattr(S, "host_cores", lambda: 1)
+    assert S.default_jobs() == 1
 
 
 def test_core_plan_gives_each_worker_a_block_and_the_compilers_the_rest(monkeypatch):
