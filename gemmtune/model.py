@@ -48,7 +48,8 @@ Efficiency (the fraction of the compute peak the kernel can reach)
                      values over lx·ly work-items, each store weighted by its bank conflicts
                      (the family's ``store_conflicts``; xgemm_k5's B rows lie TSK + PAD elements
                      apart, so a store conflicts gcd((TSK + PAD)·e/4, 32)/(e/4) ways over 32 banks
-                     of 4 bytes; xgemm_rt with STAGE = 0 stores nothing, ca = cb = 0): reg = wm·wn / (wm·wn + wm + wn + (TM·ca + TN·cb)/(lx·ly)).
+                     of 4 bytes; xgemm_rt with STAGE = 0 stores nothing, ca = cb = 0):
+                     reg = wm·wn / (wm·wn + wm + wn + (TM·ca + TN·cb)/(lx·ly)).
     occupancy      = min(1, min(resident, rounds) · work-items per group / LATENCY_ITEMS), where
                      LATENCY_ITEMS work-items per compute unit hide memory latency: 128 on a GPU
                      (4 warps of 32; a guess), 1 elsewhere (a CPU runs a work-group as a loop).
