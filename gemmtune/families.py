@@ -192,7 +192,8 @@ class RegisterTiled(Family):
 
 
 def _rt_unstaged(p: Params):
-    return (p["STAGE"] == 1) | ((p["PIPE"] == 0) & (p["PADL"] == 0) & (p["VWG"] == 1) & (p["BKFAST"] == 0))
+    return (p["STAGE"] == 1) | ((p["STAGE"] == 0) & (p["PIPE"] == 0) & (p["PADL"] == 0) & (p["VWG"] == 1)
+                                & (p["BKFAST"] == 0))
 
 
 def _rt_vectors(p: Params):
@@ -249,8 +250,8 @@ XGEMM_RT = RegisterTiled(
                    "leave room in a 255-register budget",
                    lambda p, dev, prec: (p["MWG"] // p["MDIMC"]) * (p["NWG"] // p["NDIMC"]) * prec.bytes // 4 <= 128),
         Constraint(9, "transpose tile", TRANSPOSE_FITS.text, TRANSPOSE_FITS.check),
-        Constraint(10, "staging", "STAGE == 1, or PIPE == 0, PADL == 0, VWG == 1 and BKFAST == 0: "
-                   "unstaged, those do not apply, and B is read n-fastest",
+        Constraint(10, "staging", "STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and "
+                   "BKFAST == 0: unstaged, those do not apply, and B is read n-fastest",
                    lambda p, dev, prec: _rt_unstaged(p)),
     ),
     may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST", "STAGE"}),

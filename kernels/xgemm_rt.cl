@@ -92,11 +92,14 @@
 //   6. KWG % UNROLL == 0; with PIPE = 4, UNROLL == 1 and KWG even (two alternating operand sets)
 //   7. WARPM == 0, or WGS % 32 == 0, WARPM divides 32 and MDIMC, and 32 / WARPM divides NDIMC
 //   8. WPTM * WPTN accumulators take at most 128 32-bit registers (room left for operands)
-//  10. STAGE == 1, or PIPE == 0, PADL == 0, VWG == 1 and BKFAST == 0: without staging, those
-//      parameters do not apply, and B is read n-fastest so that a work-item's WPTN values of B
-//      for one k are contiguous
+//  10. STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and BKFAST == 0: without
+//      staging, those parameters do not apply, and B is read n-fastest so that a work-item's
+//      WPTN values of B for one k are contiguous
 #if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
 #error "xgemm_rt: tiles must split evenly over work-items and vector loads"
+#endif
+#if STAGE != 0 && STAGE != 1
+#error "xgemm_rt: STAGE is 0 or 1"
 #endif
 #if STAGE == 0 && (PIPE != 0 || PADL != 0 || VWG != 1 || BKFAST != 0)
 #error "xgemm_rt: without staging (STAGE = 0), PIPE, PADL and BKFAST must be 0 and VWG 1"

@@ -76,7 +76,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
         8: {"registers": (mwg // mdimc) * (nwg // ndimc) * nbytes <= 128 * 4},
         9: {"dim0": tx <= wis[0], "dim1": ty <= wis[1], "total": tx * ty <= dev.max_work_group_size,
             "local": ty * (tx + 1) * nbytes <= dev.local_mem_bytes},
-        10: {"PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
+        10: {"STAGE 0 or 1": stage in (0, 1), "PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
              "VWG 1 unstaged": stage == 1 or vwg == 1, "BKFAST 0 unstaged": stage == 1 or bkfast == 0},
     }
 
@@ -316,9 +316,10 @@ def test_constraint_6_pipe_4_unrolls_itself(tmp_path):
 def test_constraint_10_staging(tmp_path):
     dev = make_device(local_mem_bytes=2048)
     table = {**BASE, "MWG": [16, 64], "NWG": [16], "KWG": [8], "VWG": [1, 2], "PIPE": [0, 1], "PADL": [0, 2],
-             "BKFAST": [0, 1], "STAGE": [0, 1]}
+             "BKFAST": [0, 1], "STAGE": [0, 1, 2]}
     alone = run_constraint_case(tmp_path, table, dev, "s", 10)
     parts = [failing_parts(p, dev, "s", 10) for p in alone]
+    assert ["STAGE 0 or 1"] in [failing_parts(p, dev, "s", 10) for p in product(table) if p["STAGE"] == 2]
     for part in ("PIPE 0 unstaged", "PADL 0 unstaged", "VWG 1 unstaged", "BKFAST 0 unstaged"):
         assert [part] in parts, part
     valid = valid_keys(tmp_path, table, dev, "s")
