@@ -183,7 +183,8 @@ class RegisterTiled(Family):
         return mp // p["MWG"] * p["MDIMC"], np_ // p["NWG"] * p["NDIMC"]
 
     def local_mem_bytes(self, p, prec):
-        buffers = 1 + (p["PIPE"] >= 2)
+        pipe = p["PIPE"]
+        buffers = 1 + (pipe >= 2) + (pipe >= 5) * (pipe - 5)   # PIPE 2-4: 2; 5, 6, 7: 2, 3, 4
         return p.get("STAGE", 1) * buffers * p["KWG"] * (p["MWG"] + p["NWG"] + 2 * p["PADL"]) * prec.bytes
 
     def store_conflicts(self, p, prec):
@@ -194,6 +195,10 @@ class RegisterTiled(Family):
 def _rt_unstaged(p: Params):
     return (p["STAGE"] == 1) | ((p["STAGE"] == 0) & (p["PIPE"] == 0) & (p["PADL"] == 0) & (p["VWG"] == 1)
                                 & (p["BKFAST"] == 0))
+
+
+def _rt_async(p: Params):
+    return (p["PIPE"] <= 7) & ((p["PIPE"] < 5) | (p["BKFAST"] == 0))
 
 
 def _rt_vectors(p: Params):
@@ -237,7 +242,7 @@ XGEMM_RT = RegisterTiled(
                    "BKFAST == 2)", lambda p, dev, prec: _rt_vectors(p)),
         Constraint(4, "local vectors", "WPTM % VLM == 0, WPTN % VLN == 0, PADL a multiple of VWG, "
                    "VLM and VLN", lambda p, dev, prec: _rt_local_vectors(p)),
-        Constraint(5, "local memory", "STAGE * (2 if PIPE >= 2 else 1) * KWG * (MWG + NWG + 2 * PADL) * "
+        Constraint(5, "local memory", "STAGE * (PIPE - 3 if PIPE >= 5 else 2 if PIPE >= 2 else 1) * KWG * (MWG + NWG + 2 * PADL) * "
                    "bytes per element <= local memory size",
                    lambda p, dev, prec: XGEMM_RT.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
         Constraint(6, "unroll", "KWG % UNROLL == 0; PIPE 4 unrolls the slice itself: UNROLL == 1 and KWG "
@@ -253,6 +258,9 @@ XGEMM_RT = RegisterTiled(
         Constraint(10, "staging", "STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and "
                    "BKFAST == 0: unstaged, those do not apply, and B is read n-fastest",
                    lambda p, dev, prec: _rt_unstaged(p)),
+        Constraint(11, "asynchronous copies", "PIPE <= 7, and BKFAST == 0 with PIPE 5-7: asynchronous copies "
+                   "land in local memory as they are in global memory",
+                   lambda p, dev, prec: _rt_async(p)),
     ),
     may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST", "STAGE"}),
 )

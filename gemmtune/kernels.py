@@ -44,7 +44,18 @@ def defines(config: Config, prec: Precision) -> dict[str, int]:
     return {**config.params, "PRECISION": prec.cl_define}
 
 
-def build_options(defs: dict[str, int]) -> list[str]:
+def device_defines(device: cl.Device) -> dict[str, int]:
+    """What the kernels may use on this device beyond OpenCL C: ``CP_ASYNC`` where NVIDIA's
+    cp.async copies are there for inline PTX (compute capability 8.0 and later)."""
+    try:
+        nvidia = "cl_nv_device_attribute_query" in device.extensions
+        return {"CP_ASYNC": 1} if nvidia and device.compute_capability_major_nv >= 8 else {}
+    except (AttributeError, cl.Error):
+        return {}
+
+
+def build_options(defs: dict[str, int], device: cl.Device | None = None) -> list[str]:
+    defs = {**(device_defines(device) if device is not None else {}), **defs}
     return [*BUILD_OPTIONS, *(f"-D{k}={v}" for k, v in defs.items())]
 
 
@@ -61,17 +72,18 @@ def build(context: cl.Context, source: str, defs: dict[str, int], binary: bytes 
     key = (id(context), hashlib.sha1(source.encode()).hexdigest(), tuple(sorted(defs.items())))
     program = _programs.get(key)
     if program is None:
+        options = build_options(defs, context.devices[0])
         with warnings.catch_warnings():
             # Drivers print notes on every build; a failed build's log is in BuildError.
             warnings.simplefilter("ignore", cl.CompilerWarning)
             if binary is not None:
                 try:
-                    program = cl.Program(context, context.devices, [binary]).build(options=build_options(defs))
+                    program = cl.Program(context, context.devices, [binary]).build(options=options)
                 except cl.Error:
                     program = None
             if program is None:
                 try:
-                    program = cl.Program(context, source).build(options=build_options(defs))
+                    program = cl.Program(context, source).build(options=options)
                 except cl.RuntimeError as e:
                     raise BuildError(f"build failed: {str(e).splitlines()[0]}", str(e)) from None
         _programs[key] = program
@@ -85,7 +97,8 @@ def load_binary(context: cl.Context, binary: bytes, defs: dict[str, int]) -> Non
     once by a compiler process, the binary then loads from that cache in the timing worker."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", cl.CompilerWarning)
-        cl.Program(context, context.devices, [binary]).build(options=build_options(defs))
+        options = build_options(defs, context.devices[0])
+        cl.Program(context, context.devices, [binary]).build(options=options)
 
 
 def program_binary(program: cl.Program) -> bytes:

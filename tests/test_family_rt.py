@@ -58,7 +58,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
     stage = p["STAGE"]
     wis = dev.max_work_item_sizes
     wgs = mdimc * ndimc
-    nbuf = 2 if pipe >= 2 else 1
+    nbuf = pipe - 3 if pipe >= 5 else 2 if pipe >= 2 else 1   # PIPE 5, 6, 7: asynchronous copies, 2, 3, 4 buffers
     return {
         1: {"MWG % MDIMC": mwg % mdimc == 0, "NWG % NDIMC": nwg % ndimc == 0},
         2: {"dim0": mdimc <= wis[0], "dim1": ndimc <= wis[1], "total": wgs <= dev.max_work_group_size},
@@ -78,6 +78,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
             "local": ty * (tx + 1) * nbytes <= dev.local_mem_bytes},
         10: {"STAGE 0 or 1": stage in (0, 1), "PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
              "VWG 1 unstaged": stage == 1 or vwg == 1, "BKFAST 0 unstaged": stage == 1 or bkfast == 0},
+        11: {"PIPE <= 7": pipe <= 7, "BKFAST 0 if PIPE 5-7": pipe < 5 or bkfast == 0},
     }
 
 
@@ -126,7 +127,7 @@ def run_constraint_case(tmp_path, table: dict, dev, code: str, n: int, also: tup
     broken = [rt_broken(p, dev, code) for p in configs]
     first = Counter(b[0] for b in broken if b)
     every = Counter(m for b in broken for m in b)
-    assert rt_counts(space, dev, prec) == {m: (first[m], every[m]) for m in range(1, 11)}
+    assert rt_counts(space, dev, prec) == {m: (first[m], every[m]) for m in range(1, 12)}
 
     for p, b in zip(configs, broken):
         if b:
@@ -154,7 +155,7 @@ def test_family_parameters_are_the_cl_defaults():
     assert XGEMM_RT.may_be_zero == {"PADL", "WARPM", "PIPE", "BKFAST", "STAGE"}
     # The .cl file's own defaults are a valid configuration on a GPU-like device, in s.
     assert not rt_broken(XGEMM_RT.defaults, GPU_LIKE, "s")
-    assert [c.number for c in XGEMM_RT.constraints] == list(range(1, 11))
+    assert [c.number for c in XGEMM_RT.constraints] == list(range(1, 12))
 
 
 # ---------------------------------------------------------------- constraints 1-9
@@ -234,7 +235,7 @@ def test_constraint_5_local_memory(tmp_path, code):
     # 9216 bytes = 32 * 72 floats: KWG * (MWG + NWG + 2 * PADL) with 32 x 32 tiles and PADL = 4
     # fits exactly, single-buffered, for KWG = 32, 16, 16, 8 in s, d, c, z.
     dev = make_device(local_mem_bytes=9216)
-    table = {**BASE, "MWG": [16, 32], "NWG": [16, 32], "KWG": [8, 16, 32], "PIPE": [0, 1, 2, 3],
+    table = {**BASE, "MWG": [16, 32], "NWG": [16, 32], "KWG": [8, 16, 32], "PIPE": [0, 1, 2, 3, 5, 6],
              "PADL": [0, 4], "MDIMC": [8], "NDIMC": [8]}
     alone = run_constraint_case(tmp_path, table, dev, code, 5)
     nbytes = BYTES[code]
@@ -249,6 +250,11 @@ def test_constraint_5_local_memory(tmp_path, code):
         for pipe in (2, 3):
             assert key({**exact, "PIPE": pipe, "KWG": exact["KWG"] // 2}) in valid   # half as deep: fits again
     assert key({**exact, "PADL": 0, "PIPE": 0}) in valid
+    # Asynchronous copies need 2 (PIPE 5) or 3 (PIPE 6) buffers: 2 fit at half the depth, 3 do not.
+    assert key({**exact, "PIPE": 5}) not in valid
+    if exact["KWG"] > 8:
+        assert key({**exact, "PIPE": 5, "KWG": exact["KWG"] // 2}) in valid
+        assert key({**exact, "PIPE": 6, "KWG": exact["KWG"] // 2}) not in valid
     # PADL counts once per slice (A and B): some configurations fit only without it.
     assert any(key({**p, "PADL": 0}) in valid for p in alone if p["PADL"] == 4)
 
@@ -329,6 +335,20 @@ def test_constraint_10_staging(tmp_path):
     assert key({**wide, "STAGE": 1}) not in valid and key({**wide, "STAGE": 0}) in valid
 
 
+def test_constraint_11_asynchronous_copies(tmp_path):
+    table = {**BASE, "PIPE": [0, 1, 2, 4, 5, 6, 7, 8], "BKFAST": [0, 1, 2]}
+    alone = run_constraint_case(tmp_path, table, GPU_LIKE, "s", 11)
+    parts = [failing_parts(p, GPU_LIKE, "s", 11) for p in alone]
+    for part in ("PIPE <= 7", "BKFAST 0 if PIPE 5-7"):
+        assert [part] in parts, part
+    valid = valid_keys(tmp_path, table, GPU_LIKE, "s")
+    for pipe in (5, 6, 7):
+        assert key(point(table, PIPE=pipe)) in valid
+        assert key(point(table, PIPE=pipe, BKFAST=1)) not in valid and key(point(table, PIPE=pipe, BKFAST=2)) not in valid
+    assert key(point(table, PIPE=8)) not in valid
+    assert key(point(table, PIPE=2, BKFAST=1)) in valid and key(point(table, PIPE=4, BKFAST=2)) in valid
+
+
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
 def test_constraint_8_registers(tmp_path, code):
     table = {**BASE, "MWG": [16, 32, 64], "NWG": [16, 32, 64], "KWG": [16], "MDIMC": [2, 4],
@@ -407,9 +427,13 @@ CONFIGS = {
 FLIPPED = ("c", {**CONFIGS["c"], "BKFAST": 0})
 AHEAD = ("s", {**CONFIGS["s"], "PIPE": 4})
 UNSTAGED = ("d", {**CONFIGS["d"], "STAGE": 0})
-CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, AHEAD, UNSTAGED]
+# Two more with asynchronous copies into 3 and 2 local buffers (PIPE 6 and 5) (on PoCL a load and a store each, so
+# what they test is the rotation of the buffers: K = 1 and 3 leave the prologue short of slices).
+ASYNC3 = ("d", {**CONFIGS["d"], "PIPE": 6})
+ASYNC2 = ("c", {**FLIPPED[1], "PIPE": 5})
+CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, AHEAD, UNSTAGED, ASYNC3, ASYNC2]
 CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast2-pipe3", "c-bkfast0-pipe1",
-            "s-bkfast1-pipe4", "d-unstaged"]
+            "s-bkfast1-pipe4", "d-unstaged", "d-async3", "c-async2"]
 
 # (m, n, k): C is m x n. (32, 32, 32) is a multiple of every tile above, so operands that are
 # already in the kernel's layout go to it directly, without a padding pass.
@@ -438,7 +462,7 @@ def test_test_configurations_cover_the_features():
     def seen(name):
         return {c[name] for c in configs}
 
-    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 3, 4} and seen("WARPM") == {0, 8}
+    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 3, 4, 5, 6} and seen("WARPM") == {0, 8}
     assert seen("PADL") == {0, 4} and seen("VWG") == {1, 2, 4} and seen("STAGE") == {0, 1}
     assert any(c["VLM"] == 1 < c["MWG"] // c["MDIMC"] for c in configs)              # strided
     assert any(c["VLM"] == c["MWG"] // c["MDIMC"] > 1 for c in configs)              # blocked
@@ -508,7 +532,8 @@ def test_result_does_not_depend_on_bkfast(shape):
     (dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=1, UNROLL=3), 6),  # 8 % 3
     (dict(MWG=32, NWG=32, KWG=16, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=1, WARPM=8, UNROLL=1), 7),  # 4 % 8
     (dict(MWG=64, NWG=64, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1), 8),   # 16 x 16
-], ids=["c1", "c3-bkfast", "c4-padl", "c6", "c7", "c8"])
+    (dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1, PIPE=5, BKFAST=1), 11),
+], ids=["c1", "c3-bkfast", "c4-padl", "c6", "c7", "c8", "c11"])
 def test_invalid_rt_config_names_the_constraint(config, number):
     from gemmtune.device import resolve_device
     from gemmtune.space import make_config
@@ -539,7 +564,7 @@ def test_space_explain_lists_rt_constraints(tmp_path, code):
     from gemmtune.device import resolve_device
 
     rt_table = {**BASE, "MWG": [16, 32, 64], "NWG": [16, 64], "KWG": [6, 8, 16], "MDIMC": [2, 4, 8],
-                "NDIMC": [4, 8], "VWG": [1, 4], "VLM": [1, 4], "PIPE": [1, 2], "PADL": [0, 2],
+                "NDIMC": [4, 8], "VWG": [1, 4], "VLM": [1, 4], "PIPE": [1, 2, 6, 9], "PADL": [0, 2],
                 "UNROLL": [1, 4], "BKFAST": [0, 1], "WARPM": [0, 8], "STAGE": [0, 1], "TRANSPOSEX": [16, 128]}
     k5_table = dict(TSM=[16, 32], TSN=[16, 24], TSK=[8], WPTN=[2, 16], PAD=[0], TRANSPOSEX=[8], TRANSPOSEY=[8])
     path = tmp_path / "space.toml"
@@ -553,15 +578,15 @@ def test_space_explain_lists_rt_constraints(tmp_path, code):
     first = Counter(b[0] for b in broken if b)
     every = Counter(n for b in broken for n in b)
     rows = [r for r in doc["constraints"] if r["kernel"] == "xgemm_rt"]
-    assert [r["constraint"] for r in rows] == list(range(1, 11))
+    assert [r["constraint"] for r in rows] == list(range(1, 12))
     counts = {r["constraint"]: (r["removed"], r["broken"]) for r in rows}
-    assert counts == {n: (first[n], every[n]) for n in range(1, 11)}
+    assert counts == {n: (first[n], every[n]) for n in range(1, 12)}
     assert [r["name"] for r in rows] == [c.name for c in XGEMM_RT.constraints]
     assert all(r["rule"] for r in rows)
     assert sum(r["removed"] for r in rows) > 0 and len(set(first)) >= 5   # the space exercises several
     k5_rows = [r for r in doc["constraints"] if r["kernel"] == "xgemm_k5"]
     assert [r["constraint"] for r in k5_rows] == [1, 2, 3, 4, 5]
-    assert len(doc["constraints"]) == 15
+    assert len(doc["constraints"]) == 16
 
     rt_valid = sum(not b for b in broken)
     k5_valid = sum(not broken_rules(p, dev, code) for p in product(k5_table))
@@ -574,7 +599,7 @@ def test_space_explain_lists_rt_constraints(tmp_path, code):
 def test_space_explain_of_the_shipped_space_counts_both_families():
     doc = explain_json(["--precision", "d"])
     kernels = [r["kernel"] for r in doc["constraints"]]
-    assert kernels.count("xgemm_rt") == 10 and kernels.count("xgemm_k5") == 5
+    assert kernels.count("xgemm_rt") == 11 and kernels.count("xgemm_k5") == 5
     assert doc["total"] == load_space().size
     assert doc["valid"] == count(["--precision", "d"])
     rt_removed = sum(r["removed"] for r in doc["constraints"] if r["kernel"] == "xgemm_rt")

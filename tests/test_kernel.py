@@ -285,3 +285,36 @@ def test_a_binary_loads_as_the_timing_worker_will_and_a_bad_one_is_refused():
     load_binary(ctx, binary, defs)
     with pytest.raises(cl.Error):
         load_binary(ctx, b"not a program binary" + binary[:16], defs)
+
+
+class _FakeDevice:
+    """What device_defines reads of a pyopencl Device."""
+
+    def __init__(self, extensions: str, major: int | None):
+        self.extensions = extensions
+        if major is not None:
+            self.compute_capability_major_nv = major
+
+
+@pytest.mark.parametrize("extensions, major, expected", [
+    ("cl_khr_fp64 cl_nv_device_attribute_query", 9, {"CP_ASYNC": 1}),    # Hopper
+    ("cl_khr_fp64 cl_nv_device_attribute_query", 8, {"CP_ASYNC": 1}),    # Ampere: the first with cp.async
+    ("cl_khr_fp64 cl_nv_device_attribute_query", 7, {}),                 # Volta
+    ("cl_khr_fp64", 9, {}),                                              # not NVIDIA's attributes
+    ("cl_nv_device_attribute_query", None, {}),                          # a driver that lacks the query
+])
+def test_device_defines_only_offer_cp_async_where_it_exists(extensions, major, expected):
+    from gemmtune.kernels import build_options, device_defines
+
+    dev = _FakeDevice(extensions, major)
+    assert device_defines(dev) == expected
+    options = build_options({"MWG": 64}, dev)
+    assert ("-DCP_ASYNC=1" in options) == bool(expected) and "-DMWG=64" in options
+
+
+def test_the_cpu_device_builds_without_device_defines():
+    from gemmtune.device import open_device
+    from gemmtune.kernels import device_defines
+
+    _, dev = open_device(0)
+    assert device_defines(dev) == {}
