@@ -242,8 +242,8 @@ XGEMM_RT = RegisterTiled(
                    "BKFAST == 2)", lambda p, dev, prec: _rt_vectors(p)),
         Constraint(4, "local vectors", "WPTM % VLM == 0, WPTN % VLN == 0, PADL a multiple of VWG, "
                    "VLM and VLN", lambda p, dev, prec: _rt_local_vectors(p)),
-        Constraint(5, "local memory", "STAGE * (PIPE - 3 if PIPE >= 5 else 2 if PIPE >= 2 else 1) * KWG * (MWG + NWG + 2 * PADL) * "
-                   "bytes per element <= local memory size",
+        Constraint(5, "local memory", "STAGE * (PIPE - 3 if PIPE >= 5 else 2 if PIPE >= 2 else 1) * KWG * "
+                   "(MWG + NWG + 2 * PADL) * bytes per element <= local memory size",
                    lambda p, dev, prec: XGEMM_RT.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
         Constraint(6, "unroll", "KWG % UNROLL == 0; PIPE 4 unrolls the slice itself: UNROLL == 1 and KWG "
                    "even (two alternating operand sets)",

@@ -204,6 +204,12 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   }
 
   gunion ra[LPTA], rb[LPTB];
+  // Vector v of a slice held as it is in global memory, row by row (one row per k, W elements
+  // long): row v / (W/VWG), vector v % (W/VWG) of it, at k0 in global memory or in local buffer buf.
+  #define SLICE_SRC(block, ld, W, k0, v) \
+    ((const __global gvec*)((block) + ((k0) + (v) / ((W) / VWG)) * (ld)) + (v) % ((W) / VWG))
+  #define SLICE_DST(lm, LD, W, buf, v) \
+    ((__local gvec*)((lm) + (buf) * KWG * (LD) + ((v) / ((W) / VWG)) * (LD)) + (v) % ((W) / VWG))
 #if BKFAST == 2
   // Block b of the slice: columns (b / (KWG/VWG)) * VWG + i, piece b % (KWG/VWG) of each. The
   // work-items of a block row take consecutive pieces of a column, as with BKFAST = 1.
@@ -228,16 +234,15 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
       Blm[(buf) * KWG * LDBL + (((v) % (KWG / VWG)) * VWG + j) * LDBL + (v) / (KWG / VWG)] = rb[l].e[j]; \
     }
 #else
-  #define LOAD_B(k0, v, l) ((const __global gvec*)(Bblock + ((k0) + (v) / (NWG / VWG)) * ldb))[(v) % (NWG / VWG)]
-  #define STORE_B(buf, v, l) \
-    *((__local gvec*)(Blm + (buf) * KWG * LDBL + ((v) / (NWG / VWG)) * LDBL) + (v) % (NWG / VWG)) = rb[l].v
+  #define LOAD_B(k0, v, l) *SLICE_SRC(Bblock, ldb, NWG, k0, v)
+  #define STORE_B(buf, v, l) *SLICE_DST(Blm, LDBL, NWG, buf, v) = rb[l].v
 #endif
-  // Global -> registers: vector v of a slice is row v / (MWG/VWG), vector v % (MWG/VWG) of it;
-  // consecutive work-items take consecutive vectors, so the loads are coalesced.
+  // Global -> registers -> local: consecutive work-items take consecutive vectors, so the loads
+  // are coalesced.
   #define LOAD_GLOBAL(k0) \
     for (int l = 0; l < LPTA; l++) { \
       const int v = tid + l * WGS; \
-      ra[l].v = ((const __global gvec*)(Ablock + ((k0) + v / (MWG / VWG)) * lda))[v % (MWG / VWG)]; \
+      ra[l].v = *SLICE_SRC(Ablock, lda, MWG, k0, v); \
     } \
     for (int l = 0; l < LPTB; l++) { \
       const int v = tid + l * WGS; \
@@ -246,31 +251,29 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   #define STORE_LOCAL(buf) \
     for (int l = 0; l < LPTA; l++) { \
       const int v = tid + l * WGS; \
-      *((__local gvec*)(Alm + (buf) * KWG * LDAL + (v / (MWG / VWG)) * LDAL) + v % (MWG / VWG)) = ra[l].v; \
+      *SLICE_DST(Alm, LDAL, MWG, buf, v) = ra[l].v; \
     } \
     for (int l = 0; l < LPTB; l++) { \
       const int v = tid + l * WGS; \
       STORE_B(buf, v, l); \
     }
 #if ABUF
-  // Global -> local without registers, vector for vector as LOAD_GLOBAL and STORE_LOCAL move
-  // them. cp.async takes 4, 8 or 16 bytes: wider vectors go as several 16-byte copies.
+  // Global -> local without registers, the same vectors as LOAD_GLOBAL and STORE_LOCAL move.
+  // cp.async takes 4, 8 or 16 bytes: wider vectors go as several 16-byte copies.
   #if CP_ASYNC
     #define GVEC_BYTES (VWG * SCALARS_1 * (PRECISION == 32 || PRECISION == 3232 ? 4 : 8))
     // .ca (through L1, which the work-groups of a compute unit share) measured slightly above .cg.
+    #define CP_ASYNC_N(dst, src, n) __asm__ __volatile__( \
+        "cp.async.ca.shared.global [%0], [%1], " #n ";" :: "r"((uint)(size_t)(dst)), "l"((ulong)(src)) : "memory")
     #if GVEC_BYTES >= 16
-      #define CP_ASYNC_1(dst, src) __asm__ __volatile__( \
-          "cp.async.ca.shared.global [%0], [%1], 16;" :: "r"((uint)(size_t)(dst)), "l"((ulong)(src)) : "memory")
       #define COPY(dst, src) \
         for (int h = 0; h < GVEC_BYTES / 16; h++) { \
-          CP_ASYNC_1((__local char*)(dst) + 16 * h, (const __global char*)(src) + 16 * h); \
+          CP_ASYNC_N((__local char*)(dst) + 16 * h, (const __global char*)(src) + 16 * h, 16); \
         }
     #elif GVEC_BYTES == 8
-      #define COPY(dst, src) __asm__ __volatile__( \
-          "cp.async.ca.shared.global [%0], [%1], 8;" :: "r"((uint)(size_t)(dst)), "l"((ulong)(src)) : "memory")
+      #define COPY(dst, src) CP_ASYNC_N(dst, src, 8)
     #else
-      #define COPY(dst, src) __asm__ __volatile__( \
-          "cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((uint)(size_t)(dst)), "l"((ulong)(src)) : "memory")
+      #define COPY(dst, src) CP_ASYNC_N(dst, src, 4)
     #endif
     #define COMMIT() __asm__ __volatile__("cp.async.commit_group;" ::: "memory")
     // Wait until at most ABUF - 2 groups of copies are in flight: the oldest slice has landed.
@@ -289,13 +292,11 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   #define COPY_SLICE(buf, k0) \
     for (int l = 0; l < LPTA; l++) { \
       const int v = tid + l * WGS; \
-      COPY((__local gvec*)(Alm + (buf) * KWG * LDAL + (v / (MWG / VWG)) * LDAL) + v % (MWG / VWG), \
-           (const __global gvec*)(Ablock + ((k0) + v / (MWG / VWG)) * lda) + v % (MWG / VWG)); \
+      COPY(SLICE_DST(Alm, LDAL, MWG, buf, v), SLICE_SRC(Ablock, lda, MWG, k0, v)); \
     } \
     for (int l = 0; l < LPTB; l++) { \
       const int v = tid + l * WGS; \
-      COPY((__local gvec*)(Blm + (buf) * KWG * LDBL + (v / (NWG / VWG)) * LDBL) + v % (NWG / VWG), \
-           (const __global gvec*)(Bblock + ((k0) + v / (NWG / VWG)) * ldb) + v % (NWG / VWG)); \
+      COPY(SLICE_DST(Blm, LDBL, NWG, buf, v), SLICE_SRC(Bblock, ldb, NWG, k0, v)); \
     }
 #endif
   // Operands of step k of the slice at k0: WPTM values of A and WPTN of B, read into set f from
