@@ -46,9 +46,16 @@ def _roundup(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
 
+def transpose_columns(p: Params):
+    """Input columns of pad.cl's transpose tile. Configurations recorded before TRANSPOSEW
+    existed moved one element per work-item, which is its default."""
+    return p["TRANSPOSEY"] * p.get("TRANSPOSEW", 1)
+
+
 def transpose_local_bytes(p: Params, prec: Precision) -> int:
-    """Local memory of pad.cl's transpose tile: TRANSPOSEY rows of TRANSPOSEX + 1 elements."""
-    return p["TRANSPOSEY"] * (p["TRANSPOSEX"] + 1) * prec.bytes
+    """Local memory of pad.cl's transpose tile: TRANSPOSEY * TRANSPOSEW rows of TRANSPOSEX + 1
+    elements."""
+    return transpose_columns(p) * (p["TRANSPOSEX"] + 1) * prec.bytes
 
 
 # Constraint checks are written with & and elementwise arithmetic only, so the same function
@@ -62,7 +69,8 @@ def _safe(x):
 TRANSPOSE_FITS = Constraint(
     5, "transpose tile",
     "TRANSPOSEX <= max work-item size[0], TRANSPOSEY <= max work-item size[1], "
-    "TRANSPOSEX * TRANSPOSEY <= max work-group size, its local tile fits local memory",
+    "TRANSPOSEX * TRANSPOSEY <= max work-group size, its local tile of "
+    "TRANSPOSEY * TRANSPOSEW x (TRANSPOSEX + 1) elements fits local memory",
     lambda p, dev, prec: (
         (p["TRANSPOSEX"] <= dev.max_work_item_sizes[0])
         & (p["TRANSPOSEY"] <= dev.max_work_item_sizes[1])

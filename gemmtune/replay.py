@@ -94,14 +94,14 @@ def _recorded_space(rows: pd.DataFrame, study: str) -> Space:
     return Space(families, origin=f"the configurations recorded in study {study}")
 
 
-def _position(space: Space, config: Config) -> tuple | None:
-    """Where ``config`` comes in the space's Cartesian product (families in order, then each
-    parameter's value index, as ``valid_configs`` orders them), or None if it is not in it."""
+def _place(space: Space, kernel: str, params: dict) -> tuple[tuple, Config] | None:
+    """Where a recorded configuration comes in the space's Cartesian product (families in order,
+    then each parameter's value index, as ``valid_configs`` orders them), and the configuration
+    as the space spells it (``FamilySpace.complete``); None if it is not in the space."""
     for i, fs in enumerate(space.families):
-        if fs.family.name == config.kernel and set(fs.values) == set(config.params):
-            p = config.params
-            if all(p[k] in values for k, values in fs.values.items()):
-                return (i, *(values.index(p[k]) for k, values in fs.values.items()))
+        p = fs.complete(params) if fs.family.name == kernel else None
+        if p is not None and all(p[k] in values for k, values in fs.values.items()):
+            return (i, *(values.index(p[k]) for k, values in fs.values.items())), Config.of(kernel, p)
     return None
 
 
@@ -126,10 +126,10 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
     space = load_space(space_file) if space_file is not None else _recorded_space(rows, study)
     values, configs, baseline = {}, {}, None
     for row in rows.itertuples():
-        config = Config.of(row.kernel, json.loads(row.params))
-        position = _position(space, config)
-        if position is None:
+        placed = _place(space, row.kernel, json.loads(row.params))
+        if placed is None:
             continue
+        position, config = placed
         key = config_key(config.kernel, config.params)
         configs.setdefault(key, (position, config))
         gflops = None if pd.isna(row.gflops) else float(row.gflops)

@@ -125,7 +125,7 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
     compile_s = time.perf_counter() - t0
 
     def run():
-        return op.enqueue(pb.a_buf, pb.b_buf, pb.c_buf, 1.0, 0.0)
+        return op.enqueue_held(pb.a_buf, pb.b_buf, pb.c_buf, 1.0, 0.0)
 
     # Verify first, on an output poisoned with NaN, so unwritten elements cannot pass. On a
     # device other than the host's CPU the comparison runs on the host (numpy releases the GIL)

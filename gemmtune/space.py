@@ -52,6 +52,16 @@ class FamilySpace:
     source: str                    # kernel source text, includes inlined
     source_name: str
 
+    def complete(self, params: Mapping[str, int]) -> dict[str, int] | None:
+        """A recorded configuration's parameters, in declaration order, with any the source
+        declares but the record lacks at the source's default: such parameters were added to the
+        kernel after the record was written, and their defaults are what the kernel did then.
+        None if the record names a parameter that the source does not have."""
+        if not set(params) <= set(self.values):
+            return None
+        defaults = kernel_parameters(self.source)
+        return {name: params[name] if name in params else defaults[name][0] for name in self.values}
+
     def configs(self) -> Iterator[Config]:
         names = list(self.values)
         for combo in itertools.product(*self.values.values()):

@@ -77,15 +77,16 @@ class _Tuned:
 
 def shipped_config(kernel: str, params: dict, space: Space | None = None) -> Config | None:
     """The Config of a results row if it is a configuration of a shipped kernel family (the
-    parameter names of the family's source in ``space``, default the shipped one), else None."""
+    parameter names of the family's source in ``space``, default the shipped one), else None.
+    Parameters added to the kernel after the row was written take their defaults
+    (``FamilySpace.complete``)."""
     space = space or load_space()
     if kernel not in FAMILIES or kernel not in {fs.family.name for fs in space.families}:
         return None
-    names = list(space.family(kernel).values)
-    if set(params) != set(names) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                            for v in params.values()):
+    full = space.family(kernel).complete(params)
+    if full is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in params.values()):
         return None
-    return Config.of(kernel, {name: params[name] for name in names})
+    return Config.of(kernel, full)
 
 
 _tables: dict[tuple, list[_Tuned]] = {}

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Bytes per element, as the issue states them for constraint 4 (s, d, c, z).
 BYTES = {"s": 4, "d": 8, "c": 8, "z": 16}
 DTYPES = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}
-PARAMS = ("TSM", "TSN", "TSK", "WPTN", "PAD", "TRANSPOSEX", "TRANSPOSEY")
+PARAMS = ("TSM", "TSN", "TSK", "WPTN", "PAD", "TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")
 
 # Four configurations, all valid on PoCL, differing in tile shape (TSM != TSN included).
 TINY_SPACE = """
@@ -62,7 +62,7 @@ def rule_checks(p: dict, dev: DeviceInfo, code: str) -> dict[int, bool]:
     """
     nbytes = BYTES[code]
     tsm, tsn, tsk, wptn, pad = (p[k] for k in ("TSM", "TSN", "TSK", "WPTN", "PAD"))
-    tx, ty = p["TRANSPOSEX"], p["TRANSPOSEY"]
+    tx, ty, tw = p["TRANSPOSEX"], p["TRANSPOSEY"], p.get("TRANSPOSEW", 1)
     rtsn = tsn // wptn
     wis = dev.max_work_item_sizes
     wgs = tsm * rtsn
@@ -71,8 +71,9 @@ def rule_checks(p: dict, dev: DeviceInfo, code: str) -> dict[int, bool]:
         2: tsm <= wis[0] and rtsn <= wis[1] and wgs <= dev.max_work_group_size,
         3: wgs > 0 and (tsk * tsm) % wgs == 0 and (tsk * tsn) % wgs == 0,
         4: (tsk * tsm + tsn * (tsk + pad)) * nbytes <= dev.local_mem_bytes,
-        # pad.cl's tile is TRANSPOSEY rows of TRANSPOSEX + 1 elements (the +1 avoids bank conflicts)
-        5: tx * ty <= dev.max_work_group_size and ty * (tx + 1) * nbytes <= dev.local_mem_bytes,
+        # pad.cl's tile is TRANSPOSEY * TRANSPOSEW rows of TRANSPOSEX + 1 elements (the +1 avoids
+        # bank conflicts); each work-item moves TRANSPOSEW of them
+        5: tx * ty <= dev.max_work_group_size and ty * tw * (tx + 1) * nbytes <= dev.local_mem_bytes,
     }
 
 

@@ -235,6 +235,24 @@ def test_a_wrong_contender_is_skipped_and_never_timed(empty_db, timed_configs, m
     check_timed(row["numpy"], row["gemmtune"])
 
 
+def test_every_timed_sample_holds_the_queue_until_the_operation_is_in_it(empty_db, monkeypatch):
+    """Samples come from GemmOperation.enqueue_held (see test_kernel for what it leaves out): a
+    plain enqueue here would count the host's latency between the passes."""
+    held = []
+    real = GemmOperation.enqueue_held
+
+    def spy(self, *args, **kwargs):
+        held.append(self.config)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GemmOperation, "enqueue_held", spy)
+    rows = run_bench(0, get_precision("s"), [24], [EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
+    row = by_contender(rows, 24)
+    assert row["gemmtune"]["repeats"] >= 1 and row[EXPLICIT]["repeats"] >= 1
+    assert held.count(EXPLICIT_CONFIG) >= row[EXPLICIT]["repeats"]
+    assert len(held) - held.count(EXPLICIT_CONFIG) >= row["gemmtune"]["repeats"]
+
+
 def test_a_wrong_gemmtune_result_leaves_no_ratio(empty_db, timed_configs, monkeypatch):
     """bench's check (gemmtune.verify.compare, imported by bench when a contender is set up)
     fails for the first OpenCL contender only: the tuned one is skipped, and with nothing to

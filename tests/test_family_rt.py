@@ -38,7 +38,7 @@ from gemmtune.space import Config, check_config, explain, load_space, valid_conf
 from gemmtune.verify import Reference, compare  # noqa: E402
 
 RT_PARAMS = ("MWG", "NWG", "KWG", "MDIMC", "NDIMC", "VWG", "VLM", "VLN", "PIPE", "PADL", "UNROLL",
-             "BKFAST", "WARPM", "STAGE", "TRANSPOSEX", "TRANSPOSEY")
+             "BKFAST", "WARPM", "STAGE", "TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")
 
 
 # ---------------------------------------------------------------- the rules, from the .cl comments
@@ -55,7 +55,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
     mwg, nwg, kwg, mdimc, ndimc = (p[k] for k in ("MWG", "NWG", "KWG", "MDIMC", "NDIMC"))
     vwg, vlm, vln, pipe, padl = (p[k] for k in ("VWG", "VLM", "VLN", "PIPE", "PADL"))
     unroll, bkfast, warpm, tx, ty = (p[k] for k in ("UNROLL", "BKFAST", "WARPM", "TRANSPOSEX", "TRANSPOSEY"))
-    stage = p["STAGE"]
+    stage, tw = p["STAGE"], p.get("TRANSPOSEW", 1)
     wis = dev.max_work_item_sizes
     wgs = mdimc * ndimc
     nbuf = pipe - 3 if pipe >= 5 else 2 if pipe >= 2 else 1   # PIPE 5, 6, 7: asynchronous copies, 2, 3, 4 buffers
@@ -75,7 +75,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
                                    and ndimc % (32 // warpm) == 0)},
         8: {"registers": (mwg // mdimc) * (nwg // ndimc) * nbytes <= 128 * 4},
         9: {"dim0": tx <= wis[0], "dim1": ty <= wis[1], "total": tx * ty <= dev.max_work_group_size,
-            "local": ty * (tx + 1) * nbytes <= dev.local_mem_bytes},
+            "local": ty * tw * (tx + 1) * nbytes <= dev.local_mem_bytes},
         10: {"STAGE 0 or 1": stage in (0, 1), "PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
              "VWG 1 unstaged": stage == 1 or vwg == 1, "BKFAST 0 unstaged": stage == 1 or bkfast == 0},
         11: {"PIPE <= 7": pipe <= 7, "BKFAST 0 if PIPE 5-7": pipe < 5 or bkfast == 0},
@@ -97,7 +97,7 @@ def key(params: dict) -> tuple:
 # Every parameter at a small value that breaks nothing on the devices below; each test widens
 # only the parameters its constraint is about.
 BASE = dict(MWG=[16], NWG=[16], KWG=[8], MDIMC=[4], NDIMC=[4], VWG=[1], VLM=[1], VLN=[1], PIPE=[0],
-            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], STAGE=[1], TRANSPOSEX=[8], TRANSPOSEY=[8])
+            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], STAGE=[1], TRANSPOSEX=[8], TRANSPOSEY=[8], TRANSPOSEW=[1])
 
 
 def rt_counts(space, dev, prec) -> dict[int, tuple[int, int]]:
@@ -378,7 +378,7 @@ def test_constraint_8_scales_with_bytes_per_element(tmp_path):
                                          ("work-group", "c")])
 def test_constraint_9_transpose_tile(tmp_path, limit, code):
     table = {**BASE, "MWG": [8], "NWG": [8], "KWG": [4], "MDIMC": [2], "NDIMC": [2],
-             "TRANSPOSEX": [2, 4, 8, 16, 32, 64, 128], "TRANSPOSEY": [1, 4, 8, 16, 32, 64]}
+             "TRANSPOSEX": [2, 4, 8, 16, 32, 64, 128], "TRANSPOSEY": [1, 4, 8, 16, 32, 64], "TRANSPOSEW": [1, 2]}
     if limit == "local memory":
         # Dimension 0 <= 64, dimension 1 <= 32; local memory for 543 elements: 16 x 32 needs
         # 32 * 17 = 544 (too many), though 32 x 16 needs 16 * 33 = 528 and fits.
@@ -392,12 +392,18 @@ def test_constraint_9_transpose_tile(tmp_path, limit, code):
     parts = [failing_parts(p, dev, code, 9) for p in alone]
     for part in expected_parts:
         assert [part] in parts, part
-    valid = {(dict(k)["TRANSPOSEX"], dict(k)["TRANSPOSEY"]) for k in valid_keys(tmp_path, table, dev, code)}
+    keys = [dict(k) for k in valid_keys(tmp_path, table, dev, code)]
+    valid = {(k["TRANSPOSEX"], k["TRANSPOSEY"]) for k in keys if k["TRANSPOSEW"] == 1}
+    valid2 = {(k["TRANSPOSEX"], k["TRANSPOSEY"]) for k in keys if k["TRANSPOSEW"] == 2}
     assert (128, 1) not in valid and (2, 64) not in valid      # each dimension within its limit
     if limit == "local memory":
         assert (32, 16) in valid and (16, 32) not in valid and (64, 8) in valid and (8, 32) in valid
+        # moving 2 elements each doubles the tile's rows: 32 x 8 (16 * 33 = 528) still fits; 16 x 16
+        # (32 * 17 = 544) is one element over, and 32 x 16 and 64 x 8 are further over
+        assert {(32, 8), (8, 16)} <= valid2 and not {(16, 16), (32, 16), (64, 8)} & valid2
     else:
         assert {(16, 8), (8, 16), (64, 1), (4, 32)} <= valid and (16, 16) not in valid
+        assert valid2 == valid     # the work-group is the same
 
 
 # ---------------------------------------------------------------- gemm on PoCL
@@ -409,18 +415,19 @@ CONFIGS = {
     "s": dict(MWG=32, NWG=16, KWG=8, MDIMC=8, NDIMC=4, VWG=4, VLM=4, VLN=1, PIPE=2, PADL=4, UNROLL=1,
               BKFAST=1, WARPM=8, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=8),
     # B n-fastest (transposed), no prefetch, scalar loads, A strided (VLM = 1 < WPTM = 4), B
-    # blocked (VLN = WPTN = 4), no padding, row-major work-items, rectangular transpose tile.
+    # blocked (VLN = WPTN = 4), no padding, row-major work-items, rectangular transpose tile whose
+    # work-items move 4 elements each.
     "d": dict(MWG=16, NWG=32, KWG=16, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=4, PIPE=0, PADL=0, UNROLL=1,
-              BKFAST=0, WARPM=0, STAGE=1, TRANSPOSEX=16, TRANSPOSEY=8),
+              BKFAST=0, WARPM=0, STAGE=1, TRANSPOSEX=16, TRANSPOSEY=8, TRANSPOSEW=4),
     # B k-fastest, register prefetch, 2-wide loads, A blocked (VLM = WPTM = 2), 64 work-items in
     # two 8 x 4 sub-tiles.
     "c": dict(MWG=16, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=2, VLM=2, VLN=1, PIPE=1, PADL=0, UNROLL=1,
               BKFAST=1, WARPM=8, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=16),
     # B k-fastest in 2 x 2 blocks transposed in registers, double-buffered with the loop written
     # out for both buffers (K = 129 and 300 give an odd and an even number of slices), 2-wide
-    # loads, A strided, B in chunks of 2 (WPTN = 4), padded.
+    # loads, A strided, B in chunks of 2 (WPTN = 4), padded; transposes move 3 elements per work-item.
     "z": dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=2, VLM=1, VLN=2, PIPE=3, PADL=4, UNROLL=1,
-              BKFAST=2, WARPM=0, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=8),
+              BKFAST=2, WARPM=0, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=3),
 }
 # Three extra builds: the c configuration with B read n-fastest instead, for BKFAST's effect; the
 # s configuration with operands read a step ahead (PIPE 4), for PIPE's; the d configuration
@@ -465,6 +472,8 @@ def test_test_configurations_cover_the_features():
 
     assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 3, 4, 5, 6} and seen("WARPM") == {0, 8}
     assert seen("PADL") == {0, 4} and seen("VWG") == {1, 2, 4} and seen("STAGE") == {0, 1}
+    # TRANSPOSEW left out (a configuration recorded before it existed) is one element per work-item
+    assert {c.get("TRANSPOSEW") for c in configs} == {None, 3, 4}
     assert any(c["VLM"] == 1 < c["MWG"] // c["MDIMC"] for c in configs)              # strided
     assert any(c["VLM"] == c["MWG"] // c["MDIMC"] > 1 for c in configs)              # blocked
     assert {code for code, _ in CASES} == set("sdcz")

@@ -26,8 +26,9 @@ from gemmtune.verify import Reference, compare  # noqa: E402
 CONFIGS = {
     # TSM > TSN, PAD = 0, WPTN = 1, rectangular transpose tile (8 x 16).
     "tsm8-tsn4-wptn1-pad0": dict(TSM=8, TSN=4, TSK=8, WPTN=1, PAD=0, TRANSPOSEX=8, TRANSPOSEY=16),
-    # TSM < TSN, WPTN = 8 (RTSN = 2), odd PAD, rectangular transpose tile the other way (16 x 8).
-    "tsm8-tsn16-wptn8-pad3": dict(TSM=8, TSN=16, TSK=8, WPTN=8, PAD=3, TRANSPOSEX=16, TRANSPOSEY=8),
+    # TSM < TSN, WPTN = 8 (RTSN = 2), odd PAD, rectangular transpose tile the other way (16 x 8
+    # work-items, each moving 2 elements).
+    "tsm8-tsn16-wptn8-pad3": dict(TSM=8, TSN=16, TSK=8, WPTN=8, PAD=3, TRANSPOSEX=16, TRANSPOSEY=8, TRANSPOSEW=2),
     # The shipped default for the device.
     "default": None,
 }
@@ -318,3 +319,52 @@ def test_the_cpu_device_builds_without_device_defines():
 
     _, dev = open_device(0)
     assert device_defines(dev) == {}
+
+
+def test_held_enqueue_leaves_the_hosts_latency_out_of_the_timing():
+    """A host that stalls between the transpose pass and the main kernel (a search compiling on
+    every core) must not count in the operation's device time: enqueue_held holds the queue
+    until both are in it. The stall is in the span of a plain enqueue, so the test can tell."""
+    import time
+
+    import pyopencl as cl
+
+    from gemmtune.device import open_device
+    from gemmtune.kernels import GemmOperation
+    from gemmtune.space import Config, load_space
+
+    _, dev = open_device(0)
+    ctx = cl.Context([dev])
+    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    prec = precision_of(np.float32)
+    config = Config.of("xgemm_k5", CONFIGS["tsm8-tsn16-wptn8-pad3"])
+    m, n, k = 40, 48, 56
+    op = GemmOperation(queue, config, load_space(None).family("xgemm_k5").source, prec, m, n, k)
+    assert op.b_scratch is not None          # B goes through pad_transpose first
+    stall = 0.3
+    main = op.main
+
+    def stalling_main(*args, **kwargs):
+        queue.flush()                        # the transpose pass may start now
+        time.sleep(stall)
+        return main(*args, **kwargs)
+
+    op.main = stalling_main
+    rng = np.random.default_rng(11)
+    a = np.asfortranarray(uniform((m, k), np.float32, rng))
+    b = np.asfortranarray(uniform((k, n), np.float32, rng))
+    mf = cl.mem_flags
+    a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+    spans = {}
+    for name in ("plain", "held"):
+        c = np.full((m, n), np.nan, np.float32, order="F")
+        c_buf = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+        events = (op.enqueue if name == "plain" else op.enqueue_held)(a_buf, b_buf, c_buf)
+        events[-1].wait()
+        assert len(events) == 2
+        spans[name] = (events[-1].profile.end - events[0].profile.start) * 1e-9
+        cl.enqueue_copy(queue, c, c_buf)
+        check = compare(c, Reference.compute(prec, a, b, None, 1.0, 0.0), prec)
+        assert check.passed, (name, check)
+    assert spans["plain"] >= stall > 10 * spans["held"], spans

@@ -232,7 +232,10 @@ def test_free_proposals_end_in_a_random_unmeasured_pick(tmp_path):
     # Rebuilt from its one row, the space would have one point; the space file has all 64.
     assert rp.load_landscape(f"sqlite:///{db}", "lonely").space.size == 1
     land = rp.load_landscape(f"sqlite:///{db}", "lonely", space_file=space)
-    assert land.space.size == 64 and land.configs == [SYNTHETIC[5]]
+    # The row predates TRANSPOSEW: it takes the default (one element per work-item), as the space
+    # does, so proposals of the space find it.
+    assert "TRANSPOSEW" not in SYNTHETIC[5].params
+    assert land.space.size == 64 and land.configs == [Config.of("xgemm_k5", {**SYNTHETIC[5].params, "TRANSPOSEW": 1})]
     for seed in range(3):
         run = rp.replay_once(land, "tpe", seed, 1.0)
         pruned = [t for t in run.study.trials if t.state == TrialState.PRUNED]

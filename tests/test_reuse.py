@@ -22,8 +22,8 @@ from gemmtune.space import Config
 from gemmtune.verify import Reference, compare, random_matrix
 
 # Valid on PoCL, outside the fixture's space, unlike any default: if it is used, it was looked up.
-MARKED = {"TSM": 16, "TSN": 64, "TSK": 16, "WPTN": 8, "PAD": 3, "TRANSPOSEX": 8, "TRANSPOSEY": 16}
-OTHER = {"TSM": 64, "TSN": 16, "TSK": 32, "WPTN": 1, "PAD": 0, "TRANSPOSEX": 16, "TRANSPOSEY": 8}
+MARKED = {"TSM": 16, "TSN": 64, "TSK": 16, "WPTN": 8, "PAD": 3, "TRANSPOSEX": 8, "TRANSPOSEY": 16, "TRANSPOSEW": 2}
+OTHER = {"TSM": 64, "TSN": 16, "TSK": 32, "WPTN": 1, "PAD": 0, "TRANSPOSEX": 16, "TRANSPOSEY": 8, "TRANSPOSEW": 1}
 
 
 def url(db: Path) -> str:
@@ -105,6 +105,22 @@ def test_rows_of_other_devices_kernels_or_limits_are_not_used(results_copy, add_
         got = gemmtune.best_config(*shape, "s", db=url(results_copy))
         assert got.shape == (24, 24, 24) and got.gflops < huge and got.device == pocl.key
         assert "FAULT" not in got.params and got.params["TSM"] <= 128
+
+
+def test_rows_recorded_before_a_parameter_existed_get_its_default(results_copy, add_result, pocl):
+    """TRANSPOSEW came after the first databases: a row without it moved one element per
+    work-item, which is its default; the row is used, and computes right."""
+    legacy = {k: v for k, v in MARKED.items() if k != "TRANSPOSEW"}
+    add_result(results_copy, device=pocl.key, m=24, n=24, k=24, gflops=1e9, params=legacy)
+    got = gemmtune.best_config(24, 24, 24, "s", db=url(results_copy))
+    assert got.params == {**legacy, "TRANSPOSEW": 1} and got.gflops == 1e9 and got.source == "tuned"
+    rng, prec = np.random.default_rng(5), get_precision("s")
+    a, b = random_matrix(prec, (24, 24), rng), random_matrix(prec, (24, 24), rng)
+    for tb in (False, True):    # one of the two operands goes through pad_transpose either way
+        c = gemmtune.gemm(a, b, np.full((24, 24), np.nan, np.float32), trans_b=tb, db=url(results_copy))
+        want = a.astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+        np.testing.assert_allclose(c, want, rtol=0, atol=24 * np.finfo(np.float32).eps * np.abs(want).max())
+        assert compare(c, Reference.compute(prec, a, b, None, 1.0, 0.0, "N", "T" if tb else "N"), prec).passed
 
 
 def test_lookups_are_cached_until_cleared(results_copy, add_result, pocl, monkeypatch):

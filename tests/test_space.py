@@ -32,7 +32,7 @@ from gemmtune.space import (  # noqa: E402
 
 # Every parameter at a small value that breaks nothing on the devices below; each test widens
 # only the parameters its constraint is about.
-BASE = dict(TSM=[8], TSN=[8], TSK=[8], WPTN=[1], PAD=[0], TRANSPOSEX=[8], TRANSPOSEY=[8])
+BASE = dict(TSM=[8], TSN=[8], TSK=[8], WPTN=[1], PAD=[0], TRANSPOSEX=[8], TRANSPOSEY=[8], TRANSPOSEW=[1])
 
 
 def key(params: dict) -> tuple:
@@ -149,21 +149,26 @@ def test_constraint_4_local_memory(tmp_path, code):
 @pytest.mark.parametrize("limit", ["local memory", "work-group"])
 def test_constraint_5_transpose_tile(tmp_path, limit):
     if limit == "local memory":
-        # 1088 bytes = 16 rows of 17 floats: 16x16 fits exactly; 8x32 (32 * 9 * 4 = 1152) does
-        # not, though 32x8 (8 * 33 * 4 = 1056) does, and 8x32 without the +1 column would.
+        # 1088 bytes = 16 rows of 17 floats: 16x16 fits exactly, and so does 16x8 moving 2 each;
+        # 8x32 (32 * 9 * 4 = 1152) does not, though 32x8 (8 * 33 * 4 = 1056) does, and 8x32
+        # without the +1 column would; 32x8 moving 2 each (16 rows of 33) does not.
         dev = make_device(local_mem_bytes=1088, max_work_group_size=4096, max_work_item_sizes=(4096,) * 3)
     else:
         dev = make_device(max_work_group_size=128, local_mem_bytes=1 << 20)
-    table = {**BASE, "TRANSPOSEX": [8, 16, 32], "TRANSPOSEY": [8, 16, 32]}
+    table = {**BASE, "TRANSPOSEX": [8, 16, 32], "TRANSPOSEY": [8, 16, 32], "TRANSPOSEW": [1, 2]}
     alone = run_constraint_case(tmp_path, table, dev, "s", 5)
     fits_wg = [p["TRANSPOSEX"] * p["TRANSPOSEY"] <= dev.max_work_group_size for p in alone]
     assert not any(fits_wg) if limit == "work-group" else all(fits_wg)
     space = load_space(write_space(tmp_path, toml_space(table)))
-    valid = {(c.params["TRANSPOSEX"], c.params["TRANSPOSEY"]) for c in valid_configs(space, dev, get_precision("s"))}
+    valid = {(c.params["TRANSPOSEX"], c.params["TRANSPOSEY"], c.params["TRANSPOSEW"])
+             for c in valid_configs(space, dev, get_precision("s"))}
     if limit == "local memory":
-        assert {(16, 16), (32, 8)} <= valid and (8, 32) not in valid
+        assert {(16, 16, 1), (32, 8, 1), (16, 8, 2)} <= valid
+        assert not {(8, 32, 1), (32, 8, 2), (16, 16, 2)} & valid
     else:
-        assert {(8, 16), (16, 8)} <= valid and (16, 16) not in valid
+        # moving more elements per work-item does not change the work-group
+        assert {(8, 16, 1), (16, 8, 1), (8, 16, 2), (16, 8, 2)} <= valid
+        assert not {(16, 16, 1), (16, 16, 2)} & valid
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,508 @@
+// gemmtune kernel family "xgemm_rt": register-tiled GEMM (the tutorial's kernels 6 and 7, and
+// the techniques that take a tiled GEMM towards the hardware limit, each a parameter).
+//
+// C (M x N, column-major, leading dimension ldc) <- alpha * A * B^T + beta * C, where
+//   A is Mp x Kp column-major (lda = Mp) and B is Np x Kp column-major (ldb = Np), zero-padded
+//   to multiples of MWG, NWG, KWG by pad.cl, exactly as for xgemm_k5.
+//
+// With BKFAST = 1 or 2, B is instead Kp x Np column-major (ldb = Kp): an untransposed
+// column-major B is read as it is, and the transpose pass disappears; the B slice is transposed
+// on its way into local memory: with 1, element by element; with 2, each work-item loads a
+// VWG x VWG block (VWG columns, VWG values of k each), transposes it in registers and stores
+// VWG vectors along n.
+//
+// A work-group of MDIMC x NDIMC work-items computes an MWG x NWG tile of C; each work-item
+// holds WPTM x WPTN results in registers. Per K-step of KWG, both slices are staged in local
+// memory k-major ([k][m] and [k][n]: the inner loop reads along m and n, so B is staged
+// transposed relative to xgemm_k5 and neither tile needs padding against bank conflicts; PADL
+// is there to test that on a device). Each k then reads WPTM values of A and WPTN of B into
+// registers and does WPTM * WPTN multiply-adds.
+//
+// With PIPE = 5, 6 or 7, the slices go from global to local memory without passing through
+// registers, into ABUF = 2, 3 or 4 local buffers: NVIDIA's cp.async (compute capability 8.0 and
+// later; gemmtune defines CP_ASYNC = 1 when it builds for such a device) lands each copy in
+// local memory by itself, so ABUF - 1 slices are in flight while one is computed, at no cost in
+// registers. Elsewhere the same pipeline copies with a load and a store.
+//
+// With STAGE = 0 nothing is staged: each work-item reads its operands for step k straight from
+// A and B (B n-fastest) through the device's cache, and the loop needs no barrier at all
+// (CLBlast's SA = SB = 0).
+#include "common.cl"
+
+#ifndef MWG
+#define MWG 64      // tile size along M: rows of C per work-group
+#endif
+#ifndef NWG
+#define NWG 64      // tile size along N: columns of C per work-group
+#endif
+#ifndef KWG
+#define KWG 16      // tile size along K: depth of the slices staged in local memory
+#endif
+#ifndef MDIMC
+#define MDIMC 16    // work-items along M (dimension 0)
+#endif
+#ifndef NDIMC
+#define NDIMC 16    // work-items along N (dimension 1)
+#endif
+#ifndef VWG
+#define VWG 4       // vector width of global loads, in elements (1, 2, 4, 8)
+#endif
+#ifndef VLM
+#define VLM 4       // consecutive M elements per work-item chunk, read from local memory as one vector
+#endif
+#ifndef VLN
+#define VLN 4       // consecutive N elements per work-item chunk, read from local memory as one vector
+#endif
+#ifndef PIPE
+#define PIPE 2      // 0 load, then compute; 1 next K-slice prefetched into registers; 2 and double-buffered local memory; 3 as 2, two slices per iteration; 4 as 2, step k+1's operands read during step k; 5, 6, 7 asynchronous copies into 2, 3, 4 local buffers
+#endif
+#ifndef PADL
+#define PADL 0      // padding of each local-memory row, in elements
+#endif
+#ifndef UNROLL
+#define UNROLL 1    // unroll factor of the loop over k within a slice (PIPE 4 unrolls it whole itself)
+#endif
+#ifndef BKFAST
+#define BKFAST 0    // layout of B: 0 = Np x Kp, n fastest; 1 = Kp x Np, k fastest (an untransposed B as given); 2 = as 1, transposed in registers
+#endif
+#ifndef WARPM
+#define WARPM 0     // 0: work-items laid out row by row; else each group of 32 covers a WARPM x (32/WARPM) sub-tile
+#endif
+#ifndef STAGE
+#define STAGE 1     // 1: both K-slices staged in local memory; 0: operands read from global memory (through the cache), no barriers
+#endif
+#ifndef MBAR
+#define MBAR 0      // with PIPE 6 or 7: 1 synchronises through mbarriers (full / empty per buffer) instead of barriers
+#endif
+#if !defined(CP_ASYNC)  // a fact about the device, not a tuned parameter: gemmtune defines it when it builds
+#define CP_ASYNC 0
+#endif
+
+#include "pad.cl"   // the operand preparation kernels, and their TRANSPOSEX/TRANSPOSEY
+
+#define WGS (MDIMC * NDIMC)            // work-items per work-group
+#define WPTM (MWG / MDIMC)             // results per work-item along M
+#define WPTN (NWG / NDIMC)             // results per work-item along N
+#define LDAL (MWG + PADL)              // local row length of the A slice
+#define LDBL (NWG + PADL)              // local row length of the B slice
+#define LPTA ((KWG * MWG) / (VWG * WGS))  // vector loads per work-item, A slice
+#define LPTB ((KWG * NWG) / (VWG * WGS))  // vector loads per work-item, B slice
+#define ABUF (PIPE >= 5 ? PIPE - 3 : 0)  // local buffers of the asynchronous copies, 0 without them
+#define NBUF (ABUF ? ABUF : PIPE >= 2 ? 2 : 1)  // local buffers per slice
+#if STAGE
+  #define OPERANDS __local               // where the inner loop reads its operands from
+#else
+  #define OPERANDS __global
+#endif
+
+// Constraints, checked by gemmtune.space before any build:
+//   1. MWG % MDIMC == 0 and NWG % NDIMC == 0: WPTM and WPTN are integers
+//   2. MDIMC <= max work-item size[0], NDIMC <= max work-item size[1], WGS <= max work-group size
+//   3. KWG * MWG and KWG * NWG are multiples of VWG * WGS, and MWG, NWG (KWG if BKFAST) of VWG:
+//      whole vector loads; with BKFAST = 2, KWG * NWG a multiple of VWG * VWG * WGS: whole blocks
+//   4. WPTM % VLM == 0, WPTN % VLN == 0, and PADL keeps local rows aligned to VWG, VLM and VLN
+//   5. STAGE * NBUF * KWG * (LDAL + LDBL) * sizeof(real) <= local memory size
+//   6. KWG % UNROLL == 0; with PIPE = 4, UNROLL == 1 and KWG even (two alternating operand sets)
+//   7. WARPM == 0, or WGS % 32 == 0, WARPM divides 32 and MDIMC, and 32 / WARPM divides NDIMC
+//   8. WPTM * WPTN accumulators take at most 128 32-bit registers (room left for operands)
+//  10. STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and BKFAST == 0: without
+//      staging, those parameters do not apply, and B is read n-fastest so that a work-item's
+//      WPTN values of B for one k are contiguous
+//  11. PIPE <= 7, and BKFAST == 0 with PIPE >= 5: asynchronous copies land in local memory exactly
+//      as they are in global memory
+#if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
+#error "xgemm_rt: tiles must split evenly over work-items and vector loads"
+#endif
+#if STAGE != 0 && STAGE != 1
+#error "xgemm_rt: STAGE is 0 or 1"
+#endif
+#if STAGE == 0 && (PIPE != 0 || PADL != 0 || VWG != 1 || BKFAST != 0)
+#error "xgemm_rt: without staging (STAGE = 0), PIPE, PADL and BKFAST must be 0 and VWG 1"
+#endif
+#if MBAR && PIPE != 6 && PIPE != 7
+#error "xgemm_rt: MBAR needs PIPE 6 or 7"
+#endif
+#if PIPE < 0 || PIPE > 7 || (PIPE >= 5 && BKFAST != 0)
+#error "xgemm_rt: PIPE is 0 to 7, and asynchronous copies (PIPE 5 to 7) need BKFAST = 0"
+#endif
+#if PIPE == 4 && (UNROLL != 1 || KWG % 2 != 0)
+#error "xgemm_rt: PIPE = 4 unrolls the slice itself (UNROLL = 1) over an even KWG"
+#endif
+#if BKFAST == 2 && (KWG * NWG) % (VWG * VWG * WGS) != 0
+#error "xgemm_rt: with BKFAST = 2 the B slice must split evenly into VWG x VWG blocks per work-item"
+#endif
+
+// Vector types: VW elements of `real` moved as one OpenCL vector of the underlying scalar.
+#if PRECISION == 32 || PRECISION == 3232
+  #define SCALAR float
+#else
+  #define SCALAR double
+#endif
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#if IS_COMPLEX
+  #define SCALARS_1 2
+  #define SCALARS_2 4
+  #define SCALARS_4 8
+  #define SCALARS_8 16
+#else
+  #define SCALARS_1 1
+  #define SCALARS_2 2
+  #define SCALARS_4 4
+  #define SCALARS_8 8
+#endif
+#define VEC_(a, b) a##b
+#define VEC(a, b) VEC_(a, b)   // not CAT: VTYPE_n is expanded inside CAT, which cannot recurse
+#define VTYPE_1 SCALAR
+#define VTYPE_2 VEC(SCALAR, 2)
+#define VTYPE_4 VEC(SCALAR, 4)
+#define VTYPE_8 VEC(SCALAR, 8)
+#define VTYPE_16 VEC(SCALAR, 16)
+#define VTYPE(w) CAT(VTYPE_, CAT(SCALARS_, w))
+typedef VTYPE(VWG) gvec;       // a global load
+typedef VTYPE(VLM) mvec;       // a local read of A
+typedef VTYPE(VLN) nvec;       // a local read of B
+typedef union { gvec v; real e[VWG]; } gunion;
+typedef union { mvec v; real e[VLM]; } munion;
+typedef union { nvec v; real e[VLN]; } nunion;
+
+#define PRAGMA_(x) _Pragma(#x)
+#define PRAGMA(x) PRAGMA_(x)
+
+// Local index along M of chunk c, lane j of work-item tx: chunks of VLM consecutive elements,
+// consecutive work-items on consecutive chunks (VLM = 1 is strided, VLM = WPTM blocked).
+#define MLOC(tx, c, j) ((c) * (MDIMC * VLM) + (tx) * VLM + (j))
+#define NLOC(ty, c, j) ((c) * (NDIMC * VLN) + (ty) * VLN + (j))
+
+__kernel __attribute__((reqd_work_group_size(MDIMC, NDIMC, 1)))
+void xgemm(const int M, const int N, const int Kp, const real alpha, const real beta,
+           const __global real* restrict A, const int lda,
+           const __global real* restrict B, const int ldb,
+           __global real* C, const int ldc) {
+  // Aligned for the widest vector access: NVIDIA faults on a misaligned vector access to local memory.
+#if STAGE
+  __local real Alm[NBUF * KWG * LDAL] __attribute__((aligned(128)));
+  __local real Blm[NBUF * KWG * LDBL] __attribute__((aligned(128)));
+#endif
+
+  const int tid = get_local_id(1) * MDIMC + get_local_id(0);
+#if WARPM == 0
+  const int tx = get_local_id(0);
+  const int ty = get_local_id(1);
+#else
+  // Re-map work-items so that each group of 32 covers a WARPM x (32 / WARPM) block of the grid.
+  const int warp = tid / 32, lane = tid % 32;
+  const int tx = (warp % (MDIMC / WARPM)) * WARPM + lane % WARPM;
+  const int ty = (warp / (MDIMC / WARPM)) * (32 / WARPM) + lane / WARPM;
+#endif
+  const int m0 = get_group_id(0) * MWG;
+  const int n0 = get_group_id(1) * NWG;
+  const __global real* Ablock = A + m0;
+#if BKFAST
+  const __global real* Bblock = B + n0 * ldb;
+#else
+  const __global real* Bblock = B + n0;
+#endif
+
+  real acc[WPTM][WPTN];
+  for (int i = 0; i < WPTM; i++) {
+    for (int j = 0; j < WPTN; j++) { acc[i][j] = ZERO; }
+  }
+
+  gunion ra[LPTA], rb[LPTB];
+#if BKFAST == 2
+  // Block b of the slice: columns (b / (KWG/VWG)) * VWG + i, piece b % (KWG/VWG) of each. The
+  // work-items of a block row take consecutive pieces of a column, as with BKFAST = 1.
+  // Register l holds column i = l % VWG of block tid + (l / VWG) * WGS.
+  #define BLOCK(l) (tid + ((l) / VWG) * WGS)
+  #define LOAD_B(k0, v, l) ((const __global gvec*)(Bblock + ((BLOCK(l) / (KWG / VWG)) * VWG + (l) % VWG) * ldb + (k0)))[BLOCK(l) % (KWG / VWG)]
+  #define STORE_B(buf, v, l) \
+    if ((l) % VWG == VWG - 1) { \
+      for (int j = 0; j < VWG; j++) { \
+        gunion bt; \
+        for (int i = 0; i < VWG; i++) { bt.e[i] = rb[(l) - (VWG - 1) + i].e[j]; } \
+        *((__local gvec*)(Blm + (buf) * KWG * LDBL + ((BLOCK(l) % (KWG / VWG)) * VWG + j) * LDBL \
+                          + (BLOCK(l) / (KWG / VWG)) * VWG)) = bt.v; \
+      } \
+    }
+#elif BKFAST
+  // B column n of the slice is contiguous along k: vector v is column v / (KWG/VWG), piece
+  // v % (KWG/VWG); its elements go to VWG rows of the k-major local slice.
+  #define LOAD_B(k0, v, l) ((const __global gvec*)(Bblock + ((v) / (KWG / VWG)) * ldb + (k0)))[(v) % (KWG / VWG)]
+  #define STORE_B(buf, v, l) \
+    for (int j = 0; j < VWG; j++) { \
+      Blm[(buf) * KWG * LDBL + (((v) % (KWG / VWG)) * VWG + j) * LDBL + (v) / (KWG / VWG)] = rb[l].e[j]; \
+    }
+#else
+  #define LOAD_B(k0, v, l) ((const __global gvec*)(Bblock + ((k0) + (v) / (NWG / VWG)) * ldb))[(v) % (NWG / VWG)]
+  #define STORE_B(buf, v, l) \
+    *((__local gvec*)(Blm + (buf) * KWG * LDBL + ((v) / (NWG / VWG)) * LDBL) + (v) % (NWG / VWG)) = rb[l].v
+#endif
+  // Global -> registers: vector v of a slice is row v / (MWG/VWG), vector v % (MWG/VWG) of it;
+  // consecutive work-items take consecutive vectors, so the loads are coalesced.
+  #define LOAD_GLOBAL(k0) \
+    for (int l = 0; l < LPTA; l++) { \
+      const int v = tid + l * WGS; \
+      ra[l].v = ((const __global gvec*)(Ablock + ((k0) + v / (MWG / VWG)) * lda))[v % (MWG / VWG)]; \
+    } \
+    for (int l = 0; l < LPTB; l++) { \
+      const int v = tid + l * WGS; \
+      rb[l].v = LOAD_B(k0, v, l); \
+    }
+  #define STORE_LOCAL(buf) \
+    for (int l = 0; l < LPTA; l++) { \
+      const int v = tid + l * WGS; \
+      *((__local gvec*)(Alm + (buf) * KWG * LDAL + (v / (MWG / VWG)) * LDAL) + v % (MWG / VWG)) = ra[l].v; \
+    } \
+    for (int l = 0; l < LPTB; l++) { \
+      const int v = tid + l * WGS; \
+      STORE_B(buf, v, l); \
+    }
+#if ABUF
+  // Global -> local without registers, vector for vector as LOAD_GLOBAL and STORE_LOCAL move
+  // them. cp.async takes 4, 8 or 16 bytes: wider vectors go as several 16-byte copies.
+  #if CP_ASYNC
+    #define GVEC_BYTES (VWG * SCALARS_1 * (PRECISION == 32 || PRECISION == 3232 ? 4 : 8))
+    // .ca (through L1, which the work-groups of a compute unit share) measured slightly above .cg.
+    #if GVEC_BYTES >= 16
+      #define CP_ASYNC_1(dst, src) __asm__ __volatile__( \
+          "cp.async.ca.shared.global [%0], [%1], 16;" :: "r"((uint)(size_t)(dst)), "l"((ulong)(src)) : "memory")
+      #define COPY(dst, src) \
+        for (int h = 0; h < GVEC_BYTES / 16; h++) { \
+          CP_ASYNC_1((__local char*)(dst) + 16 * h, (const __global char*)(src) + 16 * h); \
+        }
+    #elif GVEC_BYTES == 8
+      #define COPY(dst, src) __asm__ __volatile__( \
+          "cp.async.ca.shared.global [%0], [%1], 8;" :: "r"((uint)(size_t)(dst)), "l"((ulong)(src)) : "memory")
+    #else
+      #define COPY(dst, src) __asm__ __volatile__( \
+          "cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((uint)(size_t)(dst)), "l"((ulong)(src)) : "memory")
+    #endif
+    #define COMMIT() __asm__ __volatile__("cp.async.commit_group;" ::: "memory")
+    // Wait until at most ABUF - 2 groups of copies are in flight: the oldest slice has landed.
+    #if ABUF == 2
+      #define WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 0;" ::: "memory")
+    #elif ABUF == 3
+      #define WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 1;" ::: "memory")
+    #else
+      #define WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 2;" ::: "memory")
+    #endif
+  #else
+    #define COPY(dst, src) (*(dst) = *(src))
+    #define COMMIT()
+    #define WAIT_OLDEST()
+  #endif
+  #define COPY_SLICE(buf, k0) \
+    for (int l = 0; l < LPTA; l++) { \
+      const int v = tid + l * WGS; \
+      COPY((__local gvec*)(Alm + (buf) * KWG * LDAL + (v / (MWG / VWG)) * LDAL) + v % (MWG / VWG), \
+           (const __global gvec*)(Ablock + ((k0) + v / (MWG / VWG)) * lda) + v % (MWG / VWG)); \
+    } \
+    for (int l = 0; l < LPTB; l++) { \
+      const int v = tid + l * WGS; \
+      COPY((__local gvec*)(Blm + (buf) * KWG * LDBL + (v / (NWG / VWG)) * LDBL) + v % (NWG / VWG), \
+           (const __global gvec*)(Bblock + ((k0) + v / (NWG / VWG)) * ldb) + v % (NWG / VWG)); \
+    }
+#endif
+#if ABUF && MBAR
+  // Per buffer, "full" completes when every work-item's copies into it have landed, and "empty"
+  // when every work-item has multiplied what it holds: work-items wait on each other only with
+  // a slack of one slice (empty) or ABUF - 1 slices (full), never in lockstep as at a barrier.
+  #if CP_ASYNC
+    #define MBAR_ADDR(m) ((uint)(size_t)(m))
+    #define MBAR_INIT(m, n) __asm__ __volatile__("mbarrier.init.shared.b64 [%0], %1;" :: "r"(MBAR_ADDR(m)), "r"(n) : "memory")
+    #define MBAR_ARRIVE(m) __asm__ __volatile__("{\n\t.reg .b64 st;\n\tmbarrier.arrive.shared.b64 st, [%0];\n\t}" :: "r"(MBAR_ADDR(m)) : "memory")
+    #define MBAR_ARRIVE_COPIES(m) __asm__ __volatile__("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" :: "r"(MBAR_ADDR(m)) : "memory")
+    #define MBAR_WAIT(m, parity) { \
+        uint done_; \
+        do { \
+          __asm__ __volatile__("{\n\t.reg .pred p;\n\tmbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}" \
+                               : "=r"(done_) : "r"(MBAR_ADDR(m)), "r"((uint)(parity)) : "memory"); \
+        } while (!done_); \
+      }
+  #else
+    // Synchronous copies: a barrier stands for each wait.
+    #define MBAR_INIT(m, n)
+    #define MBAR_ARRIVE(m)
+    #define MBAR_ARRIVE_COPIES(m)
+    #define MBAR_WAIT(m, parity) barrier(CLK_LOCAL_MEM_FENCE)
+  #endif
+#endif
+  // Operands of step k of the slice at k0: WPTM values of A and WPTN of B, read into set f from
+  // local buffer buf or, without staging, from global memory.
+  real a[2][WPTM], b[2][WPTN];
+#if STAGE
+  #define ROWS(buf, k0, k) \
+      const __local real* arow = Alm + (buf) * KWG * LDAL + (k) * LDAL; \
+      const __local real* brow = Blm + (buf) * KWG * LDBL + (k) * LDBL;
+#else
+  #define ROWS(buf, k0, k) \
+      const __global real* arow = Ablock + ((k0) + (k)) * lda; \
+      const __global real* brow = Bblock + ((k0) + (k)) * ldb;
+#endif
+  #define LOAD_OPERANDS(buf, k0, k, f) { \
+      ROWS(buf, k0, k) \
+      for (int c = 0; c < WPTM / VLM; c++) { \
+        munion u; u.v = *((const OPERANDS mvec*)(arow + MLOC(tx, c, 0))); \
+        for (int j = 0; j < VLM; j++) { a[f][c * VLM + j] = u.e[j]; } \
+      } \
+      for (int c = 0; c < WPTN / VLN; c++) { \
+        nunion u; u.v = *((const OPERANDS nvec*)(brow + NLOC(ty, c, 0))); \
+        for (int j = 0; j < VLN; j++) { b[f][c * VLN + j] = u.e[j]; } \
+      } \
+    }
+  #define MULTIPLY(f) \
+    for (int i = 0; i < WPTM; i++) { \
+      for (int j = 0; j < WPTN; j++) { MULADD(acc[i][j], a[f][i], b[f][j]); } \
+    }
+  #define COMPUTE(buf, k0) \
+    PRAGMA(unroll UNROLL) \
+    for (int k = 0; k < KWG; k++) { LOAD_OPERANDS(buf, k0, k, 0) MULTIPLY(0) }
+
+  const int tiles = Kp / KWG;
+#if STAGE == 0
+  // Every work-item reads what it multiplies; the cache, not local memory, shares it.
+  for (int t = 0; t < tiles; t++) {
+    COMPUTE(0, t * KWG)
+  }
+#elif ABUF && MBAR
+  __local ulong full[ABUF] __attribute__((aligned(8)));
+  __local ulong empty[ABUF] __attribute__((aligned(8)));
+  if (tid == 0) {
+    for (int b = 0; b < ABUF; b++) { MBAR_INIT(&full[b], WGS); MBAR_INIT(&empty[b], WGS); }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = 0; s < ABUF - 1; s++) {
+    if (s < tiles) { COPY_SLICE(s, s * KWG) MBAR_ARRIVE_COPIES(&full[s]); }
+  }
+  // Slice t is in buffer t % ABUF, its u-th use (u = t / ABUF), the phase of parity u & 1 of
+  // both of the buffer's mbarriers. The next slice goes into the buffer of slice t - 1 once
+  // everyone is done with that one, after this one is multiplied.
+  uint phase = 0;
+  #define MBAR_STEP(i) \
+    if (t + (i) < tiles) { \
+      MBAR_WAIT(&full[i], phase); \
+      COMPUTE(i, 0) \
+      MBAR_ARRIVE(&empty[i]); \
+      if (t + (i) + ABUF - 1 < tiles) { \
+        if (t + (i) > 0) { MBAR_WAIT(&empty[((i) + ABUF - 1) % ABUF], (i) == 0 ? phase ^ 1 : phase); } \
+        COPY_SLICE(((i) + ABUF - 1) % ABUF, (t + (i) + ABUF - 1) * KWG) \
+        MBAR_ARRIVE_COPIES(&full[((i) + ABUF - 1) % ABUF]); \
+      } \
+    }
+  for (int t = 0; t < tiles; t += ABUF) {
+    MBAR_STEP(0)
+    MBAR_STEP(1)
+    MBAR_STEP(2)
+  #if ABUF == 4
+    MBAR_STEP(3)
+  #endif
+    phase ^= 1;
+  }
+#elif ABUF
+  // ABUF - 1 slices in flight while one is computed, one barrier per slice. Every step commits a
+  // group, empty near the end, so that waiting for all but the newest ABUF - 2 groups always
+  // means: slice t has landed. The loop is written out ABUF times so that every buffer index
+  // is a constant (in s on the H200, PIPE 6 went from 46,475 to 48,729 GFLOP/s by it).
+  for (int s = 0; s < ABUF - 1; s++) {
+    if (s < tiles) { COPY_SLICE(s, s * KWG) }
+    COMMIT();
+  }
+  #define ABUF_STEP(i) \
+    if (t + (i) < tiles) { \
+      WAIT_OLDEST();                  /* this work-item's copies of slice t + i have landed */ \
+      barrier(CLK_LOCAL_MEM_FENCE);   /* everyone's have, and everyone is done with the slice before */ \
+      if (t + (i) + ABUF - 1 < tiles) { COPY_SLICE(((i) + ABUF - 1) % ABUF, (t + (i) + ABUF - 1) * KWG) } \
+      COMMIT(); \
+      COMPUTE(i, 0) \
+    }
+  for (int t = 0; t < tiles; t += ABUF) {
+    ABUF_STEP(0)
+    ABUF_STEP(1)
+  #if ABUF >= 3
+    ABUF_STEP(2)
+  #endif
+  #if ABUF == 4
+    ABUF_STEP(3)
+  #endif
+  }
+#elif PIPE == 0
+  for (int t = 0; t < tiles; t++) {
+    LOAD_GLOBAL(t * KWG)
+    STORE_LOCAL(0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    COMPUTE(0, 0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#elif PIPE == 1
+  // The next slice's global loads are in flight while this slice is computed.
+  LOAD_GLOBAL(0)
+  for (int t = 0; t < tiles; t++) {
+    STORE_LOCAL(0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
+    COMPUTE(0, 0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#elif PIPE == 2
+  // Two local buffers: the next slice is stored into the other one, one barrier per slice.
+  LOAD_GLOBAL(0)
+  STORE_LOCAL(0)
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int t = 0; t < tiles; t++) {
+    if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
+    COMPUTE(t & 1, 0)
+    if (t + 1 < tiles) { STORE_LOCAL((t + 1) & 1) }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#elif PIPE == 3
+  // As 2, with the loop body written out for both buffers: every local-memory offset is then a
+  // constant the compiler can fold into the read, at twice the code size.
+  LOAD_GLOBAL(0)
+  STORE_LOCAL(0)
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int t = 0; t < tiles; t += 2) {
+    if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
+    COMPUTE(0, 0)
+    if (t + 1 == tiles) { break; }
+    STORE_LOCAL(1)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t + 2 < tiles) { LOAD_GLOBAL((t + 2) * KWG) }
+    COMPUTE(1, 0)
+    if (t + 2 < tiles) { STORE_LOCAL(0) }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#else
+  // As 2, with two operand sets: step k + 1's operands are read while step k multiplies. The
+  // last step's multiply-adds come after the barrier, on operands already in registers, and
+  // cover the reads of the next slice's first step: no step waits on local memory right after
+  // the barrier.
+  LOAD_GLOBAL(0)
+  STORE_LOCAL(0)
+  barrier(CLK_LOCAL_MEM_FENCE);
+  LOAD_OPERANDS(0, 0, 0, 0)
+  for (int t = 0; t < tiles; t++) {
+    const int buf = t & 1;
+    if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
+    PRAGMA(unroll)
+    for (int k = 0; k < KWG - 1; k++) {
+      LOAD_OPERANDS(buf, 0, k + 1, (k + 1) % 2)
+      MULTIPLY(k % 2)
+    }
+    if (t + 1 < tiles) { STORE_LOCAL(buf ^ 1) }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t + 1 < tiles) { LOAD_OPERANDS(buf ^ 1, 0, 0, 0) }
+    MULTIPLY(1)
+  }
+#endif
+
+  for (int i = 0; i < WPTM; i++) {
+    const int m = m0 + MLOC(tx, i / VLM, i % VLM);
+    if (m < M) {
+      for (int j = 0; j < WPTN; j++) {
+        const int n = n0 + NLOC(ty, j / VLN, j % VLN);
+        if (n < N) { STORE_AXPBY(C[n * ldc + m], acc[i][j], alpha, beta); }
+      }
+    }
+  }
+}
