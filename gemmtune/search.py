@@ -282,6 +282,7 @@ class _Lane:
         # one waiting in the worker (with a compiler pool, each device gets its next candidate
         # before it finishes, so that it never waits for this process to notice)
         self.timing: dict[int, deque] = {i: deque() for i in range(len(runners))}
+        self.fed = [0] * len(runners)    # candidates given to each device so far
         self.depth = 2 if compilers is not None else 1
         self.flying: dict[int, optuna.Trial] = {}   # trial id -> trial, everything asked and not told
 
@@ -415,15 +416,21 @@ class _Lane:
         return self.stopped_by is not None and not any(self.timing.values()) and not busy and not self.ready
 
     def feed(self, progress) -> None:
-        """Put built candidates on devices with room (the one in flight and one waiting)."""
-        for i, runner in enumerate(self.runners):
-            while len(self.timing[i]) < self.depth:
-                entry = self._next_ready(progress)
-                if entry is None:
-                    break
-                trial, config, key, built = entry
-                runner.submit(self._job(config, built), entry)
-                self.timing[i].append(entry)
+        """Put built candidates on devices with room (the one in flight and one waiting): each to
+        the device with the fewest queued, of those the one given the fewest so far. Filled in
+        order instead, the first device took every candidate whenever building was slower than
+        timing, and the others stood idle."""
+        while True:
+            i = min(self.timing, key=lambda j: (len(self.timing[j]), self.fed[j]))
+            if len(self.timing[i]) >= self.depth:
+                break
+            entry = self._next_ready(progress)
+            if entry is None:
+                break
+            trial, config, key, built = entry
+            self.runners[i].submit(self._job(config, built), entry)
+            self.timing[i].append(entry)
+            self.fed[i] += 1
 
     def _next_ready(self, progress):
         """The first ready candidate to measure. One whose identical run was measured gets those
