@@ -388,7 +388,8 @@ class Worker:
         """The answer to the job in flight, or None if the process died (it is restarted)."""
         try:
             answer = self.connection.recv()
-        except EOFError:
+        except (EOFError, ConnectionResetError):
+            # ConnectionResetError: it died with a job still unread in its pipe
             answer = None
         self.job = self.deadline = None
         return answer
@@ -464,7 +465,10 @@ class Runner:
             self.worker.submit(job, self.trial_timeout, tag)
         else:
             self.waiting.append((job, tag))
-            self.worker.connection.send(job)
+            try:
+                self.worker.connection.send(job)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the worker died: collect() finds out, and _replace() gives the job to the next
 
     def collect(self) -> Outcome:
         """The outcome of the job in flight, once ``worker.connection`` is readable or its deadline passed."""
@@ -488,7 +492,10 @@ class Runner:
     def stop_above(self, ms: float) -> None:
         """Lower the early-stop threshold of the jobs submitted, running or waiting."""
         if self.jobs:
-            self.worker.connection.send(StopAbove(ms))
+            try:
+                self.worker.connection.send(StopAbove(ms))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the worker died: collect() replaces it, and its jobs keep their own thresholds
 
     def _replace(self) -> None:
         """A fresh worker, given the jobs that were waiting in the old one."""
