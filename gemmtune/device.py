@@ -31,6 +31,17 @@ def _type_name(device: cl.Device) -> str:
     return next((name for bit, name in _TYPES if device.type & bit), "OTHER")
 
 
+def nvidia_compute_capability(d: cl.Device) -> int | None:
+    """The major compute capability of an NVIDIA device; None for other devices, or where the
+    driver lacks NVIDIA's attribute query."""
+    try:
+        if "cl_nv_device_attribute_query" in d.extensions:
+            return d.compute_capability_major_nv
+    except (AttributeError, cl.Error):
+        pass
+    return None
+
+
 def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> DeviceInfo:
     return DeviceInfo(
         index=index, platform_index=pi, device_index=di,
@@ -40,6 +51,7 @@ def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> 
         global_mem_bytes=d.global_mem_size, local_mem_bytes=d.local_mem_size,
         max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes),
         double_precision=bool(d.double_fp_config), max_alloc_bytes=d.max_mem_alloc_size,
+        fp64_matrix=(nvidia_compute_capability(d) or 0) >= 9,   # mma.sync on 16 x 8 x 8 doubles
     )
 
 

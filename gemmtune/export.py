@@ -104,7 +104,10 @@ top of the file). Per device and precision the block holds the best configuratio
 largest shape tuned (m*n*k); a configuration is valid for every shape, since operands are
 padded to tile multiples. xgemm_rt's PIPE 5-7 copy with NVIDIA's cp.async only where the
 OpenCL build defines CP_ASYNC=1 (compute capability 8.0 and later, as gemmtune's own builds
-do); without it they copy with loads and stores, correct but slower."""
+do); without it they copy with loads and stores, correct but slower. Its MMA 1 multiplies
+with NVIDIA's FP64 matrix instructions only where the build defines MMA_F64=1 (compute
+capability 9.0 and later); without it the kernel spells each instruction out through local
+memory, correct but far slower (a path for testing; gemmtune never tunes MMA 1 there)."""
 
 
 def _block(config, lines: list[str], tuned: bool) -> list[str]:

@@ -25,6 +25,7 @@ class DeviceInfo:
     max_work_item_sizes: tuple[int, ...]
     double_precision: bool
     max_alloc_bytes: int = 0
+    fp64_matrix: bool = False  # matrix instructions on doubles that kernels reach (xgemm_rt's MMA)
 
     @property
     def key(self) -> str:

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pyopencl as cl
 
+from gemmtune.device import nvidia_compute_capability
 from gemmtune.families import FAMILIES, Family, transpose_columns
 from gemmtune.precision import Precision
 from gemmtune.space import Config
@@ -45,13 +46,11 @@ def defines(config: Config, prec: Precision) -> dict[str, int]:
 
 
 def device_defines(device: cl.Device) -> dict[str, int]:
-    """What the kernels may use on this device beyond OpenCL C: ``CP_ASYNC`` where NVIDIA's
-    cp.async copies are there for inline PTX (compute capability 8.0 and later)."""
-    try:
-        nvidia = "cl_nv_device_attribute_query" in device.extensions
-        return {"CP_ASYNC": 1} if nvidia and device.compute_capability_major_nv >= 8 else {}
-    except (AttributeError, cl.Error):
-        return {}
+    """What the kernels may use on this device beyond OpenCL C, through inline PTX: ``CP_ASYNC``
+    where NVIDIA's cp.async copies are there (compute capability 8.0 and later), ``MMA_F64``
+    where mma.sync multiplies 16 x 8 x 8 doubles (9.0 and later; ``DeviceInfo.fp64_matrix``)."""
+    major = nvidia_compute_capability(device) or 0
+    return {**({"CP_ASYNC": 1} if major >= 8 else {}), **({"MMA_F64": 1} if major >= 9 else {})}
 
 
 def build_options(defs: dict[str, int], device: cl.Device | None = None) -> list[str]:

@@ -71,8 +71,14 @@
 #ifndef STAGE
 #define STAGE 1     // 1: both K-slices staged in local memory; 0: operands read from global memory (through the cache), no barriers
 #endif
+#ifndef MMA
+#define MMA 0       // 0: each work-item multiplies its own results; 1: each group of 32 multiplies 16 x 8 x 8 blocks together with matrix instructions (d and z)
+#endif
 #if !defined(CP_ASYNC)  // a fact about the device, not a tuned parameter: gemmtune defines it when it builds
 #define CP_ASYNC 0
+#endif
+#if !defined(MMA_F64)   // likewise: NVIDIA's mma.sync on 16 x 8 x 8 doubles (compute capability 9.0 and later)
+#define MMA_F64 0
 #endif
 
 #include "pad.cl"   // the operand preparation kernels, and their TRANSPOSEX/TRANSPOSEY
@@ -107,6 +113,9 @@
 //      WPTN values of B for one k are contiguous
 //  11. PIPE <= 7, and BKFAST == 0 with PIPE >= 5: asynchronous copies land in local memory exactly
 //      as they are in global memory
+//  12. MMA == 0, or: d or z on a device with MMA_F64; MDIMC % 8 == 0 and NDIMC % 4 == 0 (groups
+//      of 32 as 8 x 4 work-items); WPTM, WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8 blocks);
+//      STAGE == 1, PIPE != 4, and VLM, VLN, UNROLL == 1, WARPM == 0, which do not apply to it
 #if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
 #error "xgemm_rt: tiles must split evenly over work-items and vector loads"
 #endif
@@ -121,6 +130,11 @@
 #endif
 #if PIPE == 4 && (UNROLL != 1 || KWG % 2 != 0)
 #error "xgemm_rt: PIPE = 4 unrolls the slice itself (UNROLL = 1) over an even KWG"
+#endif
+#if MMA && (PRECISION == 32 || PRECISION == 3232 || MDIMC % 8 != 0 || NDIMC % 4 != 0 || WPTM % 2 != 0 \
+            || WPTN % 2 != 0 || KWG % 8 != 0 || STAGE != 1 || PIPE == 4 || VLM != 1 || VLN != 1 \
+            || UNROLL != 1 || WARPM != 0)
+#error "xgemm_rt: MMA = 1 needs d or z, 8 x 4 work-items per group of 32, whole 16 x 8 x 8 blocks, staging"
 #endif
 #if BKFAST == 2 && (KWG * NWG) % (VWG * VWG * WGS) != 0
 #error "xgemm_rt: with BKFAST = 2 the B slice must split evenly into VWG x VWG blocks per work-item"
@@ -299,6 +313,84 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
       COPY(SLICE_DST(Blm, LDBL, NWG, buf, v), SLICE_SRC(Bblock, ldb, NWG, k0, v)); \
     }
 #endif
+#if MMA
+  // Each group of 32 work-items (a warp) owns an (8 WPTM) x (4 WPTN) block of the tile, made of
+  // WPTM/2 x WPTN/2 blocks of 16 x 8, and multiplies them 8 values of k at a time with one matrix
+  // instruction per block: lane (g, q) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2q
+  // and 2q + 1 of each block's results as acc[2i + h][2j + c], and for each block of 8 k supplies
+  // A at rows g, g + 8 and k = q, q + 4, and B at column g and k = q, q + 4.
+  const int lane = tid % 32, g = lane / 4, q = lane % 4;
+  const int wm = ((tid / 32) % (MDIMC / 8)) * (8 * WPTM);
+  const int wn = ((tid / 32) / (MDIMC / 8)) * (4 * WPTN);
+  #define MROW(i) (wm + ((i) / 2) * 16 + ((i) % 2) * 8 + g)
+  #define NCOL(j) (wn + ((j) / 2) * 8 + 2 * q + (j) % 2)
+  #if MMA_F64
+    // d0..d3 += a0..a3 (16 x 8) * b0, b1 (8 x 8), the registers as above.
+    #define MMA16X8X8(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1) { \
+        double c0 = (d0), c1 = (d1), c2 = (d2), c3 = (d3); \
+        __asm__ __volatile__("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, " \
+                             "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" \
+                             : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3) \
+                             : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(b0), "d"(b1)); \
+        (d0) = c0; (d1) = c1; (d2) = c2; (d3) = c3; \
+      }
+  #else
+    // The same instruction, spelled out: the warp's fragments go through local memory as the
+    // 16 x 8 and 8 x 8 matrices they are, and each lane sums its four results. Every work-item
+    // reaches every multiply, so the barriers are safe; on such devices this path is for tests.
+    __local double mma_frag[WGS / 32][16 * 8 + 8 * 8];
+    __local double* const fa_ = mma_frag[tid / 32];
+    __local double* const fb_ = fa_ + 16 * 8;
+    #define MMA16X8X8(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1) { \
+        fa_[g * 8 + q] = (a0); fa_[(g + 8) * 8 + q] = (a1); \
+        fa_[g * 8 + q + 4] = (a2); fa_[(g + 8) * 8 + q + 4] = (a3); \
+        fb_[g * 8 + q] = (b0); fb_[g * 8 + q + 4] = (b1); \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        for (int k = 0; k < 8; k++) { \
+          (d0) += fa_[g * 8 + k] * fb_[2 * q * 8 + k]; (d1) += fa_[g * 8 + k] * fb_[(2 * q + 1) * 8 + k]; \
+          (d2) += fa_[(g + 8) * 8 + k] * fb_[2 * q * 8 + k]; (d3) += fa_[(g + 8) * 8 + k] * fb_[(2 * q + 1) * 8 + k]; \
+        } \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+      }
+  #endif
+  real fa[WPTM / 2][4], fb[WPTN / 2][2];
+  #define LOAD_FRAGMENTS(buf, kk) { \
+      const __local real* alo = Alm + (buf) * KWG * LDAL + ((kk) + q) * LDAL + wm + g; \
+      const __local real* blo = Blm + (buf) * KWG * LDBL + ((kk) + q) * LDBL + wn + g; \
+      for (int i = 0; i < WPTM / 2; i++) { \
+        fa[i][0] = alo[16 * i]; fa[i][1] = alo[16 * i + 8]; \
+        fa[i][2] = alo[4 * LDAL + 16 * i]; fa[i][3] = alo[4 * LDAL + 16 * i + 8]; \
+      } \
+      for (int j = 0; j < WPTN / 2; j++) { fb[j][0] = blo[8 * j]; fb[j][1] = blo[4 * LDBL + 8 * j]; } \
+    }
+  #define BLOCK_MMA(i, j, P, a, b) \
+    MMA16X8X8(acc[2 * (i)][2 * (j)]P, acc[2 * (i)][2 * (j) + 1]P, acc[2 * (i) + 1][2 * (j)]P, \
+              acc[2 * (i) + 1][2 * (j) + 1]P, a[0], a[1], a[2], a[3], b[0], b[1])
+  #if IS_COMPLEX
+    // (ar + i ai)(br + i bi): four real products, ai negated once for the real part.
+    #define MULTIPLY_FRAGMENTS() \
+      for (int i = 0; i < WPTM / 2; i++) { \
+        const double ar[4] = {fa[i][0].x, fa[i][1].x, fa[i][2].x, fa[i][3].x}; \
+        const double ai[4] = {fa[i][0].y, fa[i][1].y, fa[i][2].y, fa[i][3].y}; \
+        const double an[4] = {-ai[0], -ai[1], -ai[2], -ai[3]}; \
+        for (int j = 0; j < WPTN / 2; j++) { \
+          const double br[2] = {fb[j][0].x, fb[j][1].x}, bi[2] = {fb[j][0].y, fb[j][1].y}; \
+          BLOCK_MMA(i, j, .x, ar, br) BLOCK_MMA(i, j, .x, an, bi) \
+          BLOCK_MMA(i, j, .y, ar, bi) BLOCK_MMA(i, j, .y, ai, br) \
+        } \
+      }
+  #else
+    #define MULTIPLY_FRAGMENTS() \
+      for (int i = 0; i < WPTM / 2; i++) { \
+        for (int j = 0; j < WPTN / 2; j++) { BLOCK_MMA(i, j, , fa[i], fb[j]) } \
+      }
+  #endif
+  #define COMPUTE(buf, k0) \
+    PRAGMA(unroll) \
+    for (int kk = 0; kk < KWG; kk += 8) { LOAD_FRAGMENTS(buf, kk) MULTIPLY_FRAGMENTS() }
+#else
+  #define MROW(i) MLOC(tx, (i) / VLM, (i) % VLM)
+  #define NCOL(j) NLOC(ty, (j) / VLN, (j) % VLN)
   // Operands of step k of the slice at k0: WPTM values of A and WPTN of B, read into set f from
   // local buffer buf or, without staging, from global memory.
   real a[2][WPTM], b[2][WPTN];
@@ -329,6 +421,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   #define COMPUTE(buf, k0) \
     PRAGMA(unroll UNROLL) \
     for (int k = 0; k < KWG; k++) { LOAD_OPERANDS(buf, k0, k, 0) MULTIPLY(0) }
+#endif
 
   const int tiles = Kp / KWG;
 #if STAGE == 0
@@ -434,10 +527,10 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
 #endif
 
   for (int i = 0; i < WPTM; i++) {
-    const int m = m0 + MLOC(tx, i / VLM, i % VLM);
+    const int m = m0 + MROW(i);
     if (m < M) {
       for (int j = 0; j < WPTN; j++) {
-        const int n = n0 + NLOC(ty, j / VLN, j % VLN);
+        const int n = n0 + NCOL(j);
         if (n < N) { STORE_AXPBY(C[n * ldc + m], acc[i][j], alpha, beta); }
       }
     }

@@ -30,7 +30,7 @@ from gemmtune.verify import Check  # noqa: E402
 
 DEVICE_KEYS = {"index", "platform", "name", "vendor", "type", "opencl_version", "driver_version",
                "compute_units", "max_clock_mhz", "global_mem_bytes", "local_mem_bytes",
-               "max_work_group_size", "max_work_item_sizes", "double_precision"}
+               "max_work_group_size", "max_work_item_sizes", "double_precision", "fp64_matrix"}
 SPACE_KEYS = {*PARAMS, "kernel", "local_mem_bytes", "work_group_size"}
 CHECK_KEYS = {"max_rel_error", "norm_rel_error", "tolerance", "passed", "componentwise_error"}
 ISSUE_EXAMPLE = ["verify", "--device", "0", "--precision", "z", "--m", "33", "--n", "7", "--k", "129",
@@ -87,7 +87,7 @@ def test_devices_json():
             assert type(d[k]) is int and d[k] >= 0, k
         assert d["type"] in {"CPU", "GPU", "ACCELERATOR"}
         assert d["max_work_item_sizes"] and all(type(x) is int and x > 0 for x in d["max_work_item_sizes"])
-        assert type(d["double_precision"]) is bool
+        assert type(d["double_precision"]) is bool and type(d["fp64_matrix"]) is bool
     assert found == [d.to_json() for d in list_devices()]
 
 

@@ -14,6 +14,7 @@ transpose and alpha/beta case is cheap.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections import Counter
@@ -38,7 +39,7 @@ from gemmtune.space import Config, check_config, explain, load_space, valid_conf
 from gemmtune.verify import Reference, compare  # noqa: E402
 
 RT_PARAMS = ("MWG", "NWG", "KWG", "MDIMC", "NDIMC", "VWG", "VLM", "VLN", "PIPE", "PADL", "UNROLL",
-             "BKFAST", "WARPM", "STAGE", "TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")
+             "BKFAST", "WARPM", "STAGE", "MMA", "TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")
 
 
 # ---------------------------------------------------------------- the rules, from the .cl comments
@@ -55,7 +56,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
     mwg, nwg, kwg, mdimc, ndimc = (p[k] for k in ("MWG", "NWG", "KWG", "MDIMC", "NDIMC"))
     vwg, vlm, vln, pipe, padl = (p[k] for k in ("VWG", "VLM", "VLN", "PIPE", "PADL"))
     unroll, bkfast, warpm, tx, ty = (p[k] for k in ("UNROLL", "BKFAST", "WARPM", "TRANSPOSEX", "TRANSPOSEY"))
-    stage, tw = p["STAGE"], p.get("TRANSPOSEW", 1)
+    stage, tw, mma = p["STAGE"], p.get("TRANSPOSEW", 1), p["MMA"]
     wis = dev.max_work_item_sizes
     wgs = mdimc * ndimc
     nbuf = pipe - 3 if pipe >= 5 else 2 if pipe >= 2 else 1   # PIPE 5, 6, 7: asynchronous copies, 2, 3, 4 buffers
@@ -79,6 +80,11 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
         10: {"STAGE 0 or 1": stage in (0, 1), "PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
              "VWG 1 unstaged": stage == 1 or vwg == 1, "BKFAST 0 unstaged": stage == 1 or bkfast == 0},
         11: {"PIPE <= 7": pipe <= 7, "BKFAST 0 if PIPE 5-7": pipe < 5 or bkfast == 0},
+        12: {"d or z": not mma or code in "dz", "device": not mma or dev.fp64_matrix,
+             "8 x 4 groups": not mma or (mdimc % 8 == 0 and ndimc % 4 == 0),
+             "whole blocks": not mma or ((mwg // mdimc) % 2 == 0 and (nwg // ndimc) % 2 == 0 and kwg % 8 == 0),
+             "staged": not mma or stage == 1, "not PIPE 4": not mma or pipe != 4,
+             "the rest fixed": not mma or (vlm == 1 and vln == 1 and unroll == 1 and warpm == 0)},
     }
 
 
@@ -97,7 +103,8 @@ def key(params: dict) -> tuple:
 # Every parameter at a small value that breaks nothing on the devices below; each test widens
 # only the parameters its constraint is about.
 BASE = dict(MWG=[16], NWG=[16], KWG=[8], MDIMC=[4], NDIMC=[4], VWG=[1], VLM=[1], VLN=[1], PIPE=[0],
-            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], STAGE=[1], TRANSPOSEX=[8], TRANSPOSEY=[8], TRANSPOSEW=[1])
+            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], STAGE=[1], MMA=[0], TRANSPOSEX=[8], TRANSPOSEY=[8],
+            TRANSPOSEW=[1])
 
 
 def rt_counts(space, dev, prec) -> dict[int, tuple[int, int]]:
@@ -127,7 +134,7 @@ def run_constraint_case(tmp_path, table: dict, dev, code: str, n: int, also: tup
     broken = [rt_broken(p, dev, code) for p in configs]
     first = Counter(b[0] for b in broken if b)
     every = Counter(m for b in broken for m in b)
-    assert rt_counts(space, dev, prec) == {m: (first[m], every[m]) for m in range(1, 12)}
+    assert rt_counts(space, dev, prec) == {m: (first[m], every[m]) for m in range(1, 13)}
 
     for p, b in zip(configs, broken):
         if b:
@@ -152,10 +159,10 @@ def point(table: dict, **values) -> dict:
 
 def test_family_parameters_are_the_cl_defaults():
     assert [k for k in XGEMM_RT.parameters if k != "PRECISION"] == list(RT_PARAMS)
-    assert XGEMM_RT.may_be_zero == {"PADL", "WARPM", "PIPE", "BKFAST", "STAGE"}
+    assert XGEMM_RT.may_be_zero == {"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA"}
     # The .cl file's own defaults are a valid configuration on a GPU-like device, in s.
     assert not rt_broken(XGEMM_RT.defaults, GPU_LIKE, "s")
-    assert [c.number for c in XGEMM_RT.constraints] == list(range(1, 12))
+    assert [c.number for c in XGEMM_RT.constraints] == list(range(1, 13))
 
 
 # ---------------------------------------------------------------- constraints 1-9
@@ -351,6 +358,33 @@ def test_constraint_11_asynchronous_copies(tmp_path):
 
 
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_constraint_12_matrix_instructions(tmp_path, code):
+    mma_device = make_device(fp64_matrix=True)
+    table = {**BASE, "MWG": [16, 24, 32], "NWG": [8, 16], "KWG": [8, 12], "MDIMC": [4, 8], "NDIMC": [2, 4],
+             "VLM": [1, 2], "PIPE": [0, 2, 4], "UNROLL": [1, 2], "WARPM": [0, 4], "STAGE": [0, 1], "MMA": [0, 1]}
+    if code in "dz":
+        alone = run_constraint_case(tmp_path, table, mma_device, code, 12)
+        parts = [failing_parts(p, mma_device, code, 12) for p in alone]
+        for part in ("8 x 4 groups", "whole blocks", "staged", "not PIPE 4", "the rest fixed"):
+            assert [part] in parts, part
+    valid = valid_keys(tmp_path, table, mma_device, code)
+    # One group of 32 as 8 x 4 work-items, each holding 2 x 2 results of one 16 x 8 block.
+    block = point(table, MWG=16, NWG=8, KWG=8, MDIMC=8, NDIMC=4, PIPE=2, STAGE=1)
+    assert key(block) in valid
+    assert (key({**block, "MMA": 1}) in valid) == (code in "dz")            # doubles only
+    if code in "dz":
+        assert key({**block, "MMA": 1, "KWG": 12}) not in valid             # 12 is no whole block of k
+        assert key({**block, "MMA": 1, "MWG": 24}) not in valid             # WPTM = 3: half a block
+        assert key({**block, "MMA": 1, "MWG": 32}) in valid                 # two blocks along M
+        assert key({**block, "MMA": 1, "MDIMC": 4}) not in valid            # 4 x 8 is no group of 8 x 4
+        assert key({**block, "MMA": 1, "PIPE": 0, "STAGE": 0}) not in valid and key({**block, "PIPE": 0, "STAGE": 0}) in valid
+        assert key({**block, "MMA": 1, "UNROLL": 2}) not in valid
+        # The same configuration needs a device that has the instructions.
+        assert key({**block, "MMA": 1}) not in valid_keys(tmp_path, table, GPU_LIKE, code)
+        assert 12 in rt_broken({**block, "MMA": 1}, GPU_LIKE, code)
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
 def test_constraint_8_registers(tmp_path, code):
     table = {**BASE, "MWG": [16, 32, 64], "NWG": [16, 32, 64], "KWG": [16], "MDIMC": [2, 4],
              "NDIMC": [2, 4]}
@@ -492,6 +526,45 @@ def run_case(code: str, config: dict, shape, ta: str, tb: str, alpha, beta, c_ki
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("code, config", CASES, ids=CASE_IDS)
 def test_gemm_matches_numpy(code, config, shape):
+    check_every_case(code, config, shape)
+
+
+# MMA 1 is valid only on devices with FP64 matrix instructions, which PoCL lacks; the fixture
+# below tells gemmtune's constraint check that device 0 has them. Built for PoCL (no MMA_F64),
+# the kernel then spells each instruction out through local memory, from the same fragments:
+# what these cases check is which values each lane loads, which blocks each group of 32 owns,
+# and where each result goes. Two groups each: along N for d, along M for z.
+MMA_CASES = [
+    ("d", dict(MWG=32, NWG=32, KWG=16, MDIMC=8, NDIMC=8, VWG=2, VLM=1, VLN=1, PIPE=6, PADL=4, UNROLL=1,
+               BKFAST=0, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
+    ("z", dict(MWG=32, NWG=16, KWG=8, MDIMC=16, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=2, PADL=0, UNROLL=1,
+               BKFAST=0, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)),
+]
+
+
+@pytest.fixture
+def fp64_matrix_device(monkeypatch):
+    from gemmtune import compute
+
+    dev = compute.get_device(None)
+    assert not dev.info.fp64_matrix
+    monkeypatch.setattr(dev, "info", dataclasses.replace(dev.info, fp64_matrix=True))
+
+
+# gemm hands numpy's row-major product to the kernel transposed: the kernel's M is the n of these
+# shapes. 32 x 32 x 32 and 20 x 45 x 24 give it rows beyond the first 8 of a block, and the
+# latter a partial second tile along M.
+@pytest.mark.parametrize("shape", [*SHAPES, (20, 45, 24)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("code, config", MMA_CASES, ids=["d-mma-pipe6", "z-mma-pipe2"])
+def test_gemm_with_matrix_instructions_matches_numpy(fp64_matrix_device, code, config, shape):
+    from gemmtune.device import resolve_device
+
+    assert rt_broken(config, resolve_device(0), code) == [12]
+    assert not rt_broken(config, make_device(fp64_matrix=True), code)
+    check_every_case(code, config, shape)
+
+
+def check_every_case(code: str, config: dict, shape) -> None:
     dtype = DTYPES[code]
     prec = precision_of(dtype)
     complex_ = code in "cz"
@@ -543,7 +616,8 @@ def test_result_does_not_depend_on_bkfast(shape):
     (dict(MWG=32, NWG=32, KWG=16, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=1, WARPM=8, UNROLL=1), 7),  # 4 % 8
     (dict(MWG=64, NWG=64, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1), 8),   # 16 x 16
     (dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1, PIPE=5, BKFAST=1), 11),
-], ids=["c1", "c3-bkfast", "c4-padl", "c6", "c7", "c8", "c11"])
+    (dict(MWG=16, NWG=8, KWG=8, MDIMC=8, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1, MMA=1), 12),  # PoCL lacks them
+], ids=["c1", "c3-bkfast", "c4-padl", "c6", "c7", "c8", "c11", "c12"])
 def test_invalid_rt_config_names_the_constraint(config, number):
     from gemmtune.device import resolve_device
     from gemmtune.space import make_config
@@ -588,15 +662,15 @@ def test_space_explain_lists_rt_constraints(tmp_path, code):
     first = Counter(b[0] for b in broken if b)
     every = Counter(n for b in broken for n in b)
     rows = [r for r in doc["constraints"] if r["kernel"] == "xgemm_rt"]
-    assert [r["constraint"] for r in rows] == list(range(1, 12))
+    assert [r["constraint"] for r in rows] == list(range(1, 13))
     counts = {r["constraint"]: (r["removed"], r["broken"]) for r in rows}
-    assert counts == {n: (first[n], every[n]) for n in range(1, 12)}
+    assert counts == {n: (first[n], every[n]) for n in range(1, 13)}
     assert [r["name"] for r in rows] == [c.name for c in XGEMM_RT.constraints]
     assert all(r["rule"] for r in rows)
     assert sum(r["removed"] for r in rows) > 0 and len(set(first)) >= 5   # the space exercises several
     k5_rows = [r for r in doc["constraints"] if r["kernel"] == "xgemm_k5"]
     assert [r["constraint"] for r in k5_rows] == [1, 2, 3, 4, 5]
-    assert len(doc["constraints"]) == 16
+    assert len(doc["constraints"]) == 17
 
     rt_valid = sum(not b for b in broken)
     k5_valid = sum(not broken_rules(p, dev, code) for p in product(k5_table))
@@ -609,7 +683,7 @@ def test_space_explain_lists_rt_constraints(tmp_path, code):
 def test_space_explain_of_the_shipped_space_counts_both_families():
     doc = explain_json(["--precision", "d"])
     kernels = [r["kernel"] for r in doc["constraints"]]
-    assert kernels.count("xgemm_rt") == 11 and kernels.count("xgemm_k5") == 5
+    assert kernels.count("xgemm_rt") == 12 and kernels.count("xgemm_k5") == 5
     assert doc["total"] == load_space().size
     assert doc["valid"] == count(["--precision", "d"])
     rt_removed = sum(r["removed"] for r in doc["constraints"] if r["kernel"] == "xgemm_rt")

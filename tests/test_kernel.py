@@ -298,7 +298,7 @@ class _FakeDevice:
 
 
 @pytest.mark.parametrize("extensions, major, expected", [
-    ("cl_khr_fp64 cl_nv_device_attribute_query", 9, {"CP_ASYNC": 1}),    # Hopper
+    ("cl_khr_fp64 cl_nv_device_attribute_query", 9, {"CP_ASYNC": 1, "MMA_F64": 1}),  # Hopper: mma.sync on doubles
     ("cl_khr_fp64 cl_nv_device_attribute_query", 8, {"CP_ASYNC": 1}),    # Ampere: the first with cp.async
     ("cl_khr_fp64 cl_nv_device_attribute_query", 7, {}),                 # Volta
     ("cl_khr_fp64", 9, {}),                                              # not NVIDIA's attributes
@@ -311,14 +311,15 @@ def test_device_defines_only_offer_cp_async_where_it_exists(extensions, major, e
     assert device_defines(dev) == expected
     options = build_options({"MWG": 64}, dev)
     assert ("-DCP_ASYNC=1" in options) == bool(expected) and "-DMWG=64" in options
+    assert ("-DMMA_F64=1" in options) == ("MMA_F64" in expected)
 
 
 def test_the_cpu_device_builds_without_device_defines():
     from gemmtune.device import open_device
     from gemmtune.kernels import device_defines
 
-    _, dev = open_device(0)
-    assert device_defines(dev) == {}
+    info, dev = open_device(0)
+    assert device_defines(dev) == {} and info.fp64_matrix is False
 
 
 def test_device_time_leaves_the_hosts_latency_out():

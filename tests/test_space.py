@@ -8,6 +8,8 @@ set would differ from the one the test derives from the issue's rules (helpers_f
 
 from __future__ import annotations
 
+import dataclasses
+
 import sys
 import tomllib
 from collections import Counter
@@ -345,6 +347,11 @@ def test_every_shipped_default_is_valid_on_pocl(device_type, code):
     dev = resolve_device(0)
     config = _entry_config(device_type, code)
     assert config == shipped_default(device_type, get_precision(code))
+    if config.params.get("MMA"):
+        # FP64 matrix instructions are a feature of the device (the H200's): with them, PoCL's
+        # limits hold the entry; without them, it breaks constraint 12 alone.
+        assert FAMILIES[config.kernel].broken(config.params, dev, get_precision(code)).number == 12
+        dev = dataclasses.replace(dev, fp64_matrix=True)
     assert not breaks(config, dev, code)
     check_config(config, dev, get_precision(code))
 
@@ -352,9 +359,18 @@ def test_every_shipped_default_is_valid_on_pocl(device_type, code):
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
 def test_gpu_defaults_are_valid_on_a_gpu_like_device(code):
     config = _entry_config("GPU", code)
-    assert not breaks(config, GPU_LIKE, code)
+    gpu = dataclasses.replace(GPU_LIKE, fp64_matrix=True)
+    assert not breaks(config, gpu, code)
     # A device on which the shipped entry is valid gets it unchanged.
-    assert default_config(GPU_LIKE, get_precision(code)) == config
+    assert default_config(gpu, get_precision(code)) == config
+
+
+@pytest.mark.parametrize("code", ["d", "z"])
+def test_a_gpu_without_fp64_matrix_instructions_gets_the_same_tile_without_them(code):
+    config = _entry_config("GPU", code)
+    assert config.params["MMA"] == 1 and breaks(config, GPU_LIKE, code)
+    # The nearest valid configuration: one step away, the same tile multiplied work-item by work-item.
+    assert default_config(GPU_LIKE, get_precision(code)) == Config.of(config.kernel, {**config.params, "MMA": 0})
 
 
 @pytest.mark.parametrize("device_type, table", [("ACCELERATOR", "OTHER"), ("CPU", "CPU")])
