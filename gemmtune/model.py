@@ -55,9 +55,14 @@ Efficiency (the fraction of the compute peak the kernel can reach)
                      (4 warps of 32; a guess), 1 elsewhere (a CPU runs a work-group as a loop).
     efficiency     = reg · occupancy. Vector widths, PIPE, UNROLL, padding and WARPM are not
                      modelled: configurations that differ only in them predict the same.
+    matrix         = MATRIX_SPEEDUP where the multiplies go to matrix instructions (xgemm_rt's
+                     MMA = 1, d and z on a device with ``fp64_matrix``), else 1: their peak over
+                     the FMA peak, 2 on the H200 (66 against 33.5 TFLOP/s, runs 40-41). Without
+                     it the model would rank them with FMA tiles of the same shape, and its seeds,
+                     which start the default search, would never include one.
 
 Time
-    compute        = rounds · CU / groups · padded flops / (peak flop/s · efficiency): the padded
+    compute        = rounds · CU / groups · padded flops / (peak flop/s · efficiency · matrix): the padded
                      shape is the edge tiles' cost, rounds · CU / groups >= 1 that of the last,
                      partly filled round of work-groups over the compute units.
     memory         = main bytes / bandwidth.
@@ -101,6 +106,7 @@ LATENCY_ITEMS = {"GPU": 128}      # resident work-items per compute unit that hi
 LAUNCH_S = {"GPU": 5e-6}          # seconds per kernel launch; others: DEFAULT_LAUNCH_S
 DEFAULT_LAUNCH_S = 30e-6
 BANDWIDTH = "bandwidth"           # the key of the bandwidth in a peaks mapping
+MATRIX_SPEEDUP = 2.0              # FP64 matrix instructions over FP64 multiply-adds (the H200's)
 
 
 @dataclass(frozen=True)
@@ -213,7 +219,8 @@ def predict(config: Config, dev: DeviceInfo, prec: Precision, m: int, n: int, k:
 
     peak = resolve_peaks(dev, prec, peaks)
     flops, padded = prec.flops(m, n, k), prec.flops(mp, np_, kp)
-    compute_s = rounds * dev.compute_units / groups * padded / (peak.gflops * 1e9 * efficiency)
+    matrix = MATRIX_SPEEDUP if p.get("MMA", 0) and dev.fp64_matrix and prec.needs_double else 1.0  # k5 has no MMA
+    compute_s = rounds * dev.compute_units / groups * padded / (peak.gflops * 1e9 * efficiency * matrix)
     memory_s = main_bytes / (peak.bandwidth_gbs * 1e9)
     pass_s = pass_bytes / (peak.bandwidth_gbs * 1e9)
     launch_s = (1 + passes) * LAUNCH_S.get(dev.type, DEFAULT_LAUNCH_S)

@@ -84,13 +84,19 @@ class Landscape:
 
 
 def _recorded_space(rows: pd.DataFrame, study: str) -> Space:
-    families = []
+    """Each family's recorded values. A parameter the kernel gained after the rows were written
+    takes its source default, which is what the kernel did then (``FamilySpace.complete``); rows
+    that name a parameter the source no longer has are left out, as everywhere."""
+    shipped, families = load_space(), []
     for name in [f for f in FAMILIES if f in set(rows.kernel)]:
-        params = [json.loads(p) for p in rows.params[rows.kernel == name]]
-        if any(p.keys() != params[0].keys() for p in params):
+        source = shipped.family(name)
+        written = [json.loads(p) for p in rows.params[rows.kernel == name]]
+        if any(p.keys() != written[0].keys() for p in written):
             raise GemmtuneError(f"study {study!r} has {name} rows with different parameters: give its --space")
-        values = {key: sorted({p[key] for p in params}) for key in params[0]}
-        families.append(FamilySpace(FAMILIES[name], values, source="", source_name="(recorded)"))
+        params = [p for p in map(source.complete, written) if p is not None]
+        if params:
+            values = {key: sorted({p[key] for p in params}) for key in params[0]}
+            families.append(FamilySpace(FAMILIES[name], values, source=source.source, source_name="(recorded)"))
     return Space(families, origin=f"the configurations recorded in study {study}")
 
 

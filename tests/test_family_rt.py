@@ -533,12 +533,13 @@ def test_gemm_matches_numpy(code, config, shape):
 # below tells gemmtune's constraint check that device 0 has them. Built for PoCL (no MMA_F64),
 # the kernel then spells each instruction out through local memory, from the same fragments:
 # what these cases check is which values each lane loads, which blocks each group of 32 owns,
-# and where each result goes. Two groups each: along N for d, along M for z.
+# and where each result goes. Two groups each: along N for d, along M for z; z reads B as given
+# (BKFAST 1), staged k-major as with the transpose pass.
 MMA_CASES = [
     ("d", dict(MWG=32, NWG=32, KWG=16, MDIMC=8, NDIMC=8, VWG=2, VLM=1, VLN=1, PIPE=6, PADL=4, UNROLL=1,
                BKFAST=0, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
     ("z", dict(MWG=32, NWG=16, KWG=8, MDIMC=16, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=2, PADL=0, UNROLL=1,
-               BKFAST=0, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)),
+               BKFAST=1, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)),
 ]
 
 
@@ -555,7 +556,7 @@ def fp64_matrix_device(monkeypatch):
 # shapes. 32 x 32 x 32 and 20 x 45 x 24 give it rows beyond the first 8 of a block, and the
 # latter a partial second tile along M.
 @pytest.mark.parametrize("shape", [*SHAPES, (20, 45, 24)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("code, config", MMA_CASES, ids=["d-mma-pipe6", "z-mma-pipe2"])
+@pytest.mark.parametrize("code, config", MMA_CASES, ids=["d-mma-pipe6", "z-mma-bkfast1"])
 def test_gemm_with_matrix_instructions_matches_numpy(fp64_matrix_device, code, config, shape):
     from gemmtune.device import resolve_device
 

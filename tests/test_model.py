@@ -252,6 +252,32 @@ def test_seeds_are_the_best_predictions_one_per_distinct_prediction():
     assert model.seeds([worse, a, b], GPU, S, 512, 512, 512, count=10) == [a, worse]
 
 
+@pytest.mark.parametrize("code", ["d", "z"])
+def test_matrix_instructions_double_the_compute_rate_where_the_device_has_them(code):
+    prec = get_precision(code)
+    fma = rt(MWG=64, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VLM=1, VLN=1, STAGE=1, MMA=0)
+    mma = Config.of("xgemm_rt", {**fma.params, "MMA": 1})
+    tensor = device(fp64_matrix=True)
+    p_fma, p_mma = (model.predict(c, tensor, prec, 1024, 1024, 1024) for c in (fma, mma))
+    assert p_mma.compute_s == pytest.approx(p_fma.compute_s / model.MATRIX_SPEEDUP)
+    assert p_mma.efficiency == p_fma.efficiency and p_mma.bytes == p_fma.bytes
+    # Without the instructions (where MMA 1 is not valid anyway) nothing changes.
+    assert model.predict(mma, GPU, prec, 1024, 1024, 1024).compute_s == pytest.approx(p_fma.compute_s)
+
+
+def test_seeds_include_matrix_configurations_where_they_pay():
+    # The default search starts from the model's seeds: an FMA configuration with the better
+    # register tile (8 x 8 results per work-item against 4 x 8) still ranks below the matrix one
+    # on a device with the instructions, and above it on one without.
+    tensor = device(fp64_matrix=True)
+    fma = rt(MWG=64, NWG=64, KWG=8, MDIMC=8, NDIMC=8, VLM=1, VLN=1, STAGE=1, MMA=0)
+    mma = rt(MWG=64, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VLM=1, VLN=1, STAGE=1, MMA=1)
+    d = get_precision("d")
+    assert model.predict(fma, tensor, d, 2048, 2048, 2048).efficiency > model.predict(mma, tensor, d, 2048, 2048, 2048).efficiency
+    assert model.seeds([fma, mma], tensor, d, 2048, 2048, 2048, count=1) == [mma]
+    assert model.seeds([fma, mma], GPU, d, 2048, 2048, 2048, count=1) == [fma]
+
+
 def test_spearman_on_known_data():
     assert model.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert model.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
