@@ -56,7 +56,8 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
     mwg, nwg, kwg, mdimc, ndimc = (p[k] for k in ("MWG", "NWG", "KWG", "MDIMC", "NDIMC"))
     vwg, vlm, vln, pipe, padl = (p[k] for k in ("VWG", "VLM", "VLN", "PIPE", "PADL"))
     unroll, bkfast, warpm, tx, ty = (p[k] for k in ("UNROLL", "BKFAST", "WARPM", "TRANSPOSEX", "TRANSPOSEY"))
-    stage, tw, mma = p["STAGE"], p.get("TRANSPOSEW", 1), p["MMA"]
+    # A configuration written before TRANSPOSEW or MMA existed means the kernel's defaults.
+    stage, tw, mma = p["STAGE"], p.get("TRANSPOSEW", 1), p.get("MMA", 0)
     wis = dev.max_work_item_sizes
     wgs = mdimc * ndimc
     nbuf = pipe - 3 if pipe >= 5 else 2 if pipe >= 2 else 1   # PIPE 5, 6, 7: asynchronous copies, 2, 3, 4 buffers
