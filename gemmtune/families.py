@@ -47,9 +47,8 @@ def _roundup(x: int, multiple: int) -> int:
 
 
 def transpose_columns(p: Params):
-    """Input columns of pad.cl's transpose tile. Configurations recorded before TRANSPOSEW
-    existed moved one element per work-item, which is its default."""
-    return p["TRANSPOSEY"] * p.get("TRANSPOSEW", 1)
+    """Input columns of pad.cl's transpose tile."""
+    return p["TRANSPOSEY"] * p["TRANSPOSEW"]
 
 
 def transpose_local_bytes(p: Params, prec: Precision) -> int:
@@ -193,11 +192,10 @@ class RegisterTiled(Family):
     def local_mem_bytes(self, p, prec):
         pipe = p["PIPE"]
         buffers = 1 + (pipe >= 2) + (pipe >= 5) * (pipe - 5)   # PIPE 2-4: 2; 5, 6, 7: 2, 3, 4
-        return p.get("STAGE", 1) * buffers * p["KWG"] * (p["MWG"] + p["NWG"] + 2 * p["PADL"]) * prec.bytes
+        return p["STAGE"] * buffers * p["KWG"] * (p["MWG"] + p["NWG"] + 2 * p["PADL"]) * prec.bytes
 
     def store_conflicts(self, p, prec):
-        staged = p.get("STAGE", 1)
-        return staged, staged   # k-major slices store without conflicts; nothing is stored unstaged
+        return p["STAGE"], p["STAGE"]   # k-major slices store without conflicts; nothing is stored unstaged
 
 
 def _rt_unstaged(p: Params):

@@ -16,7 +16,7 @@ from helpers_foundation import make_device
 from gemmtune import model
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import get_precision
-from gemmtune.space import Config
+from gemmtune.space import Config, load_space, make_config
 
 S, Z = get_precision("s"), get_precision("z")
 
@@ -32,14 +32,15 @@ CPU = device(type="CPU", name="Some CPU", compute_units=2, max_clock_mhz=2000, l
 
 
 def k5(**p) -> Config:
-    return Config.of("xgemm_k5", {"TSM": 32, "TSN": 64, "TSK": 16, "WPTN": 4, "PAD": 1, "TRANSPOSEX": 16,
-                                  "TRANSPOSEY": 8, **p})
+    """A whole configuration: these values, the rest at the kernel's defaults."""
+    return make_config(load_space(), "xgemm_k5", {"TSM": 32, "TSN": 64, "TSK": 16, "WPTN": 4, "PAD": 1,
+                                                  "TRANSPOSEX": 16, "TRANSPOSEY": 8, **p})
 
 
 def rt(**p) -> Config:
-    return Config.of("xgemm_rt", {"MWG": 64, "NWG": 64, "KWG": 16, "MDIMC": 16, "NDIMC": 8, "VWG": 4, "VLM": 4,
-                                  "VLN": 4, "PIPE": 2, "PADL": 0, "UNROLL": 1, "BKFAST": 0, "WARPM": 0,
-                                  "TRANSPOSEX": 16, "TRANSPOSEY": 16, **p})
+    return make_config(load_space(), "xgemm_rt", {"MWG": 64, "NWG": 64, "KWG": 16, "MDIMC": 16, "NDIMC": 8,
+                                                  "VWG": 4, "VLM": 4, "VLN": 4, "PIPE": 2, "PADL": 0, "UNROLL": 1,
+                                                  "BKFAST": 0, "WARPM": 0, "TRANSPOSEX": 16, "TRANSPOSEY": 16, **p})
 
 
 def test_k5_single_unpadded_by_hand():
