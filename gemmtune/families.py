@@ -236,7 +236,7 @@ def _rt_matrix(p: Params, dev: DeviceInfo, prec: Precision):
             & (p["MDIMC"] % 8 == 0) & (p["NDIMC"] % 4 == 0) & (wptm % 2 == 0) & (wptn % 2 == 0)
             & (p["KWG"] % 8 == 0) & (p["STAGE"] == 1) & (p["PIPE"] != 4)
             & (p["VLM"] == 1) & (p["VLN"] == 1) & (p["UNROLL"] == 1) & (p["WARPM"] == 0))
-    return (p["MMA"] == 0) | fits
+    return (p["MMA"] == 0) | ((p["MMA"] == 1) & fits)
 
 
 XGEMM_RT = RegisterTiled(
@@ -276,7 +276,7 @@ XGEMM_RT = RegisterTiled(
         Constraint(11, "asynchronous copies", "PIPE <= 7, and BKFAST == 0 with PIPE 5-7: asynchronous copies "
                    "land in local memory as they are in global memory",
                    lambda p, dev, prec: _rt_async(p)),
-        Constraint(12, "matrix instructions", "MMA == 0, or: d or z on a device with FP64 matrix "
+        Constraint(12, "matrix instructions", "MMA == 0, or MMA == 1 with: d or z on a device with FP64 matrix "
                    "instructions, MDIMC % 8 == 0 and NDIMC % 4 == 0 (8 x 4 work-items per group of 32), "
                    "WPTM and WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8 blocks), STAGE == 1, PIPE != 4, "
                    "and VLM == VLN == UNROLL == 1, WARPM == 0, which do not apply to it",

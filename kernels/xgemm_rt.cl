@@ -113,7 +113,7 @@
 //      WPTN values of B for one k are contiguous
 //  11. PIPE <= 7, and BKFAST == 0 with PIPE >= 5: asynchronous copies land in local memory exactly
 //      as they are in global memory
-//  12. MMA == 0, or: d or z on a device with MMA_F64; MDIMC % 8 == 0 and NDIMC % 4 == 0 (groups
+//  12. MMA == 0, or MMA == 1 with: d or z on a device with MMA_F64; MDIMC % 8 == 0 and NDIMC % 4 == 0 (groups
 //      of 32 as 8 x 4 work-items); WPTM, WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8 blocks);
 //      STAGE == 1, PIPE != 4, and VLM, VLN, UNROLL == 1, WARPM == 0, which do not apply to it
 #if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
@@ -130,6 +130,9 @@
 #endif
 #if PIPE == 4 && (UNROLL != 1 || KWG % 2 != 0)
 #error "xgemm_rt: PIPE = 4 unrolls the slice itself (UNROLL = 1) over an even KWG"
+#endif
+#if MMA != 0 && MMA != 1
+#error "xgemm_rt: MMA is 0 or 1"
 #endif
 #if MMA && (PRECISION == 32 || PRECISION == 3232 || MDIMC % 8 != 0 || NDIMC % 4 != 0 || WPTM % 2 != 0 \
             || WPTN % 2 != 0 || KWG % 8 != 0 || STAGE != 1 || PIPE == 4 || VLM != 1 || VLN != 1 \

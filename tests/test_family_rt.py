@@ -81,7 +81,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
         10: {"STAGE 0 or 1": stage in (0, 1), "PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
              "VWG 1 unstaged": stage == 1 or vwg == 1, "BKFAST 0 unstaged": stage == 1 or bkfast == 0},
         11: {"PIPE <= 7": pipe <= 7, "BKFAST 0 if PIPE 5-7": pipe < 5 or bkfast == 0},
-        12: {"d or z": not mma or code in "dz", "device": not mma or dev.fp64_matrix,
+        12: {"MMA 0 or 1": mma in (0, 1), "d or z": not mma or code in "dz", "device": not mma or dev.fp64_matrix,
              "8 x 4 groups": not mma or (mdimc % 8 == 0 and ndimc % 4 == 0),
              "whole blocks": not mma or ((mwg // mdimc) % 2 == 0 and (nwg // ndimc) % 2 == 0 and kwg % 8 == 0),
              "staged": not mma or stage == 1, "not PIPE 4": not mma or pipe != 4,
@@ -362,17 +362,18 @@ def test_constraint_11_asynchronous_copies(tmp_path):
 def test_constraint_12_matrix_instructions(tmp_path, code):
     mma_device = make_device(fp64_matrix=True)
     table = {**BASE, "MWG": [16, 24, 32], "NWG": [8, 16], "KWG": [8, 12], "MDIMC": [4, 8], "NDIMC": [2, 4],
-             "VLM": [1, 2], "PIPE": [0, 2, 4], "UNROLL": [1, 2], "WARPM": [0, 4], "STAGE": [0, 1], "MMA": [0, 1]}
+             "VLM": [1, 2], "PIPE": [0, 2, 4], "UNROLL": [1, 2], "WARPM": [0, 4], "STAGE": [0, 1], "MMA": [0, 1, 2]}
     if code in "dz":
         alone = run_constraint_case(tmp_path, table, mma_device, code, 12)
         parts = [failing_parts(p, mma_device, code, 12) for p in alone]
-        for part in ("8 x 4 groups", "whole blocks", "staged", "not PIPE 4", "the rest fixed"):
+        for part in ("MMA 0 or 1", "8 x 4 groups", "whole blocks", "staged", "not PIPE 4", "the rest fixed"):
             assert [part] in parts, part
     valid = valid_keys(tmp_path, table, mma_device, code)
     # One group of 32 as 8 x 4 work-items, each holding 2 x 2 results of one 16 x 8 block.
     block = point(table, MWG=16, NWG=8, KWG=8, MDIMC=8, NDIMC=4, PIPE=2, STAGE=1)
     assert key(block) in valid
     assert (key({**block, "MMA": 1}) in valid) == (code in "dz")            # doubles only
+    assert key({**block, "MMA": 2}) not in valid
     if code in "dz":
         assert key({**block, "MMA": 1, "KWG": 12}) not in valid             # 12 is no whole block of k
         assert key({**block, "MMA": 1, "MWG": 24}) not in valid             # WPTM = 3: half a block
