@@ -52,11 +52,12 @@ class _OpenCL:
     def __init__(self, queue, config: Config, prec: Precision, m, n, k, host):
         import pyopencl as cl
 
-        from gemmtune.kernels import GemmOperation
+        from gemmtune.kernels import GemmOperation, device_time_ms
         from gemmtune.space import load_space
         from gemmtune.verify import compare
 
         self.cl = cl
+        self.device_time_ms = device_time_ms
         self.queue = queue
         self.op = GemmOperation(queue, config, load_space().family(config.kernel).source, prec, m, n, k)
         a, b, cols, ref = host
@@ -71,11 +72,9 @@ class _OpenCL:
         self.check = compare(nan[cols], ref, prec)
 
     def __call__(self) -> float:
-        from gemmtune.kernels import device_time_ms
-
         events = self.op.enqueue(self.a, self.b, self.c)
         events[-1].wait()
-        return device_time_ms(events)
+        return self.device_time_ms(events)
 
 
 def _cuda_timer(lib: str, prec: Precision, m, n, k):

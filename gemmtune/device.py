@@ -42,6 +42,12 @@ def nvidia_compute_capability(d: cl.Device) -> int | None:
     return None
 
 
+def has_fp64_matrix(d: cl.Device) -> bool:
+    """Whether kernels can multiply doubles with NVIDIA's mma.sync on 16 x 8 x 8 blocks
+    (compute capability 9.0 and later): xgemm_rt's MMA."""
+    return (nvidia_compute_capability(d) or 0) >= 9
+
+
 def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> DeviceInfo:
     return DeviceInfo(
         index=index, platform_index=pi, device_index=di,
@@ -51,7 +57,7 @@ def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> 
         global_mem_bytes=d.global_mem_size, local_mem_bytes=d.local_mem_size,
         max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes),
         double_precision=bool(d.double_fp_config), max_alloc_bytes=d.max_mem_alloc_size,
-        fp64_matrix=(nvidia_compute_capability(d) or 0) >= 9,   # mma.sync on 16 x 8 x 8 doubles
+        fp64_matrix=has_fp64_matrix(d),
     )
 
 

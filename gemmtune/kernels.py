@@ -13,8 +13,8 @@ import warnings
 import numpy as np
 import pyopencl as cl
 
-from gemmtune.device import nvidia_compute_capability
-from gemmtune.families import FAMILIES, Family, transpose_columns
+from gemmtune.device import has_fp64_matrix, nvidia_compute_capability
+from gemmtune.families import FAMILIES, Family
 from gemmtune.precision import Precision
 from gemmtune.space import Config
 
@@ -49,8 +49,8 @@ def device_defines(device: cl.Device) -> dict[str, int]:
     """What the kernels may use on this device beyond OpenCL C, through inline PTX: ``CP_ASYNC``
     where NVIDIA's cp.async copies are there (compute capability 8.0 and later), ``MMA_F64``
     where mma.sync multiplies 16 x 8 x 8 doubles (9.0 and later; ``DeviceInfo.fp64_matrix``)."""
-    major = nvidia_compute_capability(device) or 0
-    return {**({"CP_ASYNC": 1} if major >= 8 else {}), **({"MMA_F64": 1} if major >= 9 else {})}
+    cp_async = (nvidia_compute_capability(device) or 0) >= 8
+    return {**({"CP_ASYNC": 1} if cp_async else {}), **({"MMA_F64": 1} if has_fp64_matrix(device) else {})}
 
 
 def build_options(defs: dict[str, int], device: cl.Device | None = None) -> list[str]:
@@ -129,7 +129,7 @@ class GemmOperation:
         self.main = cl.Kernel(self.program, self.family.kernel_name)
         self.pad_copy = cl.Kernel(self.program, "pad_copy")
         self.pad_transpose = cl.Kernel(self.program, "pad_transpose")
-        self.transpose_tile = (p["TRANSPOSEX"], p["TRANSPOSEY"], transpose_columns(p))
+        self.transpose_tile = (p["TRANSPOSEX"], p["TRANSPOSEY"], p["TRANSPOSEW"])
         item = prec.bytes
         # A must be Mp x Kp; it is usable as given only untransposed and already that shape.
         self.a_direct = self.trans_a == "N" and (self.mp, self.kp) == (m, k)
@@ -153,8 +153,8 @@ class GemmOperation:
             gsize = (_roundup(rows_p, COPY_TILE[0]), _roundup(cols_p, COPY_TILE[1]))
             return self.pad_copy(self.queue, gsize, COPY_TILE, i32(rows), i32(cols), i32(rows),
                                  i32(rows_p), i32(cols_p), i32(conj), src, dst, wait_for=wait_for)
-        tx, ty, tq = self.transpose_tile
-        gsize = (_roundup(cols_p, tx), _roundup(rows_p, tq) // (tq // ty))
+        tx, ty, tw = self.transpose_tile   # tiles of ty * tw input columns, tw per work-item
+        gsize = (_roundup(cols_p, tx), _roundup(rows_p, ty * tw) // tw)
         return self.pad_transpose(self.queue, gsize, (tx, ty), i32(cols), i32(rows), i32(cols),
                                   i32(cols_p), i32(rows_p), i32(conj), src, dst, wait_for=wait_for)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -52,6 +53,12 @@ class FamilySpace:
     source: str                    # kernel source text, includes inlined
     source_name: str
 
+    @cached_property
+    def defaults(self) -> dict[str, int]:
+        """The source's default of each tunable parameter, in declaration order."""
+        declared = kernel_parameters(self.source)
+        return {name: declared[name][0] for name in self.values}
+
     def complete(self, params: Mapping[str, int]) -> dict[str, int] | None:
         """A recorded configuration's parameters, in declaration order, with any the source
         declares but the record lacks at the source's default: such parameters were added to the
@@ -59,8 +66,7 @@ class FamilySpace:
         None if the record names a parameter that the source does not have."""
         if not set(params) <= set(self.values):
             return None
-        defaults = kernel_parameters(self.source)
-        return {name: params[name] if name in params else defaults[name][0] for name in self.values}
+        return {**self.defaults, **params}
 
     def configs(self) -> Iterator[Config]:
         names = list(self.values)
@@ -209,7 +215,7 @@ def check_config(config: Config, dev: DeviceInfo, prec: Precision) -> None:
 def make_config(space: Space, kernel: str | None, given: Mapping[str, int]) -> Config:
     """A full configuration from some parameters; the rest take the kernel source's defaults."""
     fs = space.family(kernel) if kernel else space.families[0]
-    defaults = {k: d for k, (d, _) in kernel_parameters(fs.source).items() if k in fs.values}
+    defaults = fs.defaults
     unknown = [k for k in given if k not in defaults]
     if unknown:
         raise GemmtuneError(f"unknown parameter {unknown[0]} for kernel family {fs.family.name} "
