@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -79,6 +79,16 @@ TRANSPOSE_FITS = Constraint(
 )
 
 
+MAX_PIECES = 16   # work-groups per split tile, at most
+
+
+class Split(NamedTuple):
+    """How a launch splits the tiles of its last round along K (xgemm_rt's STREAMK)."""
+    first: int    # the first split tile; each tile before it is one work-group
+    count: int    # tiles split
+    pieces: int   # work-groups per split tile, each an equal run of its K-slices
+
+
 @dataclass(frozen=True)
 class Family:
     """How to launch one kernel source: geometry, local memory and constraints."""
@@ -89,12 +99,18 @@ class Family:
     tile_params: tuple[str, str, str]   # parameters whose values Mp, Np, Kp must be multiples of
     constraints: tuple[Constraint, ...]
     may_be_zero: frozenset[str] = frozenset()   # parameters for which 0 is meaningful
+    workspace: bool = False   # the main kernel takes (split_from, pieces, work, counts) after ldc: see split
 
     def local_size(self, p: Params) -> tuple[int, int]:
         raise NotImplementedError
 
-    def global_size(self, p: Params, mp: int, np_: int) -> tuple[int, int]:
+    def global_size(self, p: Params, mp: int, np_: int, split: Split | None = None) -> tuple[int, int]:
         raise NotImplementedError
+
+    def split(self, p: Params, mp: int, np_: int, kp: int, compute_units: int) -> Split | None:
+        """How an Mp x Np x Kp product splits tiles along K on a device with that many compute
+        units; None for a kernel or configuration that never does."""
+        return None
 
     def local_mem_bytes(self, p: Params, prec: Precision) -> int:
         raise NotImplementedError
@@ -135,7 +151,7 @@ class TiledK5(Family):
     def local_size(self, p):
         return p["TSM"], p["TSN"] // p["WPTN"]
 
-    def global_size(self, p, mp, np_):
+    def global_size(self, p, mp, np_, split=None):
         return mp, np_ // p["WPTN"]
 
     def local_mem_bytes(self, p, prec):
@@ -186,8 +202,26 @@ class RegisterTiled(Family):
     def local_size(self, p):
         return p["MDIMC"], p["NDIMC"]
 
-    def global_size(self, p, mp, np_):
-        return mp // p["MWG"] * p["MDIMC"], np_ // p["NWG"] * p["NDIMC"]
+    def global_size(self, p, mp, np_, split=None):
+        if split is None:
+            return mp // p["MWG"] * p["MDIMC"], np_ // p["NWG"] * p["NDIMC"]
+        # one-dimensional: a work-group per tile before the split ones, then `pieces` per split tile
+        return (split.first + split.count * split.pieces) * p["MDIMC"], p["NDIMC"]
+
+    def split(self, p, mp, np_, kp, compute_units):
+        if not p["STREAMK"]:
+            return None
+        tiles, slices = (mp // p["MWG"]) * (np_ // p["NWG"]), kp // p["KWG"]
+        rounds = p["STREAMK"] * compute_units     # work-groups running at once, by assumption
+        last = tiles % rounds                      # tiles of the last, partial round
+        # The number of pieces whose rounds come closest to whole ones: the least time for the
+        # last tiles, in tile times (a piece takes 1 / pieces of one), fewest pieces on a tie.
+        pieces = min(range(1, min(slices, MAX_PIECES) + 1), key=lambda f: (-(-last * f // rounds) / f, f))
+        return Split(tiles - last, last, pieces) if pieces > 1 else Split(tiles, 0, 1)
+
+    def workspace_bytes(self, p, prec, split) -> int:
+        """Bytes of `work`: a tile's partial sums per piece of each split tile."""
+        return 0 if split is None else split.count * split.pieces * p["MWG"] * p["NWG"] * prec.bytes
 
     def local_mem_bytes(self, p, prec):
         pipe = p["PIPE"]
@@ -204,7 +238,7 @@ def _rt_unstaged(p: Params):
 
 
 def _rt_async(p: Params):
-    return (p["PIPE"] <= 7) & ((p["PIPE"] < 5) | (p["BKFAST"] == 0))
+    return (p["PIPE"] <= 7) & ((p["PIPE"] < 5) | (p["BKFAST"] != 2))
 
 
 def _rt_vectors(p: Params):
@@ -273,8 +307,9 @@ XGEMM_RT = RegisterTiled(
         Constraint(10, "staging", "STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and "
                    "BKFAST == 0: unstaged, those do not apply, and B is read n-fastest",
                    lambda p, dev, prec: _rt_unstaged(p)),
-        Constraint(11, "asynchronous copies", "PIPE <= 7, and BKFAST == 0 with PIPE 5-7: asynchronous copies "
-                   "land in local memory as they are in global memory",
+        Constraint(11, "asynchronous copies", "PIPE <= 7, and BKFAST 0 or 1 with PIPE 5-7: asynchronous copies "
+                   "land in local memory as they are in global memory, or element by element (BKFAST 1), "
+                   "not transposed in registers",
                    lambda p, dev, prec: _rt_async(p)),
         Constraint(12, "matrix instructions", "MMA == 0, or MMA == 1 with: d or z on a device with FP64 matrix "
                    "instructions, MDIMC % 8 == 0 and NDIMC % 4 == 0 (8 x 4 work-items per group of 32), "
@@ -282,7 +317,8 @@ XGEMM_RT = RegisterTiled(
                    "and VLM == VLN == UNROLL == 1, WARPM == 0, which do not apply to it",
                    _rt_matrix),
     ),
-    may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA"}),
+    may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA", "STREAMK"}),
+    workspace=True,
 )
 
 

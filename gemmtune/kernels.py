@@ -141,6 +141,14 @@ class GemmOperation:
         ctx = queue.context
         self.a_scratch = None if self.a_direct else cl.Buffer(ctx, mf, self.mp * self.kp * item)
         self.b_scratch = None if self.b_direct else cl.Buffer(ctx, mf, self.np * self.kp * item)
+        self.split = self.family.split(p, self.mp, self.np, self.kp, queue.device.max_compute_units)
+        self.workspace = ()
+        if self.family.workspace:
+            # Partial tiles, and one counter per split tile, zero now and after every launch.
+            first, count, pieces = self.split or (0, 0, 0)
+            work = cl.Buffer(ctx, mf, max(item, self.family.workspace_bytes(p, prec, self.split)))
+            counts = cl.Buffer(ctx, mf | cl.mem_flags.COPY_HOST_PTR, hostbuf=np.zeros(max(1, count), np.int32))
+            self.workspace = (np.int32(first), np.int32(pieces), work, counts)
 
     def _prepare(self, src, transpose: bool, conj: bool, rows: int, cols: int,
                  rows_p: int, cols_p: int, dst, wait_for) -> cl.Event:
@@ -182,10 +190,10 @@ class GemmOperation:
         i32 = np.int32
         dtype = self.prec.dtype.type
         p = self.config.params
-        events.append(self.main(self.queue, self.family.global_size(p, self.mp, self.np),
+        events.append(self.main(self.queue, self.family.global_size(p, self.mp, self.np, self.split),
                                 self.family.local_size(p), i32(self.m), i32(self.n), i32(self.kp),
                                 dtype(alpha), dtype(beta), a, i32(lda), b, i32(ldb), c, i32(self.m),
-                                wait_for=events or wait_for))
+                                *self.workspace, wait_for=events or wait_for))
         return events
 
 

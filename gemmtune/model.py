@@ -220,7 +220,9 @@ def predict(config: Config, dev: DeviceInfo, prec: Precision, m: int, n: int, k:
     peak = resolve_peaks(dev, prec, peaks)
     flops, padded = prec.flops(m, n, k), prec.flops(mp, np_, kp)
     matrix = MATRIX_SPEEDUP if p.get("MMA", 0) and dev.fp64_matrix and prec.needs_double else 1.0  # k5 has no MMA
-    compute_s = rounds * dev.compute_units / groups * padded / (peak.gflops * 1e9 * efficiency * matrix)
+    # The last round of work-groups leaves compute units idle, unless stream-K shares it out.
+    tail = 1.0 if p.get("STREAMK", 0) else rounds * dev.compute_units / groups
+    compute_s = tail * padded / (peak.gflops * 1e9 * efficiency * matrix)
     memory_s = main_bytes / (peak.bandwidth_gbs * 1e9)
     pass_s = pass_bytes / (peak.bandwidth_gbs * 1e9)
     launch_s = (1 + passes) * LAUNCH_S.get(dev.type, DEFAULT_LAUNCH_S)

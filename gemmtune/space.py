@@ -73,26 +73,33 @@ class FamilySpace:
         for combo in itertools.product(*self.values.values()):
             yield Config.of(self.family.name, dict(zip(names, combo)))
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """The Cartesian product as one int64 column per parameter, in ``configs()`` order."""
-        grids = np.meshgrid(*(np.asarray(v, dtype=np.int64) for v in self.values.values()), indexing="ij")
-        return {name: g.ravel() for name, g in zip(self.values, grids)}
+    def chunks(self, rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
+        """The Cartesian product in ``configs()`` order as one int64 column per parameter, ``rows``
+        points at a time: the whole product of the shipped space is tens of millions of points,
+        of which a few percent are valid."""
+        lists = [np.asarray(v, dtype=np.int64) for v in self.values.values()]
+        shape = tuple(len(v) for v in lists)
+        for start in range(0, self.size, rows):
+            index = np.unravel_index(np.arange(start, min(start + rows, self.size)), shape)
+            yield {name: values[i] for name, values, i in zip(self.values, lists, index)}
 
-    def checks(self, dev: DeviceInfo, prec: Precision) -> list[tuple[Constraint, np.ndarray]]:
-        """Each constraint with the mask of the product's points that obey it."""
-        cols = self.columns()
-        size = self.size
+    def checks(self, cols: dict[str, np.ndarray], dev: DeviceInfo, prec: Precision) -> list[tuple[Constraint, np.ndarray]]:
+        """Each constraint with the mask of the points of ``cols`` that obey it."""
+        size = len(next(iter(cols.values())))
         return [(c, np.broadcast_to(np.asarray(c.check(cols, dev, prec), dtype=bool), (size,)))
                 for c in self.family.constraints]
 
     def valid(self, dev: DeviceInfo, prec: Precision) -> list[Config]:
-        cols = self.columns()
-        mask = np.ones(self.size, dtype=bool)
-        for _, ok in self.checks(dev, prec):
-            mask &= ok
         names = list(self.values)
-        rows = np.column_stack([cols[n][mask] for n in names]).tolist() if mask.any() else []
-        return [Config(self.family.name, tuple(zip(names, row))) for row in rows]
+        configs = []
+        for cols in self.chunks():
+            mask = np.ones(len(cols[names[0]]), dtype=bool)
+            for _, ok in self.checks(cols, dev, prec):
+                mask &= ok
+            if mask.any():
+                rows = np.column_stack([cols[n][mask] for n in names]).tolist()
+                configs += [Config(self.family.name, tuple(zip(names, row))) for row in rows]
+        return configs
 
     @property
     def size(self) -> int:
@@ -237,11 +244,17 @@ def explain(space: Space, dev: DeviceInfo, prec: Precision) -> list[ConstraintCo
     require_precision(dev, prec)
     counts = []
     for fs in space.families:
-        alive = np.ones(fs.size, dtype=bool)  # obeys every constraint checked so far
+        removed = dict.fromkeys(fs.family.constraints, 0)
+        broken = dict.fromkeys(fs.family.constraints, 0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            for c, ok in fs.checks(dev, prec):
-                counts.append(ConstraintCount(fs.family.name, c, int((alive & ~ok).sum()), int((~ok).sum())))
-                alive &= ok
+            for cols in fs.chunks():
+                alive = None  # obeys every constraint checked so far
+                for c, ok in fs.checks(cols, dev, prec):
+                    alive = np.ones(len(ok), dtype=bool) if alive is None else alive
+                    removed[c] += int((alive & ~ok).sum())
+                    broken[c] += int((~ok).sum())
+                    alive &= ok
+        counts += [ConstraintCount(fs.family.name, c, removed[c], broken[c]) for c in fs.family.constraints]
     return counts
 
 

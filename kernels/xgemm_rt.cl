@@ -24,6 +24,15 @@
 // local memory by itself, so ABUF - 1 slices are in flight while one is computed, at no cost in
 // registers. Elsewhere the same pipeline copies with a load and a store.
 //
+// With STREAMK = n > 0, the tiles of the last round (tiles % (n work-groups per compute unit))
+// are split along K into `pieces` runs of K-slices, each its own work-group, as many as fill
+// whole rounds best (the host picks it): the last round no longer leaves compute units idle.
+// The pieces of a tile each leave their sum in `work` and count themselves in `counts` (one
+// counter per split tile, zero before the first launch; the kernel leaves it zero), and the
+// last to finish adds them up into C. The host passes split_from (the first split tile; the
+// tiles before it are one work-group each, the grid is one-dimensional) and pieces; without
+// STREAMK, the grid is 2D and split_from, pieces, work and counts are not read.
+//
 // With STAGE = 0 nothing is staged: each work-item reads its operands for step k straight from
 // A and B (B n-fastest) through the device's cache, and the loop needs no barrier at all
 // (CLBlast's SA = SB = 0).
@@ -74,11 +83,21 @@
 #ifndef MMA
 #define MMA 0       // 0: each work-item multiplies its own results; 1: each group of 32 multiplies 16 x 8 x 8 blocks together with matrix instructions (d and z)
 #endif
+#ifndef STREAMK
+#define STREAMK 0   // 0: one work-group per tile; n: the last round's tiles (rounds of n work-groups per compute unit) split along K to fill whole rounds
+#endif
 #if !defined(CP_ASYNC)  // a fact about the device, not a tuned parameter: gemmtune defines it when it builds
 #define CP_ASYNC 0
 #endif
 #if !defined(MMA_F64)   // likewise: NVIDIA's mma.sync on 16 x 8 x 8 doubles (compute capability 9.0 and later)
 #define MMA_F64 0
+#endif
+
+// Orders this work-item's global stores before what follows, for other work-groups to see.
+#if CP_ASYNC
+  #define GLOBAL_FENCE() __asm__ __volatile__("membar.gl;" ::: "memory")   // NVIDIA: device-wide
+#else
+  #define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
 #endif
 
 #include "pad.cl"   // the operand preparation kernels, and their TRANSPOSEX/TRANSPOSEY
@@ -111,8 +130,8 @@
 //  10. STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and BKFAST == 0: without
 //      staging, those parameters do not apply, and B is read n-fastest so that a work-item's
 //      WPTN values of B for one k are contiguous
-//  11. PIPE <= 7, and BKFAST == 0 with PIPE >= 5: asynchronous copies land in local memory exactly
-//      as they are in global memory
+//  11. PIPE <= 7, and BKFAST 0 or 1 with PIPE >= 5: asynchronous copies land in local memory as
+//      they are in global memory, or element by element (BKFAST = 1), not transposed in registers
 //  12. MMA == 0, or MMA == 1 with: d or z on a device with MMA_F64; MDIMC % 8 == 0 and NDIMC % 4 == 0 (groups
 //      of 32 as 8 x 4 work-items); WPTM, WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8 blocks);
 //      STAGE == 1, PIPE != 4, and VLM, VLN, UNROLL == 1, WARPM == 0, which do not apply to it
@@ -125,8 +144,8 @@
 #if STAGE == 0 && (PIPE != 0 || PADL != 0 || VWG != 1 || BKFAST != 0)
 #error "xgemm_rt: without staging (STAGE = 0), PIPE, PADL and BKFAST must be 0 and VWG 1"
 #endif
-#if PIPE < 0 || PIPE > 7 || (PIPE >= 5 && BKFAST != 0)
-#error "xgemm_rt: PIPE is 0 to 7, and asynchronous copies (PIPE 5 to 7) need BKFAST = 0"
+#if PIPE < 0 || PIPE > 7 || (PIPE >= 5 && BKFAST == 2)
+#error "xgemm_rt: PIPE is 0 to 7, and asynchronous copies (PIPE 5 to 7) need BKFAST 0 or 1"
 #endif
 #if PIPE == 4 && (UNROLL != 1 || KWG % 2 != 0)
 #error "xgemm_rt: PIPE = 4 unrolls the slice itself (UNROLL = 1) over an even KWG"
@@ -189,11 +208,18 @@ __kernel __attribute__((reqd_work_group_size(MDIMC, NDIMC, 1)))
 void xgemm(const int M, const int N, const int Kp, const real alpha, const real beta,
            const __global real* restrict A, const int lda,
            const __global real* restrict B, const int ldb,
-           __global real* C, const int ldc) {
+           __global real* C, const int ldc,
+           const int split_from, const int pieces, __global real* restrict work, volatile __global int* counts) {
   // Aligned for the widest vector access: NVIDIA faults on a misaligned vector access to local memory.
 #if STAGE
   __local real Alm[NBUF * KWG * LDAL] __attribute__((aligned(128)));
   __local real Blm[NBUF * KWG * LDBL] __attribute__((aligned(128)));
+#endif
+#if MMA && !MMA_F64
+  __local double mma_frag[WGS / 32][16 * 8 + 8 * 8];   // the spelled-out matrix instructions' operands
+#endif
+#if STREAMK
+  __local int sk_last;                                  // this work-group finished a split tile last
 #endif
 
   const int tid = get_local_id(1) * MDIMC + get_local_id(0);
@@ -206,19 +232,11 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   const int tx = (warp % (MDIMC / WARPM)) * WARPM + lane % WARPM;
   const int ty = (warp / (MDIMC / WARPM)) * (32 / WARPM) + lane / WARPM;
 #endif
-  const int m0 = get_group_id(0) * MWG;
-  const int n0 = get_group_id(1) * NWG;
-  const __global real* Ablock = A + m0;
-#if BKFAST
-  const __global real* Bblock = B + n0 * ldb;
-#else
-  const __global real* Bblock = B + n0;
-#endif
-
+  // The tile at (m0, n0) and its K-slices from s0 on, in A and B; set per tile below.
+  int m0, n0;
+  const __global real* Ablock;
+  const __global real* Bblock;
   real acc[WPTM][WPTN];
-  for (int i = 0; i < WPTM; i++) {
-    for (int j = 0; j < WPTN; j++) { acc[i][j] = ZERO; }
-  }
 
   gunion ra[LPTA], rb[LPTB];
   // Vector v of a slice held as it is in global memory, row by row (one row per k, W elements
@@ -292,6 +310,14 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     #else
       #define COPY(dst, src) CP_ASYNC_N(dst, src, 4)
     #endif
+    // One element: B's transpose on its way in (BKFAST = 1).
+    #if PRECISION == 32
+      #define COPY_ELEMENT(dst, src) CP_ASYNC_N(dst, src, 4)
+    #elif PRECISION == 6464
+      #define COPY_ELEMENT(dst, src) CP_ASYNC_N(dst, src, 16)
+    #else
+      #define COPY_ELEMENT(dst, src) CP_ASYNC_N(dst, src, 8)
+    #endif
     #define COMMIT() __asm__ __volatile__("cp.async.commit_group;" ::: "memory")
     // Wait until at most ABUF - 2 groups of copies are in flight: the oldest slice has landed.
     #if ABUF == 2
@@ -303,6 +329,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     #endif
   #else
     #define COPY(dst, src) (*(dst) = *(src))
+    #define COPY_ELEMENT(dst, src) (*(dst) = *(src))
     #define COMMIT()
     #define WAIT_OLDEST()
   #endif
@@ -311,10 +338,23 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
       const int v = tid + l * WGS; \
       COPY(SLICE_DST(Alm, LDAL, MWG, buf, v), SLICE_SRC(Ablock, lda, MWG, k0, v)); \
     } \
-    for (int l = 0; l < LPTB; l++) { \
-      const int v = tid + l * WGS; \
-      COPY(SLICE_DST(Blm, LDBL, NWG, buf, v), SLICE_SRC(Bblock, ldb, NWG, k0, v)); \
-    }
+    COPY_B(buf, k0)
+  #if BKFAST
+    // B column n is contiguous along k: element e of the slice is column e / KWG, k = e % KWG, so
+    // each group of 32 reads whole columns' pieces, and copies it alone into row k of the k-major
+    // slice (PADL spreads the rows over the banks).
+    #define COPY_B(buf, k0) \
+      for (int l = 0; l < (KWG * NWG) / WGS; l++) { \
+        const int e = tid + l * WGS; \
+        COPY_ELEMENT(Blm + (buf) * KWG * LDBL + (e % KWG) * LDBL + e / KWG, Bblock + (e / KWG) * ldb + (k0) + e % KWG); \
+      }
+  #else
+    #define COPY_B(buf, k0) \
+      for (int l = 0; l < LPTB; l++) { \
+        const int v = tid + l * WGS; \
+        COPY(SLICE_DST(Blm, LDBL, NWG, buf, v), SLICE_SRC(Bblock, ldb, NWG, k0, v)); \
+      }
+  #endif
 #endif
 #if MMA
   // Each group of 32 work-items (a warp) owns an (8 WPTM) x (4 WPTN) block of the tile, made of
@@ -341,7 +381,6 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     // The same instruction, spelled out: the warp's fragments go through local memory as the
     // 16 x 8 and 8 x 8 matrices they are, and each lane sums its four results. Every work-item
     // reaches every multiply, so the barriers are safe; on such devices this path is for tests.
-    __local double mma_frag[WGS / 32][16 * 8 + 8 * 8];
     __local double* const fa_ = mma_frag[tid / 32];
     __local double* const fb_ = fa_ + 16 * 8;
     #define MMA16X8X8(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1) { \
@@ -426,7 +465,36 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     for (int k = 0; k < KWG; k++) { LOAD_OPERANDS(buf, k0, k, 0) MULTIPLY(0) }
 #endif
 
-  const int tiles = Kp / KWG;
+  const int slices = Kp / KWG;   // K-slices of a whole tile
+#if STREAMK
+  // Tiles below split_from: one work-group each. Each later tile (the last round's): `pieces`
+  // work-groups, each multiplying an equal run of its K-slices.
+  const int group = get_group_id(0);
+  const int tile = group < split_from ? group : split_from + (group - split_from) / pieces;
+  const int piece = group < split_from ? 0 : (group - split_from) % pieces;
+  const int parts = group < split_from ? 1 : pieces;
+  const int s0 = piece * slices / parts, s1 = (piece + 1) * slices / parts;
+  const int tiles_m = (M + MWG - 1) / MWG;
+  m0 = (tile % tiles_m) * MWG;
+  n0 = (tile / tiles_m) * NWG;
+  {
+#else
+  {
+    const int s0 = 0, s1 = slices;
+    m0 = get_group_id(0) * MWG;
+    n0 = get_group_id(1) * NWG;
+#endif
+  // One tile, over K-slices s0 to s1: what follows up to its end is the whole GEMM of one tile.
+  Ablock = A + m0 + (size_t)s0 * KWG * lda;
+#if BKFAST
+  Bblock = B + (size_t)n0 * ldb + s0 * KWG;
+#else
+  Bblock = B + n0 + (size_t)s0 * KWG * ldb;
+#endif
+  for (int i = 0; i < WPTM; i++) {
+    for (int j = 0; j < WPTN; j++) { acc[i][j] = ZERO; }
+  }
+  const int tiles = s1 - s0;   // K-slices of this tile to multiply
 #if STAGE == 0
   // Every work-item reads what it multiplies; the cache, not local memory, shares it.
   for (int t = 0; t < tiles; t++) {
@@ -529,6 +597,43 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   }
 #endif
 
+#if STREAMK
+  if (parts > 1) {
+    // A split tile: leave this part in `work`, and let the last of its work-groups to finish add
+    // up all parts, in order (the same sums, whichever is last). Every loop over the results is
+    // unrolled, so that acc stays in registers.
+    #define SK_PART(p) (work + ((size_t)(tile - split_from) * pieces + (p)) * (MWG * NWG))
+    #define SK_AT(i, j) ((size_t)NCOL(j) * MWG + MROW(i))
+    __global real* mine = SK_PART(piece);
+    PRAGMA(unroll)
+    for (int i = 0; i < WPTM; i++) {
+      PRAGMA(unroll)
+      for (int j = 0; j < WPTN; j++) { mine[SK_AT(i, j)] = acc[i][j]; }
+    }
+    GLOBAL_FENCE();                       // the part is in memory before this group counts itself
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (tid == 0) { sk_last = atomic_inc(&counts[tile - split_from]) == pieces - 1; }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!sk_last) { return; }
+    GLOBAL_FENCE();
+    PRAGMA(unroll)
+    for (int i = 0; i < WPTM; i++) {
+      PRAGMA(unroll)
+      for (int j = 0; j < WPTN; j++) { acc[i][j] = ZERO; }
+    }
+    for (int p = 0; p < pieces; p++) {
+      // Plain loads: no compute unit has read these addresses since the launch began, so none
+      // holds a stale copy, and the fence above ordered them after the count.
+      const __global real* part = SK_PART(p);
+      PRAGMA(unroll)
+      for (int i = 0; i < WPTM; i++) {
+        PRAGMA(unroll)
+        for (int j = 0; j < WPTN; j++) { acc[i][j] += part[SK_AT(i, j)]; }
+      }
+    }
+    if (tid == 0) { counts[tile - split_from] = 0; }   // ready for the next launch
+  }
+#endif
   for (int i = 0; i < WPTM; i++) {
     const int m = m0 + MROW(i);
     if (m < M) {
@@ -538,4 +643,5 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
       }
     }
   }
+  }   // the tile
 }

@@ -35,11 +35,11 @@ from gemmtune.cli import cli  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.families import XGEMM_RT  # noqa: E402
 from gemmtune.precision import get_precision, precision_of  # noqa: E402
-from gemmtune.space import Config, check_config, explain, load_space, valid_configs  # noqa: E402
+from gemmtune.space import Config, check_config, explain, load_space, make_config, valid_configs  # noqa: E402
 from gemmtune.verify import Reference, compare  # noqa: E402
 
 RT_PARAMS = ("MWG", "NWG", "KWG", "MDIMC", "NDIMC", "VWG", "VLM", "VLN", "PIPE", "PADL", "UNROLL",
-             "BKFAST", "WARPM", "STAGE", "MMA", "TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")
+             "BKFAST", "WARPM", "STAGE", "MMA", "STREAMK", "TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")
 
 
 # ---------------------------------------------------------------- the rules, from the .cl comments
@@ -80,7 +80,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
             "local": ty * tw * (tx + 1) * nbytes <= dev.local_mem_bytes},
         10: {"STAGE 0 or 1": stage in (0, 1), "PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
              "VWG 1 unstaged": stage == 1 or vwg == 1, "BKFAST 0 unstaged": stage == 1 or bkfast == 0},
-        11: {"PIPE <= 7": pipe <= 7, "BKFAST 0 if PIPE 5-7": pipe < 5 or bkfast == 0},
+        11: {"PIPE <= 7": pipe <= 7, "BKFAST 0 or 1 if PIPE 5-7": pipe < 5 or bkfast != 2},
         12: {"MMA 0 or 1": mma in (0, 1), "d or z": not mma or code in "dz", "device": not mma or dev.fp64_matrix,
              "8 x 4 groups": not mma or (mdimc % 8 == 0 and ndimc % 4 == 0),
              "whole blocks": not mma or ((mwg // mdimc) % 2 == 0 and (nwg // ndimc) % 2 == 0 and kwg % 8 == 0),
@@ -104,7 +104,7 @@ def key(params: dict) -> tuple:
 # Every parameter at a small value that breaks nothing on the devices below; each test widens
 # only the parameters its constraint is about.
 BASE = dict(MWG=[16], NWG=[16], KWG=[8], MDIMC=[4], NDIMC=[4], VWG=[1], VLM=[1], VLN=[1], PIPE=[0],
-            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], STAGE=[1], MMA=[0], TRANSPOSEX=[8], TRANSPOSEY=[8],
+            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], STAGE=[1], MMA=[0], STREAMK=[0], TRANSPOSEX=[8], TRANSPOSEY=[8],
             TRANSPOSEW=[1])
 
 
@@ -160,7 +160,7 @@ def point(table: dict, **values) -> dict:
 
 def test_family_parameters_are_the_cl_defaults():
     assert [k for k in XGEMM_RT.parameters if k != "PRECISION"] == list(RT_PARAMS)
-    assert XGEMM_RT.may_be_zero == {"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA"}
+    assert XGEMM_RT.may_be_zero == {"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA", "STREAMK"}
     # The .cl file's own defaults are a valid configuration on a GPU-like device, in s.
     assert not rt_broken(XGEMM_RT.defaults, GPU_LIKE, "s")
     assert [c.number for c in XGEMM_RT.constraints] == list(range(1, 13))
@@ -347,13 +347,13 @@ def test_constraint_11_asynchronous_copies(tmp_path):
     table = {**BASE, "PIPE": [0, 1, 2, 4, 5, 6, 7, 8], "BKFAST": [0, 1, 2]}
     alone = run_constraint_case(tmp_path, table, GPU_LIKE, "s", 11)
     parts = [failing_parts(p, GPU_LIKE, "s", 11) for p in alone]
-    for part in ("PIPE <= 7", "BKFAST 0 if PIPE 5-7"):
+    for part in ("PIPE <= 7", "BKFAST 0 or 1 if PIPE 5-7"):
         assert [part] in parts, part
     valid = valid_keys(tmp_path, table, GPU_LIKE, "s")
     for pipe in (5, 6, 7):
-        assert key(point(table, PIPE=pipe)) in valid
-        for bkfast in (1, 2):
-            assert key(point(table, PIPE=pipe, BKFAST=bkfast)) not in valid
+        # B as given is copied element by element; a transpose in registers has no registers to do it in
+        assert key(point(table, PIPE=pipe)) in valid and key(point(table, PIPE=pipe, BKFAST=1)) in valid
+        assert key(point(table, PIPE=pipe, BKFAST=2)) not in valid
     assert key(point(table, PIPE=8)) not in valid
     assert key(point(table, PIPE=2, BKFAST=1)) in valid and key(point(table, PIPE=4, BKFAST=2)) in valid
 
@@ -475,9 +475,20 @@ UNSTAGED = ("d", {**CONFIGS["d"], "STAGE": 0})
 # what they test is the rotation of the buffers: K = 1 and 3 leave the prologue short of slices).
 ASYNC3 = ("d", {**CONFIGS["d"], "PIPE": 6})
 ASYNC2 = ("c", {**FLIPPED[1], "PIPE": 5})
-CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, AHEAD, UNSTAGED, ASYNC3, ASYNC2]
+# And B as given (BKFAST = 1), copied element by element into the k-major slice: s into 4 buffers
+# (PIPE 7), z (16-byte elements) into 2.
+ASYNC4_KFAST = ("s", {**CONFIGS["s"], "PIPE": 7})
+ASYNC2_KFAST = ("z", {**CONFIGS["z"], "BKFAST": 1, "PIPE": 5})
+# Stream-K: the last round's tiles, in rounds of 3 work-groups per compute unit (2 for c, with
+# asynchronous copies), split along K: with so few tiles, every tile of these shapes but those
+# of a single K-slice ((1, 1, 1) and (130, 2, 3)) is split, on any number of compute units.
+SHARED = ("s", {**CONFIGS["s"], "STREAMK": 3})
+SHARED_ASYNC = ("c", {**FLIPPED[1], "PIPE": 5, "STREAMK": 2})
+CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, AHEAD, UNSTAGED, ASYNC3, ASYNC2,
+                                                                ASYNC4_KFAST, ASYNC2_KFAST, SHARED, SHARED_ASYNC]
 CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast2-pipe3", "c-bkfast0-pipe1",
-            "s-bkfast1-pipe4", "d-unstaged", "d-async3", "c-async2"]
+            "s-bkfast1-pipe4", "d-unstaged", "d-async3", "c-async2", "s-bkfast1-async4",
+            "z-bkfast1-async2", "s-streamk3", "c-async2-streamk2"]
 
 # (m, n, k): C is m x n. (32, 32, 32) is a multiple of every tile above, so operands that are
 # already in the kernel's layout go to it directly, without a padding pass.
@@ -506,8 +517,9 @@ def test_test_configurations_cover_the_features():
     def seen(name):
         return {c[name] for c in configs}
 
-    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 3, 4, 5, 6} and seen("WARPM") == {0, 8}
+    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 3, 4, 5, 6, 7} and seen("WARPM") == {0, 8}
     assert seen("PADL") == {0, 4} and seen("VWG") == {1, 2, 4} and seen("STAGE") == {0, 1}
+    assert {c.get("STREAMK", 0) for c in configs} == {0, 2, 3}
     # TRANSPOSEW left out (a configuration recorded before it existed) is one element per work-item
     assert {c.get("TRANSPOSEW") for c in configs} == {None, 3, 4}
     assert any(c["VLM"] == 1 < c["MWG"] // c["MDIMC"] for c in configs)              # strided
@@ -536,12 +548,12 @@ def test_gemm_matches_numpy(code, config, shape):
 # the kernel then spells each instruction out through local memory, from the same fragments:
 # what these cases check is which values each lane loads, which blocks each group of 32 owns,
 # and where each result goes. Two groups each: along N for d, along M for z; z reads B as given
-# (BKFAST 1), staged k-major as with the transpose pass.
+# (BKFAST 1), staged k-major as with the transpose pass, and splits its tiles along K (STREAMK 2).
 MMA_CASES = [
     ("d", dict(MWG=32, NWG=32, KWG=16, MDIMC=8, NDIMC=8, VWG=2, VLM=1, VLN=1, PIPE=6, PADL=4, UNROLL=1,
                BKFAST=0, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
     ("z", dict(MWG=32, NWG=16, KWG=8, MDIMC=16, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=2, PADL=0, UNROLL=1,
-               BKFAST=1, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)),
+               BKFAST=1, WARPM=0, STAGE=1, MMA=1, STREAMK=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)),
 ]
 
 
@@ -588,6 +600,47 @@ def check_every_case(code: str, config: dict, shape) -> None:
                 assert check.passed, (case, check)
 
 
+def test_stream_k_splits_the_last_round_of_tiles():
+    """One tile more than two whole rounds: the last tile is split along K into pieces, each a
+    work-group of its own, and the last piece to finish adds them up. Every launch leaves the
+    tile's counter at zero for the next (each product starts from C poisoned with NaN)."""
+    from gemmtune import compute
+
+    rounds = 2 * compute.get_device(None).info.compute_units          # STREAMK = 2: at least 2
+    config = dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=2, PADL=0, UNROLL=1,
+                  BKFAST=0, WARPM=0, STAGE=1, STREAMK=2, TRANSPOSEX=8, TRANSPOSEY=8)
+    tiles = 2 * rounds + 1                                              # along the kernel's M (numpy's n)
+    m, n, k = 13, 16 * tiles - 5, 8 * 5 + 3                             # 6 K-slices per tile
+    p = make_config(load_space(), "xgemm_rt", config).params
+    split = XGEMM_RT.split(p, 16 * tiles, 16, 48, rounds // 2)
+    # as many pieces as there are work-groups in a round, up to one per K-slice
+    assert split == (2 * rounds, 1, min(rounds, 6))
+    assert XGEMM_RT.global_size(p, 16 * tiles, 16, split) == ((2 * rounds + split.pieces) * 4, 4)
+    rng = np.random.default_rng(7)
+    for beta in (0.0, 0.0, -0.5):
+        a, b = uniform((m, k), np.float32, rng), uniform((k, n), np.float32, rng)
+        c = uniform((m, n), np.float32, rng) if beta else None
+        got = gemmtune.gemm(a, b, c, alpha=1.5, beta=beta, config=rt(config))
+        value, scale = numpy_product(a, b, c, 1.5, beta, "N", "N")
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, value, rtol=0, atol=worst_case_tolerance(np.float32, k, scale))
+
+
+def test_stream_k_fills_the_last_round_best():
+    # 128 x 128 tiles, 2 work-groups on each of 132 compute units (264 a round), as on the H200.
+    p = make_config(load_space(), "xgemm_rt", dict(MWG=128, NWG=128, KWG=8, MDIMC=16, NDIMC=16, STREAMK=2)).params
+    # 4096^3: 1,024 tiles, 232 in the last round; 9 pieces each make 2,088 work-groups, 7.9
+    # rounds of a ninth of a tile: 0.89 tile times, where 8 pieces would need 8 eighths.
+    assert XGEMM_RT.split(p, 4096, 4096, 4096, 132) == (792, 232, 9)
+    # 4224 x 4096: 1,056 tiles, 4 whole rounds: nothing to split
+    assert XGEMM_RT.split(p, 4224, 4096, 4096, 132) == (1056, 0, 1)
+    # at most one piece per K-slice: with 9 slices still 9 pieces, with 8 none of 2-8 beats one
+    assert XGEMM_RT.split(p, 4096, 4096, 72, 132) == (792, 232, 9)
+    assert XGEMM_RT.split(p, 4096, 4096, 64, 132) == (1024, 0, 1)
+    assert XGEMM_RT.split({**p, "STREAMK": 0}, 4096, 4096, 4096, 132) is None
+    assert XGEMM_RT.global_size({**p, "STREAMK": 0}, 4096, 4096) == (32 * 16, 32 * 16)
+
+
 @pytest.mark.parametrize("shape", [(33, 7, 129), (32, 32, 32)], ids=["33x7x129", "32x32x32"])
 def test_result_does_not_depend_on_bkfast(shape):
     """Same operands through B staged n-fastest (after a transpose pass) and k-fastest (read as
@@ -618,7 +671,7 @@ def test_result_does_not_depend_on_bkfast(shape):
     (dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=1, UNROLL=3), 6),  # 8 % 3
     (dict(MWG=32, NWG=32, KWG=16, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=1, WARPM=8, UNROLL=1), 7),  # 4 % 8
     (dict(MWG=64, NWG=64, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1), 8),   # 16 x 16
-    (dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1, PIPE=5, BKFAST=1), 11),
+    (dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1, PIPE=5, BKFAST=2), 11),
     (dict(MWG=16, NWG=8, KWG=8, MDIMC=8, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1, MMA=1), 12),  # PoCL lacks them
 ], ids=["c1", "c3-bkfast", "c4-padl", "c6", "c7", "c8", "c11", "c12"])
 def test_invalid_rt_config_names_the_constraint(config, number):

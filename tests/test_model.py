@@ -293,3 +293,13 @@ def test_model_imports_no_opencl():
 
     code = "import sys, gemmtune.model; assert 'pyopencl' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_split_tiles_leave_no_compute_unit_idle_in_the_model():
+    # 5 tiles of 64 x 64 on 4 compute units: two rounds, the second a quarter full, unless the
+    # last tile is split along K (STREAMK); 8 tiles fill two rounds either way.
+    whole, split = rt(STREAMK=0), rt(STREAMK=2)
+    t0, t2 = (model.predict(c, GPU, S, 320, 64, 1024).compute_s for c in (whole, split))
+    assert t0 == pytest.approx(t2 * 2 * 4 / 5)
+    full0, full2 = (model.predict(c, GPU, S, 512, 64, 1024).compute_s for c in (whole, split))
+    assert full0 == pytest.approx(full2)

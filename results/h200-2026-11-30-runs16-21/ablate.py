@@ -30,7 +30,7 @@ CASES = [   # run 16; the PIPE 4 rows are run 17's
     ("z", "MWG=64,NWG=64,KWG=8,MDIMC=16,NDIMC=8,VWG=1,VLM=1,VLN=4,PIPE=3,PADL=4,UNROLL=8,BKFAST=0,WARPM=8"),
     ("c", "MWG=256,NWG=64,KWG=8,MDIMC=32,NDIMC=8,VWG=2,VLM=1,VLN=4,PIPE=1,PADL=4,UNROLL=8,BKFAST=1,WARPM=8"),
 ]
-LOOP = re.compile(r"  const int tiles = Kp / KWG;\n#if STAGE == 0.*?\n#endif\n", re.S)
+LOOP = re.compile(r"  const int tiles = [^\n]*\n#if STAGE == 0.*?\n#endif\n", re.S)
 
 
 def variant(src: str, level: int) -> str:
@@ -82,7 +82,8 @@ for code, text in CASES:
                     seen.append(re.sub(r"^ptxas\s+(info\s+:|\.)\s*", "", l.strip()))
             regs += f" L{level}: " + (" | ".join(seen) or "?")
         k = cl.Kernel(prog, "xgemm")
-        args = (np.int32(N), np.int32(N), np.int32(N), scal(1), scal(0), bufs[0], np.int32(N), bufs[1], np.int32(N), bufs[2], np.int32(N))
+        args = (np.int32(N), np.int32(N), np.int32(N), scal(1), scal(0), bufs[0], np.int32(N), bufs[1], np.int32(N), bufs[2], np.int32(N),
+            np.int32(0), np.int32(0), bufs[2], bufs[2])   # STREAMK's arguments (added later), unused without it
         gs, ls = fam.global_size(params, N, N), fam.local_size(params)
         for _ in range(3):
             k(queue, gs, ls, *args)

@@ -54,7 +54,8 @@ for code, text, vname in CASES:
     regs = " | ".join(l.split(":", 1)[-1].strip() for l in seg.splitlines() if "Used" in l)
     k = cl.Kernel(prog, "xgemm")
     scal = prec.dtype.type
-    args = (np.int32(N), np.int32(N), np.int32(N), scal(1), scal(0), bufs[0], np.int32(N), bufs[1], np.int32(N), bufs[2], np.int32(N))
+    args = (np.int32(N), np.int32(N), np.int32(N), scal(1), scal(0), bufs[0], np.int32(N), bufs[1], np.int32(N), bufs[2], np.int32(N),
+            np.int32(0), np.int32(0), bufs[2], bufs[2])   # STREAMK's arguments (added later), unused without it
     gs, ls = fam.global_size(params, N, N), fam.local_size(params)
     for _ in range(3):
         k(queue, gs, ls, *args)
