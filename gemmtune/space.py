@@ -74,14 +74,19 @@ class FamilySpace:
             yield Config.of(self.family.name, dict(zip(names, combo)))
 
     def chunks(self, rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
-        """The Cartesian product in ``configs()`` order as one int64 column per parameter, ``rows``
-        points at a time: the whole product of the shipped space is tens of millions of points,
-        of which a few percent are valid."""
+        """The Cartesian product in ``configs()`` order as one int64 column per parameter, at most
+        ``rows`` points at a time (the whole product of the shipped space is tens of millions of
+        points, of which a few percent are valid): the trailing parameters whose product fits
+        vary within a chunk, built once; each chunk holds one combination of the leading ones."""
+        names = list(self.values)
         lists = [np.asarray(v, dtype=np.int64) for v in self.values.values()]
-        shape = tuple(len(v) for v in lists)
-        for start in range(0, self.size, rows):
-            index = np.unravel_index(np.arange(start, min(start + rows, self.size)), shape)
-            yield {name: values[i] for name, values, i in zip(self.values, lists, index)}
+        lead, inner = len(lists), 1
+        while lead > 0 and inner * len(lists[lead - 1]) <= rows:
+            lead -= 1
+            inner *= len(lists[lead])
+        tail = {name: g.ravel() for name, g in zip(names[lead:], np.meshgrid(*lists[lead:], indexing="ij"))}
+        for head in itertools.product(*lists[:lead]):
+            yield {**{name: np.full(inner, v) for name, v in zip(names, head)}, **tail}
 
     def checks(self, cols: dict[str, np.ndarray], dev: DeviceInfo, prec: Precision) -> list[tuple[Constraint, np.ndarray]]:
         """Each constraint with the mask of the points of ``cols`` that obey it."""
@@ -93,9 +98,7 @@ class FamilySpace:
         names = list(self.values)
         configs = []
         for cols in self.chunks():
-            mask = np.ones(len(cols[names[0]]), dtype=bool)
-            for _, ok in self.checks(cols, dev, prec):
-                mask &= ok
+            mask = np.logical_and.reduce([ok for _, ok in self.checks(cols, dev, prec)])
             if mask.any():
                 rows = np.column_stack([cols[n][mask] for n in names]).tolist()
                 configs += [Config(self.family.name, tuple(zip(names, row))) for row in rows]
@@ -248,12 +251,11 @@ def explain(space: Space, dev: DeviceInfo, prec: Precision) -> list[ConstraintCo
         broken = dict.fromkeys(fs.family.constraints, 0)
         with np.errstate(divide="ignore", invalid="ignore"):
             for cols in fs.chunks():
-                alive = None  # obeys every constraint checked so far
+                alive = True  # obeys every constraint checked so far
                 for c, ok in fs.checks(cols, dev, prec):
-                    alive = np.ones(len(ok), dtype=bool) if alive is None else alive
                     removed[c] += int((alive & ~ok).sum())
                     broken[c] += int((~ok).sum())
-                    alive &= ok
+                    alive = alive & ok
         counts += [ConstraintCount(fs.family.name, c, removed[c], broken[c]) for c in fs.family.constraints]
     return counts
 
