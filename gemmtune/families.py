@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import numpy as np
 
@@ -79,14 +79,55 @@ TRANSPOSE_FITS = Constraint(
 )
 
 
-MAX_PIECES = 16   # work-groups per split tile, at most
+# Stream-K shares the last round's tiles out only when it leaves at least this share of the
+# work-groups of a round idle: sharing costs a pass over the parts of the split tiles.
+IDLE_WORTH_SHARING = 0.1
 
 
-class Split(NamedTuple):
-    """How a launch splits the tiles of its last round along K (xgemm_rt's STREAMK)."""
-    first: int    # the first split tile; each tile before it is one work-group
-    count: int    # tiles split
-    pieces: int   # work-groups per split tile, each an equal run of its K-slices
+@dataclass(frozen=True)
+class Split:
+    """How a launch cuts the tiles of its last round along K (xgemm_rt's STREAMK).
+
+    Each tile before ``first`` is one work-group, in whole rounds; after them come ``pieces``,
+    one work-group each, as (tile, first K-slice, end K-slice, slot): slot -1 for a whole tile,
+    else where the part's sum goes. ``fixups`` lists each split tile as (tile, first slot,
+    parts), its parts in consecutive slots in the order of their K-slices.
+    """
+    first: int
+    pieces: tuple[tuple[int, int, int, int], ...] = ()
+    fixups: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def slots(self) -> int:
+        return sum(parts for _, _, parts in self.fixups)
+
+
+def stream_k_pieces(first: int, tiles: int, slices: int, runs: int) -> Split:
+    """Tiles ``first`` to ``tiles`` cut into ``runs`` equal runs of K-slices, taken tile by tile:
+    each run's stretch of a tile is a piece. A run that ends in one tile and goes on in the next
+    makes two pieces, whose lengths add up to the run's: listed longest first, the work-groups
+    that finish first take the longest of the short pieces left, and every compute unit ends
+    after about one run."""
+    per_run = -(-(tiles - first) * slices // runs)
+    cuts = []
+    for start in range(first * slices, tiles * slices, per_run):
+        end = min(start + per_run, tiles * slices)
+        while start < end:
+            tile, s0 = divmod(start, slices)
+            s1 = min(slices, s0 + end - start)
+            cuts.append((tile, s0, s1))
+            start += s1 - s0
+    slot, slots, fixups = 0, {}, []
+    for tile, s0, s1 in cuts:   # tile by tile, each in K order
+        if s1 - s0 < slices:
+            if not fixups or fixups[-1][0] != tile:
+                fixups.append((tile, slot, 0))
+            fixups[-1] = (tile, fixups[-1][1], fixups[-1][2] + 1)
+            slots[tile, s0] = slot
+            slot += 1
+    pieces = [(tile, s0, s1, slots.get((tile, s0), -1)) for tile, s0, s1 in cuts]
+    pieces.sort(key=lambda p: (p[1] - p[2], p[0], p[1]))
+    return Split(first, tuple(pieces), tuple(fixups))
 
 
 @dataclass(frozen=True)
@@ -99,7 +140,7 @@ class Family:
     tile_params: tuple[str, str, str]   # parameters whose values Mp, Np, Kp must be multiples of
     constraints: tuple[Constraint, ...]
     may_be_zero: frozenset[str] = frozenset()   # parameters for which 0 is meaningful
-    workspace: bool = False   # the main kernel takes (split_from, pieces, work, counts) after ldc: see split
+    workspace: bool = False   # the main kernel takes (split_from, pieces, work) after ldc: see split
 
     def local_size(self, p: Params) -> tuple[int, int]:
         raise NotImplementedError
@@ -205,23 +246,33 @@ class RegisterTiled(Family):
     def global_size(self, p, mp, np_, split=None):
         if split is None:
             return mp // p["MWG"] * p["MDIMC"], np_ // p["NWG"] * p["NDIMC"]
-        # one-dimensional: a work-group per tile before the split ones, then `pieces` per split tile
-        return (split.first + split.count * split.pieces) * p["MDIMC"], p["NDIMC"]
+        # one-dimensional: a work-group per tile before the split ones, then one per piece
+        return (split.first + len(split.pieces)) * p["MDIMC"], p["NDIMC"]
 
     def split(self, p, mp, np_, kp, compute_units):
         if not p["STREAMK"]:
             return None
         tiles, slices = (mp // p["MWG"]) * (np_ // p["NWG"]), kp // p["KWG"]
+        shared, rounds = self.shared_tiles(p, mp, np_, compute_units)
+        return stream_k_pieces(tiles - shared, tiles, slices, rounds) if shared else Split(tiles)
+
+    def shared_tiles(self, p, mp, np_, compute_units) -> tuple[int, int]:
+        """With STREAMK: how many of the last tiles ``split`` cuts into pieces (0: none), and
+        the work-groups that run at once, which the pieces keep busy until they end together."""
+        tiles = (mp // p["MWG"]) * (np_ // p["NWG"])
         rounds = p["STREAMK"] * compute_units     # work-groups running at once, by assumption
         last = tiles % rounds                      # tiles of the last, partial round
-        # The number of pieces whose rounds come closest to whole ones: the least time for the
-        # last tiles, in tile times (a piece takes 1 / pieces of one), fewest pieces on a tie.
-        pieces = min(range(1, min(slices, MAX_PIECES) + 1), key=lambda f: (-(-last * f // rounds) / f, f))
-        return Split(tiles - last, last, pieces) if pieces > 1 else Split(tiles, 0, 1)
+        if last == 0 or last > (1 - IDLE_WORTH_SHARING) * rounds:
+            return 0, rounds
+        if tiles >= rounds + last and 2 * last < rounds:
+            # Shared out alone, so few tiles would make short runs, each a pipeline filled and
+            # drained for little work: the last whole round joins them.
+            last += rounds
+        return last, rounds
 
     def workspace_bytes(self, p, prec, split) -> int:
-        """Bytes of `work`: a tile's partial sums per piece of each split tile."""
-        return 0 if split is None else split.count * split.pieces * p["MWG"] * p["NWG"] * prec.bytes
+        """Bytes of `work`: a tile of partial sums per slot."""
+        return 0 if split is None else split.slots * p["MWG"] * p["NWG"] * prec.bytes
 
     def local_mem_bytes(self, p, prec):
         pipe = p["PIPE"]

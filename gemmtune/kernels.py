@@ -118,7 +118,8 @@ class GemmOperation:
     """
 
     def __init__(self, queue: cl.CommandQueue, config: Config, source: str, prec: Precision,
-                 m: int, n: int, k: int, trans_a="N", trans_b="N", binary: bytes | None = None):
+                 m: int, n: int, k: int, trans_a="N", trans_b="N", binary: bytes | None = None,
+                 compute_units: int | None = None):
         self.queue, self.config, self.prec = queue, config, prec
         self.m, self.n, self.k = m, n, k
         self.trans_a, self.trans_b = normalize_op(trans_a), normalize_op(trans_b)
@@ -141,14 +142,23 @@ class GemmOperation:
         ctx = queue.context
         self.a_scratch = None if self.a_direct else cl.Buffer(ctx, mf, self.mp * self.kp * item)
         self.b_scratch = None if self.b_direct else cl.Buffer(ctx, mf, self.np * self.kp * item)
-        self.split = self.family.split(p, self.mp, self.np, self.kp, queue.device.max_compute_units)
+        # compute_units: what the split of work-groups assumes (the device's unless given).
+        self.split = self.family.split(p, self.mp, self.np, self.kp, compute_units or queue.device.max_compute_units)
         self.workspace = ()
+        self.fixup = None
         if self.family.workspace:
-            # Partial tiles, and one counter per split tile, zero now and after every launch.
-            first, count, pieces = self.split or (0, 0, 0)
-            work = cl.Buffer(ctx, mf, max(item, self.family.workspace_bytes(p, prec, self.split)))
-            counts = cl.Buffer(ctx, mf | cl.mem_flags.COPY_HOST_PTR, hostbuf=np.zeros(max(1, count), np.int32))
-            self.workspace = (np.int32(first), np.int32(pieces), work, counts)
+            split = self.split
+            work = cl.Buffer(ctx, mf, max(item, self.family.workspace_bytes(p, prec, split)))
+            pieces = cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                               hostbuf=np.array(split.pieces if split and split.pieces else [(0, 0, 0, -1)], np.int32))
+            self.workspace = (np.int32(split.first if split else 0), pieces, work)
+            if split and split.fixups:
+                self.fixup = cl.Kernel(self.program, "xgemm_fixup")
+                fixups = np.array([(*f, 0) for f in split.fixups], np.int32)
+                self.fixups = cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=fixups)
+        # The trailing events of enqueue that are the GEMM itself: the main kernel, and the
+        # kernel that adds up the tiles it computed in parts.
+        self.kernel_events = 1 + (self.fixup is not None)
 
     def _prepare(self, src, transpose: bool, conj: bool, rows: int, cols: int,
                  rows_p: int, cols_p: int, dst, wait_for) -> cl.Event:
@@ -168,7 +178,8 @@ class GemmOperation:
 
     def enqueue(self, a: cl.Buffer, b: cl.Buffer, c: cl.Buffer, alpha=1.0, beta=0.0,
                 wait_for=None) -> list[cl.Event]:
-        """Enqueue the whole operation; returns its events in order (the main kernel's last)."""
+        """Enqueue the whole operation; returns its events in order, the last
+        ``kernel_events`` of them the GEMM's own kernels (the passes before them)."""
         events = []
         lda, ldb = self.m, (self.k if self.b_k_fast else self.n)
         if not self.a_direct:
@@ -194,6 +205,12 @@ class GemmOperation:
                                 self.family.local_size(p), i32(self.m), i32(self.n), i32(self.kp),
                                 dtype(alpha), dtype(beta), a, i32(lda), b, i32(ldb), c, i32(self.m),
                                 *self.workspace, wait_for=events or wait_for))
+        if self.fixup is not None:
+            # a work-item per element of each split tile
+            size, group = len(self.split.fixups) * p["MWG"] * p["NWG"], p["MDIMC"] * p["NDIMC"]
+            events.append(self.fixup(self.queue, (size,), (group,), i32(self.m), i32(self.n), dtype(alpha),
+                                     dtype(beta), c, i32(self.m), self.fixups, self.workspace[-1],
+                                     wait_for=events[-1:]))
         return events
 
 

@@ -141,7 +141,7 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
         checking.result()
     try:
         if not checking.done() or checking.result().passed:
-            timed = _time(cl, queue, run, job)
+            timed = _time(cl, queue, run, job, op.kernel_events)
     finally:
         check = checking.result()
     if not check.passed:
@@ -164,7 +164,7 @@ def _stop_above(job: Job) -> float | None:
     return min(limits) if limits else None
 
 
-def _time(cl, queue, run, job: Job) -> tuple[str, Timing, str]:
+def _time(cl, queue, run, job: Job, kernel_events: int = 1) -> tuple[str, Timing, str]:
     """Warm up, then time until the interval is tight, the time cap is spent, or (early stop)
     the candidate is surely slower than ``job.stop_above_ms`` or a later StopAbove."""
     from gemmtune.kernels import device_time_ms
@@ -179,7 +179,7 @@ def _time(cl, queue, run, job: Job) -> tuple[str, Timing, str]:
         events[-1].wait()
         whole = device_time_ms(events)
         total.append(whole)
-        kernel.append(device_time_ms(events[-1:]))
+        kernel.append(device_time_ms(events[-kernel_events:]))
         spent += whole * 1e-3
         if spent >= policy.max_seconds or converged(total, policy):
             break

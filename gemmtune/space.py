@@ -96,12 +96,15 @@ class FamilySpace:
 
     def valid(self, dev: DeviceInfo, prec: Precision) -> list[Config]:
         names = list(self.values)
+        # The configurations share their (name, value) pairs: a million configurations of 19
+        # parameters take 0.3 GB so, 1.9 GB with a pair of their own each.
+        pairs = [{v: (name, v) for v in values} for name, values in self.values.items()]
         configs = []
         for cols in self.chunks():
             mask = np.logical_and.reduce([ok for _, ok in self.checks(cols, dev, prec)])
             if mask.any():
                 rows = np.column_stack([cols[n][mask] for n in names]).tolist()
-                configs += [Config(self.family.name, tuple(zip(names, row))) for row in rows]
+                configs += [Config(self.family.name, tuple(map(dict.__getitem__, pairs, row))) for row in rows]
         return configs
 
     @property

@@ -39,7 +39,7 @@ results = sa.Table(
     sa.Column("status", sa.String(32), nullable=False),      # ok or a failure reason
     sa.Column("gflops", sa.Float),
     sa.Column("time_ms", sa.Float),                          # median, whole operation
-    sa.Column("kernel_time_ms", sa.Float),                   # median, main kernel alone
+    sa.Column("kernel_time_ms", sa.Float),                   # median, the GEMM's own kernels (no passes)
     sa.Column("ci_low_ms", sa.Float),
     sa.Column("ci_high_ms", sa.Float),
     sa.Column("min_ms", sa.Float),

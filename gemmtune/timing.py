@@ -49,7 +49,7 @@ def converged(samples, policy: TimingPolicy) -> bool:
 
 @dataclass(frozen=True)
 class Timing:
-    """Samples of one configuration, in milliseconds: the whole operation and its main kernel."""
+    """Samples of one configuration, in milliseconds: the whole operation and its GEMM kernels (no passes)."""
 
     samples_ms: tuple[float, ...]
     kernel_ms: tuple[float, ...]

@@ -24,14 +24,13 @@
 // local memory by itself, so ABUF - 1 slices are in flight while one is computed, at no cost in
 // registers. Elsewhere the same pipeline copies with a load and a store.
 //
-// With STREAMK = n > 0, the tiles of the last round (tiles % (n work-groups per compute unit))
-// are split along K into `pieces` runs of K-slices, each its own work-group, as many as fill
-// whole rounds best (the host picks it): the last round no longer leaves compute units idle.
-// The pieces of a tile each leave their sum in `work` and count themselves in `counts` (one
-// counter per split tile, zero before the first launch; the kernel leaves it zero), and the
-// last to finish adds them up into C. The host passes split_from (the first split tile; the
-// tiles before it are one work-group each, the grid is one-dimensional) and pieces; without
-// STREAMK, the grid is 2D and split_from, pieces, work and counts are not read.
+// With STREAMK = n > 0 (stream-K), the grid is one-dimensional: the tiles before split_from
+// are one work-group each, in whole rounds of n work-groups per compute unit; the tiles from
+// split_from on (the last round's, which would leave compute units idle) are cut along K into
+// pieces that the host lists in `pieces`, one work-group each: (tile, first K-slice, end
+// K-slice, slot). A piece that is a whole tile (slot -1) stores it; a part of a tile leaves its
+// sum in slot `slot` of `work`, and xgemm_fixup, launched next, adds each split tile's parts up
+// in order into C. Without STREAMK, the grid is 2D and split_from, pieces and work are not read.
 //
 // With STAGE = 0 nothing is staged: each work-item reads its operands for step k straight from
 // A and B (B n-fastest) through the device's cache, and the loop needs no barrier at all
@@ -91,13 +90,6 @@
 #endif
 #if !defined(MMA_F64)   // likewise: NVIDIA's mma.sync on 16 x 8 x 8 doubles (compute capability 9.0 and later)
 #define MMA_F64 0
-#endif
-
-// Orders this work-item's global stores before what follows, for other work-groups to see.
-#if CP_ASYNC
-  #define GLOBAL_FENCE() __asm__ __volatile__("membar.gl;" ::: "memory")   // NVIDIA: device-wide
-#else
-  #define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
 #endif
 
 #include "pad.cl"   // the operand preparation kernels, and their TRANSPOSEX/TRANSPOSEY
@@ -209,7 +201,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
            const __global real* restrict A, const int lda,
            const __global real* restrict B, const int ldb,
            __global real* C, const int ldc,
-           const int split_from, const int pieces, __global real* restrict work, volatile __global int* counts) {
+           const int split_from, const __global int4* restrict pieces, __global real* restrict work) {
   // Aligned for the widest vector access: NVIDIA faults on a misaligned vector access to local memory.
 #if STAGE
   __local real Alm[NBUF * KWG * LDAL] __attribute__((aligned(128)));
@@ -217,9 +209,6 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
 #endif
 #if MMA && !MMA_F64
   __local double mma_frag[WGS / 32][16 * 8 + 8 * 8];   // the spelled-out matrix instructions' operands
-#endif
-#if STREAMK
-  __local int sk_last;                                  // this work-group finished a split tile last
 #endif
 
   const int tid = get_local_id(1) * MDIMC + get_local_id(0);
@@ -232,10 +221,6 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   const int tx = (warp % (MDIMC / WARPM)) * WARPM + lane % WARPM;
   const int ty = (warp / (MDIMC / WARPM)) * (32 / WARPM) + lane / WARPM;
 #endif
-  // The tile at (m0, n0) and its K-slices from s0 on, in A and B; set per tile below.
-  int m0, n0;
-  const __global real* Ablock;
-  const __global real* Bblock;
   real acc[WPTM][WPTN];
 
   gunion ra[LPTA], rb[LPTB];
@@ -333,27 +318,36 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     #define COMMIT()
     #define WAIT_OLDEST()
   #endif
-  #define COPY_SLICE(buf, k0) \
+  // The slices are copied in order, each work-item's copies from addresses that advance one
+  // slice at a time (ASRC, BSRC, set up with the tile): an add per copy, where computing each
+  // address anew took 8 instructions per copy in the H200's inner loop.
+  #define COPY_SLICE(buf) \
     for (int l = 0; l < LPTA; l++) { \
-      const int v = tid + l * WGS; \
-      COPY(SLICE_DST(Alm, LDAL, MWG, buf, v), SLICE_SRC(Ablock, lda, MWG, k0, v)); \
+      COPY(SLICE_DST(Alm, LDAL, MWG, buf, tid + l * WGS), asrc[l]); \
+      asrc[l] = (const __global gvec*)((const __global real*)asrc[l] + KWG * lda); \
     } \
-    COPY_B(buf, k0)
+    COPY_B(buf)
+  #define ASRC const __global gvec* asrc[LPTA]; \
+    for (int l = 0; l < LPTA; l++) { asrc[l] = SLICE_SRC(Ablock, lda, MWG, 0, tid + l * WGS); }
   #if BKFAST
     // B column n is contiguous along k: element e of the slice is column e / KWG, k = e % KWG, so
     // each group of 32 reads whole columns' pieces, and copies it alone into row k of the k-major
     // slice (PADL spreads the rows over the banks).
-    #define COPY_B(buf, k0) \
+    #define COPY_B(buf) \
       for (int l = 0; l < (KWG * NWG) / WGS; l++) { \
         const int e = tid + l * WGS; \
-        COPY_ELEMENT(Blm + (buf) * KWG * LDBL + (e % KWG) * LDBL + e / KWG, Bblock + (e / KWG) * ldb + (k0) + e % KWG); \
-      }
+        COPY_ELEMENT(Blm + (buf) * KWG * LDBL + (e % KWG) * LDBL + e / KWG, bsrc + (e / KWG) * ldb + e % KWG); \
+      } \
+      bsrc += KWG;
+    #define BSRC const __global real* bsrc = Bblock;
   #else
-    #define COPY_B(buf, k0) \
+    #define COPY_B(buf) \
       for (int l = 0; l < LPTB; l++) { \
-        const int v = tid + l * WGS; \
-        COPY(SLICE_DST(Blm, LDBL, NWG, buf, v), SLICE_SRC(Bblock, ldb, NWG, k0, v)); \
+        COPY(SLICE_DST(Blm, LDBL, NWG, buf, tid + l * WGS), bsrc[l]); \
+        bsrc[l] = (const __global gvec*)((const __global real*)bsrc[l] + KWG * ldb); \
       }
+    #define BSRC const __global gvec* bsrc[LPTB]; \
+      for (int l = 0; l < LPTB; l++) { bsrc[l] = SLICE_SRC(Bblock, ldb, NWG, 0, tid + l * WGS); }
   #endif
 #endif
 #if MMA
@@ -471,29 +465,34 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
 
   const int slices = Kp / KWG;   // K-slices of a whole tile
 #if STREAMK
-  // Tiles below split_from: one work-group each. Each later tile (the last round's): `pieces`
-  // work-groups, each multiplying an equal run of its K-slices.
-  const int group = get_group_id(0);
-  const int tile = group < split_from ? group : split_from + (group - split_from) / pieces;
-  const int piece = group < split_from ? 0 : (group - split_from) % pieces;
-  const int parts = group < split_from ? 1 : pieces;
-  const int s0 = piece * slices / parts, s1 = (piece + 1) * slices / parts;
-  const int tiles_m = (M + MWG - 1) / MWG;
-  m0 = (tile % tiles_m) * MWG;
-  n0 = (tile / tiles_m) * NWG;
+  // This work-group's piece: a whole tile below split_from, else the host's. It is kept in memory
+  // (volatile) and read before and after the inner loop: kept in registers, it and what derives
+  // from it took the s default above 128 registers, too many for 2 work-groups of 256 on an
+  // H200 compute unit.
+  volatile int tile_v, s0_v, s1_v, slot_v;
   {
+    const int group = get_group_id(0);
+    const int4 piece = group < split_from ? (int4)(group, 0, slices, -1) : pieces[group - split_from];
+    tile_v = piece.x; s0_v = piece.y; s1_v = piece.z; slot_v = piece.w;
+  }
+  #define TILE_ORIGIN \
+    const int m0 = (tile_v % ((M + MWG - 1) / MWG)) * MWG, n0 = (tile_v / ((M + MWG - 1) / MWG)) * NWG;
+  {
+    {
+      TILE_ORIGIN
+      const int s0 = s0_v, s1 = s1_v;
 #else
   {
-    const int s0 = 0, s1 = slices;
-    m0 = get_group_id(0) * MWG;
-    n0 = get_group_id(1) * NWG;
+    const int m0 = get_group_id(0) * MWG, n0 = get_group_id(1) * NWG;
+    {
+      const int s0 = 0, s1 = slices;
 #endif
   // One tile, over K-slices s0 to s1: what follows up to its end is the whole GEMM of one tile.
-  Ablock = A + m0 + (size_t)s0 * KWG * lda;
+  const __global real* const Ablock = A + m0 + (size_t)s0 * KWG * lda;
 #if BKFAST
-  Bblock = B + (size_t)n0 * ldb + s0 * KWG;
+  const __global real* const Bblock = B + (size_t)n0 * ldb + s0 * KWG;
 #else
-  Bblock = B + n0 + (size_t)s0 * KWG * ldb;
+  const __global real* const Bblock = B + n0 + (size_t)s0 * KWG * ldb;
 #endif
   PRAGMA(unroll)
   for (int i = 0; i < WPTM; i++) {
@@ -511,15 +510,17 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   // group, empty near the end, so that waiting for all but the newest ABUF - 2 groups always
   // means: slice t has landed. The loop is written out ABUF times so that every buffer index
   // is a constant (in s on the H200, PIPE 6 went from 46,475 to 48,729 GFLOP/s by it).
+  ASRC
+  BSRC
   for (int s = 0; s < ABUF - 1; s++) {
-    if (s < tiles) { COPY_SLICE(s, s * KWG) }
+    if (s < tiles) { COPY_SLICE(s) }
     COMMIT();
   }
   #define ABUF_STEP(i) \
     if (t + (i) < tiles) { \
       WAIT_OLDEST();                  /* this work-item's copies of slice t + i have landed */ \
       barrier(CLK_LOCAL_MEM_FENCE);   /* everyone's have, and everyone is done with the slice before */ \
-      if (t + (i) + ABUF - 1 < tiles) { COPY_SLICE(((i) + ABUF - 1) % ABUF, (t + (i) + ABUF - 1) * KWG) } \
+      if (t + (i) + ABUF - 1 < tiles) { COPY_SLICE(((i) + ABUF - 1) % ABUF) } \
       COMMIT(); \
       COMPUTE(i, 0) \
     }
@@ -603,42 +604,20 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   }
 #endif
 
+    }
 #if STREAMK
-  if (parts > 1) {
-    // A split tile: leave this part in `work`, and let the last of its work-groups to finish add
-    // up all parts, in order (the same sums, whichever is last). Every loop over the results is
-    // unrolled, so that acc stays in registers.
-    #define SK_PART(p) (work + ((size_t)(tile - split_from) * pieces + (p)) * (MWG * NWG))
-    #define SK_AT(i, j) ((size_t)NCOL(j) * MWG + MROW(i))
-    __global real* mine = SK_PART(piece);
-    PRAGMA(unroll)
-    for (int i = 0; i < WPTM; i++) {
-      PRAGMA(unroll)
-      for (int j = 0; j < WPTN; j++) { mine[SK_AT(i, j)] = acc[i][j]; }
-    }
-    GLOBAL_FENCE();                       // the part is in memory before this group counts itself
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (tid == 0) { sk_last = atomic_inc(&counts[tile - split_from]) == pieces - 1; }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (!sk_last) { return; }
-    GLOBAL_FENCE();
-    PRAGMA(unroll)
-    for (int i = 0; i < WPTM; i++) {
-      PRAGMA(unroll)
-      for (int j = 0; j < WPTN; j++) { acc[i][j] = ZERO; }
-    }
-    for (int p = 0; p < pieces; p++) {
-      // Plain loads: no compute unit has read these addresses since the launch began, so none
-      // holds a stale copy, and the fence above ordered them after the count.
-      const __global real* part = SK_PART(p);
+    // The piece again, from memory: nothing of it was kept through the inner loop.
+    TILE_ORIGIN
+    if (slot_v >= 0) {
+      // Part of a split tile.
+      __global real* const part = work + (size_t)slot_v * (MWG * NWG);
       PRAGMA(unroll)
       for (int i = 0; i < WPTM; i++) {
         PRAGMA(unroll)
-        for (int j = 0; j < WPTN; j++) { acc[i][j] += part[SK_AT(i, j)]; }
+        for (int j = 0; j < WPTN; j++) { part[NCOL(j) * MWG + MROW(i)] = acc[i][j]; }
       }
+      return;
     }
-    if (tid == 0) { counts[tile - split_from] = 0; }   // ready for the next launch
-  }
 #endif
   // Every loop over acc is unrolled: one the compiler leaves rolled indexes acc at run time,
   // which puts it in memory (WPTM x WPTN = 16 x 8: a 512-byte stack frame, s 44,437 GFLOP/s).
@@ -654,4 +633,19 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     }
   }
   }   // the tile
+}
+
+// With STREAMK: C <- alpha * (the sum of a split tile's parts, in order) + beta * C. One
+// work-item per element: fixups[f] = (tile, first slot, parts) for work-item f * MWG * NWG + e,
+// e the element's place in the tile, column-major.
+__kernel void xgemm_fixup(const int M, const int N, const real alpha, const real beta,
+                          __global real* C, const int ldc, const __global int4* restrict fixups,
+                          const __global real* restrict work) {
+  const int4 fix = fixups[get_global_id(0) / (MWG * NWG)];
+  const int e = get_global_id(0) % (MWG * NWG);
+  const int tiles_m = (M + MWG - 1) / MWG;
+  const int m = (fix.x % tiles_m) * MWG + e % MWG, n = (fix.x / tiles_m) * NWG + e / MWG;
+  real sum = ZERO;
+  for (int p = 0; p < fix.z; p++) { sum += work[(size_t)(fix.y + p) * (MWG * NWG) + e]; }
+  if (m < M && n < N) { STORE_AXPBY(C[n * ldc + m], sum, alpha, beta); }
 }

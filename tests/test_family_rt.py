@@ -15,6 +15,7 @@ transpose and alpha/beta case is cheap.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import sys
 from collections import Counter
@@ -600,45 +601,107 @@ def check_every_case(code: str, config: dict, shape) -> None:
                 assert check.passed, (case, check)
 
 
-def test_stream_k_splits_the_last_round_of_tiles():
-    """One tile more than two whole rounds: the last tile is split along K into pieces, each a
-    work-group of its own, and the last piece to finish adds them up. Every launch leaves the
-    tile's counter at zero for the next (each product starts from C poisoned with NaN)."""
-    from gemmtune import compute
-
-    rounds = 2 * compute.get_device(None).info.compute_units          # STREAMK = 2: at least 2
-    config = dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=2, PADL=0, UNROLL=1,
-                  BKFAST=0, WARPM=0, STAGE=1, STREAMK=2, TRANSPOSEX=8, TRANSPOSEY=8)
-    tiles = 2 * rounds + 1                                              # along the kernel's M (numpy's n)
-    m, n, k = 13, 16 * tiles - 5, 8 * 5 + 3                             # 6 K-slices per tile
-    p = make_config(load_space(), "xgemm_rt", config).params
-    split = XGEMM_RT.split(p, 16 * tiles, 16, 48, rounds // 2)
-    # as many pieces as there are work-groups in a round, up to one per K-slice
-    assert split == (2 * rounds, 1, min(rounds, 6))
-    assert XGEMM_RT.global_size(p, 16 * tiles, 16, split) == ((2 * rounds + split.pieces) * 4, 4)
-    rng = np.random.default_rng(7)
-    for beta in (0.0, 0.0, -0.5):
-        a, b = uniform((m, k), np.float32, rng), uniform((k, n), np.float32, rng)
-        c = uniform((m, n), np.float32, rng) if beta else None
-        got = gemmtune.gemm(a, b, c, alpha=1.5, beta=beta, config=rt(config))
-        value, scale = numpy_product(a, b, c, 1.5, beta, "N", "N")
-        assert np.all(np.isfinite(got))
-        np.testing.assert_allclose(got, value, rtol=0, atol=worst_case_tolerance(np.float32, k, scale))
+def finish(split, rounds: int) -> int:
+    """When the last of ``rounds`` work-groups running at once ends, in K-slices, if each takes
+    the next piece in the list as soon as it is free (as a GPU hands out work-groups)."""
+    ends = [0] * rounds
+    for _, s0, s1, _ in split.pieces:
+        heapq.heappush(ends, heapq.heappop(ends) + s1 - s0)
+    return max(ends)
 
 
-def test_stream_k_fills_the_last_round_best():
+def check_pieces(split, tiles: int, slices: int) -> None:
+    """Every K-slice of every tile from split.first on in exactly one piece; whole tiles stored
+    directly (slot -1), the parts of each split tile in consecutive slots in K order, as fixups says."""
+    covered = sorted((t, s) for t, s0, s1, _ in split.pieces for s in range(s0, s1))
+    assert covered == [(t, s) for t in range(split.first, tiles) for s in range(slices)]
+    parts = sorted((t, s0, slot) for t, s0, s1, slot in split.pieces if s1 - s0 < slices)
+    assert all(slot == -1 for t, s0, s1, slot in split.pieces if s1 - s0 == slices)
+    assert [slot for _, _, slot in parts] == list(range(len(parts))) == list(range(split.slots))
+    assert split.fixups == tuple((t, min(sl for u, _, sl in parts if u == t), sum(1 for u, _, _ in parts if u == t))
+                                 for t in sorted({t for t, _, _ in parts}))
+
+
+def test_stream_k_cuts_the_last_tiles_into_pieces_that_end_together():
     # 128 x 128 tiles, 2 work-groups on each of 132 compute units (264 a round), as on the H200.
     p = make_config(load_space(), "xgemm_rt", dict(MWG=128, NWG=128, KWG=8, MDIMC=16, NDIMC=16, STREAMK=2)).params
-    # 4096^3: 1,024 tiles, 232 in the last round; 9 pieces each make 2,088 work-groups, 7.9
-    # rounds of a ninth of a tile: 0.89 tile times, where 8 pieces would need 8 eighths.
-    assert XGEMM_RT.split(p, 4096, 4096, 4096, 132) == (792, 232, 9)
-    # 4224 x 4096: 1,056 tiles, 4 whole rounds: nothing to split
-    assert XGEMM_RT.split(p, 4224, 4096, 4096, 132) == (1056, 0, 1)
-    # at most one piece per K-slice: with 9 slices still 9 pieces, with 8 none of 2-8 beats one
-    assert XGEMM_RT.split(p, 4096, 4096, 72, 132) == (792, 232, 9)
-    assert XGEMM_RT.split(p, 4096, 4096, 64, 132) == (1024, 0, 1)
+    # (Mp, Np, Kp, first tile cut, when the last work-group ends in K-slices after the whole rounds)
+    cases = [
+        (4096, 4096, 4096, 792, 450),     # 1,024 tiles: 3 rounds, 232 of 512 slices in 264 runs of 450
+        (8192, 8192, 8192, 3960, 528),    # 4,096 tiles: 15 rounds, 136 (above half a round) of 1,024
+        (4096, 3200, 4096, 528, 528),     # 800 tiles: 3 rounds and 8, too few alone: a round joins them
+        (1024, 1024, 16384, 0, 497),      # 64 tiles, fewer than a round: all cut, about 4 pieces each
+    ]
+    for mp, np_, kp, first, end in cases:
+        split = XGEMM_RT.split(p, mp, np_, kp, 132)
+        tiles, slices = (mp // 128) * (np_ // 128), kp // 8
+        assert split.first == first and finish(split, 264) == end == -(-(tiles - first) * slices // 264)
+        check_pieces(split, tiles, slices)
+        assert XGEMM_RT.global_size(p, mp, np_, split) == ((first + len(split.pieces)) * 16, 16)
+        assert XGEMM_RT.workspace_bytes(p, get_precision("s"), split) == split.slots * 128 * 128 * 4
+    # 4096^3: a run of 450 slices ends in one tile and goes on in the next, 494 pieces
+    assert len(XGEMM_RT.split(p, 4096, 4096, 4096, 132).pieces) == 494
+    # Nothing cut: 4224 x 4096 is 1,056 tiles, 4 whole rounds; 2048^3 is 256, 8 short of a round
+    # (3 %: not worth a pass over the parts)
+    for mp, np_, tiles in ((4224, 4096, 1056), (2048, 2048, 256)):
+        split = XGEMM_RT.split(p, mp, np_, mp, 132)
+        assert (split.first, split.pieces, split.fixups) == (tiles, (), ())
     assert XGEMM_RT.split({**p, "STREAMK": 0}, 4096, 4096, 4096, 132) is None
     assert XGEMM_RT.global_size({**p, "STREAMK": 0}, 4096, 4096) == (32 * 16, 32 * 16)
+
+
+# 16 x 16 tiles of 8-deep K-slices: (what the case has, compute units it is split for, tiles
+# along the kernel's M, slices)
+STREAM_K_SHAPES = [
+    ("whole-pieces", 3, 7, 5),   # 3 tiles alone, then whole tiles and parts in the list of pieces
+    ("three-parts", 3, 1, 3),    # one tile, in three parts
+    ("parts-only", 4, 7, 6),     # 4 tiles alone, then 3 tiles in 2 parts each
+]
+
+
+@pytest.mark.parametrize("case, units, tiles, slices", STREAM_K_SHAPES, ids=[s[0] for s in STREAM_K_SHAPES])
+@pytest.mark.parametrize("code", ["s", "c"])
+def test_stream_k_adds_up_the_parts_of_split_tiles(code, case, units, tiles, slices):
+    """GemmOperation split for a given number of compute units, so that the pieces are known:
+    each case's kind of piece is there, and the products, repeated on fresh operands and with
+    beta, match numpy (C poisoned with NaN before each)."""
+    import pyopencl as cl
+
+    from gemmtune.device import open_device
+    from gemmtune.kernels import GemmOperation
+
+    config = dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=6, PADL=0, UNROLL=1,
+                  BKFAST=0, WARPM=0, STAGE=1, STREAMK=1, TRANSPOSEX=8, TRANSPOSEY=8)
+    m, n, k = 16 * tiles - 3, 11, 8 * slices - 5
+    split = XGEMM_RT.split(make_config(load_space(), "xgemm_rt", config).params, 16 * tiles, 16, 8 * slices, units)
+    check_pieces(split, tiles, slices)
+    kind = {"whole-pieces": split.first > 0 and any(slot == -1 for *_, slot in split.pieces),
+            "three-parts": any(parts == 3 for *_, parts in split.fixups),
+            "parts-only": split.first > 0 and all(slot >= 0 for *_, slot in split.pieces)}
+    assert kind[case] and split.fixups
+    _, dev = open_device(0)
+    ctx = cl.Context([dev])
+    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    dtype = DTYPES[code]
+    op = GemmOperation(queue, make_config(load_space(), "xgemm_rt", config), load_space().family("xgemm_rt").source,
+                       precision_of(dtype), m, n, k, compute_units=units)
+    assert op.split == split and op.kernel_events == 2
+    rng = np.random.default_rng([units, tiles, slices])
+    mf = cl.mem_flags
+    for alpha, beta in ((1.5, 0.0), (-0.5, 0.0), (0.75, -1.25) if code == "s" else (0.5 - 1j, 0.25 + 0.5j)):
+        a = np.asfortranarray(uniform((m, k), dtype, rng))
+        b = np.asfortranarray(uniform((k, n), dtype, rng))
+        c0 = np.asfortranarray(uniform((m, n), dtype, rng)) if beta else None
+        c = np.full((m, n), np.nan, dtype, order="F") if c0 is None else c0.copy(order="F")
+        a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+        b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+        c_buf = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+        events = op.enqueue(a_buf, b_buf, c_buf, alpha, beta)
+        assert len(events) == 4   # A padded, B transposed, xgemm, xgemm_fixup
+        cl.enqueue_copy(queue, c, c_buf)
+        value, scale = numpy_product(a, b, c0, alpha, beta, "N", "N")
+        assert np.all(np.isfinite(c))
+        np.testing.assert_allclose(c, value, rtol=0, atol=worst_case_tolerance(dtype, k, scale))
 
 
 @pytest.mark.parametrize("shape", [(33, 7, 129), (32, 32, 32)], ids=["33x7x129", "32x32x32"])

@@ -303,3 +303,8 @@ def test_split_tiles_leave_no_compute_unit_idle_in_the_model():
     assert t0 == pytest.approx(t2 * 2 * 4 / 5)
     full0, full2 = (model.predict(c, GPU, S, 512, 64, 1024).compute_s for c in (whole, split))
     assert full0 == pytest.approx(full2)
+    # The split costs a pass: each of the 8 work-groups of a round leaves about a part per tile
+    # it touches, 5 + 8 parts of 64 x 64 written and read back, and the 5 tiles of C written.
+    p0, p2 = (model.predict(c, GPU, S, 320, 64, 1024) for c in (whole, split))
+    assert p2.kernels == p0.kernels + 1 and p2.pass_bytes - p0.pass_bytes == 4 * 64 * 64 * (2 * (5 + 8) + 5)
+    assert model.predict(split, GPU, S, 512, 64, 1024).kernels == model.predict(whole, GPU, S, 512, 64, 1024).kernels
