@@ -270,6 +270,11 @@ class RegisterTiled(Family):
             last += rounds
         return last, rounds
 
+    @staticmethod
+    def fixup_width(p) -> int:
+        """Elements of C per work-item of xgemm_fixup (its FIXV): 4, 2 or 1, as MWG allows."""
+        return 4 if p["MWG"] % 4 == 0 else 2 if p["MWG"] % 2 == 0 else 1
+
     def workspace_bytes(self, p, prec, split) -> int:
         """Bytes of `work`: a tile of partial sums per slot."""
         return 0 if split is None else split.slots * p["MWG"] * p["NWG"] * prec.bytes

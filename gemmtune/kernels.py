@@ -8,6 +8,7 @@ maps numpy's row-major arrays onto it.
 from __future__ import annotations
 
 import hashlib
+import math
 import warnings
 
 import numpy as np
@@ -206,8 +207,9 @@ class GemmOperation:
                                 dtype(alpha), dtype(beta), a, i32(lda), b, i32(ldb), c, i32(self.m),
                                 *self.workspace, wait_for=events or wait_for))
         if self.fixup is not None:
-            # a work-item per element of each split tile
-            size, group = len(self.split.fixups) * p["MWG"] * p["NWG"], p["MDIMC"] * p["NDIMC"]
+            # a work-item per fixup_width elements of each split tile
+            per_tile = p["MWG"] * p["NWG"] // self.family.fixup_width(p)
+            size, group = len(self.split.fixups) * per_tile, math.gcd(per_tile, 256)
             events.append(self.fixup(self.queue, (size,), (group,), i32(self.m), i32(self.n), dtype(alpha),
                                      dtype(beta), c, i32(self.m), self.fixups, self.workspace[-1],
                                      wait_for=events[-1:]))

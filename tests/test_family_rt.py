@@ -659,34 +659,55 @@ STREAM_K_SHAPES = [
 ]
 
 
+STREAM_K_CONFIG = dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=6, PADL=0, UNROLL=1,
+                       BKFAST=0, WARPM=0, STAGE=1, STREAMK=1, TRANSPOSEX=8, TRANSPOSEY=8)
+
+
 @pytest.mark.parametrize("case, units, tiles, slices", STREAM_K_SHAPES, ids=[s[0] for s in STREAM_K_SHAPES])
 @pytest.mark.parametrize("code", ["s", "c"])
 def test_stream_k_adds_up_the_parts_of_split_tiles(code, case, units, tiles, slices):
     """GemmOperation split for a given number of compute units, so that the pieces are known:
-    each case's kind of piece is there, and the products, repeated on fresh operands and with
-    beta, match numpy (C poisoned with NaN before each)."""
-    import pyopencl as cl
-
-    from gemmtune.device import open_device
-    from gemmtune.kernels import GemmOperation
-
-    config = dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=6, PADL=0, UNROLL=1,
-                  BKFAST=0, WARPM=0, STAGE=1, STREAMK=1, TRANSPOSEX=8, TRANSPOSEY=8)
-    m, n, k = 16 * tiles - 3, 11, 8 * slices - 5
-    split = XGEMM_RT.split(make_config(load_space(), "xgemm_rt", config).params, 16 * tiles, 16, 8 * slices, units)
+    each case's kind of piece is there, and the products match numpy."""
+    p = make_config(load_space(), "xgemm_rt", STREAM_K_CONFIG).params
+    split = XGEMM_RT.split(p, 16 * tiles, 16, 8 * slices, units)
     check_pieces(split, tiles, slices)
     kind = {"whole-pieces": split.first > 0 and any(slot == -1 for *_, slot in split.pieces),
             "three-parts": any(parts == 3 for *_, parts in split.fixups),
             "parts-only": split.first > 0 and all(slot >= 0 for *_, slot in split.pieces)}
     assert kind[case] and split.fixups
+    check_stream_k(code, STREAM_K_CONFIG, units, 16 * tiles - 3, 8 * slices - 5)
+
+
+# xgemm_fixup adds FIXV elements per work-item, as many of 4, 2, 1 as divide MWG: 4 above, and
+# 2 and 1 here. One work-item along M (MDIMC = 1) also checks the asynchronous copies' advancing
+# addresses, which PoCL once got wrong there.
+@pytest.mark.parametrize("mwg, mdimc, width", [(6, 2, 2), (3, 1, 1)], ids=["fixv2", "fixv1"])
+def test_stream_k_fixup_takes_as_many_elements_as_mwg_allows(mwg, mdimc, width):
+    config = {**STREAM_K_CONFIG, "MWG": mwg, "MDIMC": mdimc}
+    assert XGEMM_RT.fixup_width(make_config(load_space(), "xgemm_rt", config).params) == width
+    check_stream_k("s", config, 3, 2 * mwg - 1, 8 * 4 - 3)   # 2 tiles of 4 slices in 3 runs
+
+
+def check_stream_k(code: str, config: dict, units: int, m: int, k: int) -> None:
+    """The product of (m x k) and (k x 11) through a GemmOperation split for ``units`` compute
+    units, repeated on fresh operands and with beta (C poisoned with NaN where beta is 0),
+    against numpy."""
+    import pyopencl as cl
+
+    from gemmtune.device import open_device
+    from gemmtune.kernels import GemmOperation
+
+    n = 11
     _, dev = open_device(0)
     ctx = cl.Context([dev])
     queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     dtype = DTYPES[code]
-    op = GemmOperation(queue, make_config(load_space(), "xgemm_rt", config), load_space().family("xgemm_rt").source,
-                       precision_of(dtype), m, n, k, compute_units=units)
-    assert op.split == split and op.kernel_events == 2
-    rng = np.random.default_rng([units, tiles, slices])
+    cfg = make_config(load_space(), "xgemm_rt", config)
+    op = GemmOperation(queue, cfg, load_space().family("xgemm_rt").source, precision_of(dtype), m, n, k,
+                       compute_units=units)
+    assert op.split == XGEMM_RT.split(cfg.params, op.mp, op.np, op.kp, units) and op.split.fixups
+    assert op.kernel_events == 2
+    rng = np.random.default_rng([units, m, k])
     mf = cl.mem_flags
     for alpha, beta in ((1.5, 0.0), (-0.5, 0.0), (0.75, -1.25) if code == "s" else (0.5 - 1j, 0.25 + 0.5j)):
         a = np.asfortranarray(uniform((m, k), dtype, rng))
