@@ -9,6 +9,7 @@ comments. Nothing here imports OpenCL.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -117,14 +118,12 @@ def stream_k_pieces(first: int, tiles: int, slices: int, runs: int) -> Split:
             s1 = min(slices, s0 + end - start)
             cuts.append((tile, s0, s1))
             start += s1 - s0
-    slot, slots, fixups = 0, {}, []
-    for tile, s0, s1 in cuts:   # tile by tile, each in K order
-        if s1 - s0 < slices:
-            if not fixups or fixups[-1][0] != tile:
-                fixups.append((tile, slot, 0))
-            fixups[-1] = (tile, fixups[-1][1], fixups[-1][2] + 1)
-            slots[tile, s0] = slot
-            slot += 1
+    parts = [(tile, s0) for tile, s0, s1 in cuts if s1 - s0 < slices]   # tile by tile, in K order
+    slots = {part: slot for slot, part in enumerate(parts)}
+    fixups = []
+    for tile, group in itertools.groupby(parts, key=lambda part: part[0]):
+        group = list(group)
+        fixups.append((tile, slots[group[0]], len(group)))
     pieces = [(tile, s0, s1, slots.get((tile, s0), -1)) for tile, s0, s1 in cuts]
     pieces.sort(key=lambda p: (p[1] - p[2], p[0], p[1]))
     return Split(first, tuple(pieces), tuple(fixups))
