@@ -326,6 +326,9 @@ def test_a_killed_search_leaves_no_trial_running_and_the_other_goes_on(pg_url, s
     recorded = {r["trial"] for r in rows(pg_url)}
     before = len(recorded)
 
+    # Stale only once the grace period has passed since the victim's last heartbeat: a survivor
+    # that asked for all its trials sooner would rightly leave them running.
+    time.sleep(3 + 1)
     survivor = gemmtune(*common, "--trials", "2", "--seed", "2", "--format", "json")
     assert json.loads(survivor.stdout)["trials"] == 2
     trials = {t.number: t for t in _optuna_trials(pg_url, "shared")}
