@@ -155,12 +155,18 @@ class Proposer:
     def __init__(self, study, proposals: "Proposals", valid: list[Config], measured: dict, rng: random.Random,
                  pending: list[Config], grid: list[Config] | None = None, uniform: bool = False, why_invalid=None,
                  claim: Callable | None = None, refresh: Callable | None = None,
-                 batch: Callable = contextlib.nullcontext, asked: Callable | None = None):
+                 batch: Callable = contextlib.nullcontext, asked: Callable | None = None,
+                 is_valid: Callable[[Config], bool] | None = None):
         self.study, self.proposals, self.valid, self.measured = study, proposals, valid, measured
         self.rng, self.pending, self.grid, self.why_invalid = rng, pending, grid, why_invalid
         self.uniform = uniform
         self.claim, self.refresh, self.batch, self.asked = claim, refresh, batch, asked
-        self.valid_keys = {config_key(c.kernel, c.params) for c in valid}
+        if is_valid is None:
+            valid_keys = {config_key(c.kernel, c.params) for c in valid}
+            is_valid = lambda c: config_key(c.kernel, c.params) in valid_keys  # noqa: E731
+        # ``is_valid`` (whether a configuration is one of ``valid``) by a rule instead of a set
+        # of keys: a set costs 1.4 KB a configuration, 3.4 GB for the 2.36 million of s on PoCL.
+        self.is_valid = is_valid
         self.free = 0   # proposals in a row that cost nothing (invalid or measured before)
 
     def unmeasured(self) -> list[Config]:
@@ -214,7 +220,7 @@ class Proposer:
                     if config is None:
                         config = self.proposals.suggest(trial)
                     key = config_key(config.kernel, config.params)
-                    invalid = key not in self.valid_keys
+                    invalid = not self.is_valid(config)
                     if invalid:
                         broken = self.why_invalid(config) if self.why_invalid else None
                         trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")

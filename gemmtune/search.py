@@ -257,9 +257,10 @@ class _Lane:
             list(valid) if req.sampler == "grid" else None, uniform=req.sampler == "random",
             why_invalid=lambda c: FAMILIES[c.kernel].broken(c.params, dev, prec),
             claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
-            batch=self.storage.batch, asked=lambda trial: self.storage.record_heartbeat(trial._trial_id))
+            batch=self.storage.batch, asked=lambda trial: self.storage.record_heartbeat(trial._trial_id),
+            is_valid=lambda c: space.allows(c) and FAMILIES[c.kernel].broken(c.params, dev, prec) is None)
         baseline = default_config(dev, prec)
-        if config_key(baseline.kernel, baseline.params) not in proposer.valid_keys:
+        if not proposer.is_valid(baseline):
             baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
         self.baseline_key = config_key(baseline.kernel, baseline.params)
         if self.baseline_key not in self.measured:

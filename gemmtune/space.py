@@ -27,7 +27,7 @@ from gemmtune.resources import configs_dir, load_kernel_source
 RESERVED = {"PRECISION"}  # set by gemmtune itself, never tuned
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Config:
     """One point of the space: a kernel family and a value for each of its parameters."""
 
@@ -114,6 +114,10 @@ class FamilySpace:
             n *= len(v)
         return n
 
+    def allows(self, params: Mapping[str, int]) -> bool:
+        """Whether ``params`` names every parameter of this space, each at one of its values."""
+        return params.keys() == self.values.keys() and all(params[k] in v for k, v in self.values.items())
+
 
 @dataclass(frozen=True)
 class Space:
@@ -134,6 +138,12 @@ class Space:
     def configs(self) -> Iterator[Config]:
         for fs in self.families:
             yield from fs.configs()
+
+    def allows(self, config: Config) -> bool:
+        """Whether ``config`` is a point of this space (valid on a device or not: see
+        ``valid_configs``)."""
+        fs = next((fs for fs in self.families if fs.family.name == config.kernel), None)
+        return fs is not None and fs.allows(config.params)
 
 
 def check_value(name: str, value, family: Family, where: str) -> None:

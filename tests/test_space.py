@@ -214,6 +214,21 @@ def test_shipped_space_follows_the_rules(k5_space, dev, code):
     assert len(configs) - sum(first.values()) == len(valid) > 0
 
 
+@pytest.mark.parametrize("dev", [GPU_LIKE, POCL_LIKE], ids=["gpu-like", "pocl-like"])
+def test_a_point_of_the_space_that_breaks_no_constraint_is_valid(k5_space, dev):
+    """The search tells valid proposals by this rule instead of a set of the valid ones."""
+    _, space = k5_space
+    prec = get_precision("s")
+    valid = valid_configs(space, dev, prec)
+    ruled = [c for c in space.configs() if space.allows(c) and FAMILIES[c.kernel].broken(c.params, dev, prec) is None]
+    assert ruled == valid and 0 < len(valid) < space.size
+    c = valid[0]
+    assert not space.allows(Config.of(c.kernel, {**c.params, "TSM": 48}))                        # not a listed value
+    assert not space.allows(Config.of(c.kernel, {k: v for k, v in c.params.items() if k != "PAD"}))   # one missing
+    assert not space.allows(Config.of(c.kernel, {**c.params, "MWG": 64}))                          # one too many
+    assert not space.allows(Config.of("xgemm_rt", c.params))                                      # not its family
+
+
 # ---------------------------------------------------------------- space files
 
 @pytest.mark.parametrize("text, match", [
