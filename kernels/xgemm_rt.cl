@@ -83,7 +83,7 @@
 #define MMA 0       // 0: each work-item multiplies its own results; 1: each group of 32 multiplies 16 x 8 x 8 blocks together with matrix instructions (d and z)
 #endif
 #ifndef STREAMK
-#define STREAMK 0   // 0: one work-group per tile; n: the last round's tiles (rounds of n work-groups per compute unit) split along K to fill whole rounds
+#define STREAMK 0   // 0: one work-group per tile; n: the last round's tiles (rounds of n work-groups per compute unit) cut along K into pieces that end together
 #endif
 #if !defined(CP_ASYNC)  // a fact about the device, not a tuned parameter: gemmtune defines it when it builds
 #define CP_ASYNC 0
