@@ -149,10 +149,10 @@ class GemmOperation:
         self.fixup = None
         if self.family.workspace:
             split = self.split
-            work = cl.Buffer(ctx, mf, max(item, self.family.workspace_bytes(p, prec, split)))
+            self.work = cl.Buffer(ctx, mf, max(item, self.family.workspace_bytes(p, prec, split)))
             pieces = cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
                                hostbuf=np.array(split.pieces if split and split.pieces else [(0, 0, 0, -1)], np.int32))
-            self.workspace = (np.int32(split.first if split else 0), pieces, work)
+            self.workspace = (np.int32(split.first if split else 0), pieces, self.work)
             if split and split.fixups:
                 self.fixup = cl.Kernel(self.program, "xgemm_fixup")
                 fixups = np.array([(*f, 0) for f in split.fixups], np.int32)
@@ -211,7 +211,7 @@ class GemmOperation:
             per_tile = p["MWG"] * p["NWG"] // self.family.fixup_width(p)
             size, group = len(self.split.fixups) * per_tile, math.gcd(per_tile, 256)
             events.append(self.fixup(self.queue, (size,), (group,), i32(self.m), i32(self.n), dtype(alpha),
-                                     dtype(beta), c, i32(self.m), self.fixups, self.workspace[-1],
+                                     dtype(beta), c, i32(self.m), self.fixups, self.work,
                                      wait_for=events[-1:]))
         return events
 

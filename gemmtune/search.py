@@ -252,13 +252,16 @@ class _Lane:
         self.refresh()
         self.proposals = Proposals(space)
         rng = random.Random(req.seed)
+        def broken(c: Config):
+            return FAMILIES[c.kernel].broken(c.params, dev, prec)
+
         self.proposer = proposer = Proposer(
             self.study, self.proposals, valid, self.measured, rng, [],
             list(valid) if req.sampler == "grid" else None, uniform=req.sampler == "random",
-            why_invalid=lambda c: FAMILIES[c.kernel].broken(c.params, dev, prec),
+            why_invalid=broken,
             claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
             batch=self.storage.batch, asked=lambda trial: self.storage.record_heartbeat(trial._trial_id),
-            is_valid=lambda c: space.allows(c) and FAMILIES[c.kernel].broken(c.params, dev, prec) is None)
+            is_valid=lambda c: space.allows(c) and broken(c) is None)
         baseline = default_config(dev, prec)
         if not proposer.is_valid(baseline):
             baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out

@@ -195,6 +195,10 @@ typedef union { nvec v; real e[VLN]; } nunion;
 // consecutive work-items on consecutive chunks (VLM = 1 is strided, VLM = WPTM blocked).
 #define MLOC(tx, c, j) ((c) * (MDIMC * VLM) + (tx) * VLM + (j))
 #define NLOC(ty, c, j) ((c) * (NDIMC * VLN) + (ty) * VLN + (j))
+// With STREAMK: tile number `tile`, counted down M first (as the 2D grid's groups are), is the
+// tile of C at (m0, n0).
+#define TILE_ORIGIN(tile) \
+  const int m0 = ((tile) % ((M + MWG - 1) / MWG)) * MWG, n0 = ((tile) / ((M + MWG - 1) / MWG)) * NWG;
 
 __kernel __attribute__((reqd_work_group_size(MDIMC, NDIMC, 1)))
 void xgemm(const int M, const int N, const int Kp, const real alpha, const real beta,
@@ -482,11 +486,9 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     const int4 piece = group < split_from ? (int4)(group, 0, slices, -1) : pieces[group - split_from];
     tile_v = piece.x; s0_v = piece.y; s1_v = piece.z; slot_v = piece.w;
   }
-  #define TILE_ORIGIN \
-    const int m0 = (tile_v % ((M + MWG - 1) / MWG)) * MWG, n0 = (tile_v / ((M + MWG - 1) / MWG)) * NWG;
   {
     {
-      TILE_ORIGIN
+      TILE_ORIGIN(tile_v)
       const int s0 = s0_v, s1 = s1_v;
 #else
   {
@@ -614,7 +616,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     }
 #if STREAMK
     // The piece again, from memory: nothing of it was kept through the inner loop.
-    TILE_ORIGIN
+    TILE_ORIGIN(tile_v)
     if (slot_v >= 0) {
       // Part of a split tile.
       __global real* const part = work + (size_t)slot_v * (MWG * NWG);
@@ -644,7 +646,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
 
 // With STREAMK: C <- alpha * (the sum of a split tile's parts, in order) + beta * C, FIXV
 // consecutive elements along M per work-item (read from the parts as one vector: on the H200,
-// 18.6 us instead of 25.8 for the 494 parts of s 4096^3). fixups[f] = (tile, first slot, parts)
+// 15.3 us instead of 25.8 for the 494 parts of s 4096^3). fixups[f] = (tile, first slot, parts)
 // for work-items f * MWG * NWG / FIXV on; the element's place in the tile is column-major.
 #if MWG % 4 == 0
   #define FIXV 4
@@ -659,8 +661,8 @@ __kernel void xgemm_fixup(const int M, const int N, const real alpha, const real
                           const __global real* restrict work) {
   const int4 fix = fixups[get_global_id(0) / (MWG * NWG / FIXV)];
   const int e = (get_global_id(0) % (MWG * NWG / FIXV)) * FIXV;
-  const int tiles_m = (M + MWG - 1) / MWG;
-  const int m = (fix.x % tiles_m) * MWG + e % MWG, n = (fix.x / tiles_m) * NWG + e / MWG;
+  TILE_ORIGIN(fix.x)
+  const int m = m0 + e % MWG, n = n0 + e / MWG;
   funion sum;
   for (int i = 0; i < FIXV; i++) { sum.e[i] = ZERO; }
   for (int p = 0; p < fix.z; p++) {
