@@ -362,9 +362,9 @@ XGEMM_RT = RegisterTiled(
         Constraint(10, "staging", "STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and "
                    "BKFAST == 0: unstaged, those do not apply, and B is read n-fastest",
                    lambda p, dev, prec: _rt_unstaged(p)),
-        Constraint(11, "asynchronous copies", "PIPE <= 7, and BKFAST 0 or 1 with PIPE 5-7: asynchronous copies "
-                   "land in local memory as they are in global memory, or element by element (BKFAST 1), "
-                   "not transposed in registers",
+        Constraint(11, "asynchronous copies", "PIPE <= 7, and BKFAST 0 or 1 with PIPE 5-7: B goes by "
+                   "asynchronous copies as it is in global memory, or through registers a vector of a "
+                   "column at a time (BKFAST 1), not in BKFAST 2's blocks",
                    lambda p, dev, prec: _rt_async(p)),
         Constraint(12, "matrix instructions", "MMA == 0, or MMA == 1 with: d or z on a device with FP64 matrix "
                    "instructions, MDIMC % 8 == 0 and NDIMC % 4 == 0 (8 x 4 work-items per group of 32), "

@@ -7,9 +7,10 @@
 //
 // With BKFAST = 1 or 2, B is instead Kp x Np column-major (ldb = Kp): an untransposed
 // column-major B is read as it is, and the transpose pass disappears; the B slice is transposed
-// on its way into local memory: with 1, element by element; with 2, each work-item loads a
-// VWG x VWG block (VWG columns, VWG values of k each), transposes it in registers and stores
-// VWG vectors along n.
+// on its way into local memory: with 1, each work-item loads VWG values of k of a column and
+// stores them element by element (with PIPE 5-7 too, while A's slices go by asynchronous
+// copies); with 2, each work-item loads a VWG x VWG block (VWG columns, VWG values of k each),
+// transposes it in registers and stores VWG vectors along n.
 //
 // A work-group of MDIMC x NDIMC work-items computes an MWG x NWG tile of C; each work-item
 // holds WPTM x WPTN results in registers. Per K-step of KWG, both slices are staged in local
@@ -122,8 +123,9 @@
 //  10. STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and BKFAST == 0: without
 //      staging, those parameters do not apply, and B is read n-fastest so that a work-item's
 //      WPTN values of B for one k are contiguous
-//  11. PIPE <= 7, and BKFAST 0 or 1 with PIPE >= 5: asynchronous copies land in local memory as
-//      they are in global memory, or element by element (BKFAST = 1), not transposed in registers
+//  11. PIPE <= 7, and BKFAST 0 or 1 with PIPE >= 5: B goes by asynchronous copies as it is in
+//      global memory, or through registers a vector of a column at a time (BKFAST = 1); BKFAST
+//      2's blocks, VWG times the registers, are not built for that pipeline
 //  12. MMA == 0, or MMA == 1 with: d or z on a device with MMA_F64; MDIMC % 8 == 0 and NDIMC % 4 == 0 (groups
 //      of 32 as 8 x 4 work-items); WPTM, WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8 blocks);
 //      STAGE == 1, PIPE != 4, and VLM, VLN, UNROLL == 1, WARPM == 0, which do not apply to it
@@ -299,14 +301,6 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     #else
       #define COPY(dst, src) CP_ASYNC_N(dst, src, 4)
     #endif
-    // One element: B's transpose on its way in (BKFAST = 1).
-    #if PRECISION == 32
-      #define COPY_ELEMENT(dst, src) CP_ASYNC_N(dst, src, 4)
-    #elif PRECISION == 6464
-      #define COPY_ELEMENT(dst, src) CP_ASYNC_N(dst, src, 16)
-    #else
-      #define COPY_ELEMENT(dst, src) CP_ASYNC_N(dst, src, 8)
-    #endif
     #define COMMIT() __asm__ __volatile__("cp.async.commit_group;" ::: "memory")
     // Wait until at most ABUF - 2 groups of copies are in flight: the oldest slice has landed.
     #if ABUF == 2
@@ -318,7 +312,6 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     #endif
   #else
     #define COPY(dst, src) (*(dst) = *(src))
-    #define COPY_ELEMENT(dst, src) (*(dst) = *(src))
     #define COMMIT()
     #define WAIT_OLDEST()
   #endif
@@ -328,29 +321,32 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   // and offsets added per copy: 24 more instructions per 3 slices there, and 3.7 % slower). The
   // loops over the copies are unrolled, so that the arrays become single values: PoCL 3 got
   // them wrong as arrays with one work-item along M (MDIMC = 1).
-  #define COPY_SLICE(buf) \
+  #define COPY_SLICE(buf, s) \
     PRAGMA(unroll) \
     for (int l = 0; l < LPTA; l++) { \
       COPY(SLICE_DST(Alm, LDAL, MWG, buf, tid + l * WGS), asrc[l]); \
       asrc[l] = (const __global gvec*)((const __global real*)asrc[l] + KWG * lda); \
     } \
-    COPY_B(buf)
+    COPY_B(buf, s)
   #define ASRC const __global gvec* asrc[LPTA]; \
     PRAGMA(unroll) \
     for (int l = 0; l < LPTA; l++) { asrc[l] = SLICE_SRC(Ablock, lda, MWG, 0, tid + l * WGS); }
   #if BKFAST
-    // B column n is contiguous along k: element e of the slice is column e / KWG, k = e % KWG, so
-    // each group of 32 reads whole columns' pieces, and copies it alone into row k of the k-major
-    // slice (PADL spreads the rows over the banks).
-    #define COPY_B(buf) \
-      for (int l = 0; l < (KWG * NWG) / WGS; l++) { \
-        const int e = tid + l * WGS; \
-        COPY_ELEMENT(Blm + (buf) * KWG * LDBL + (e % KWG) * LDBL + e / KWG, bsrc + (e / KWG) * ldb + e % KWG); \
-      } \
-      bsrc += KWG;
-    #define BSRC const __global real* bsrc = Bblock;
+    // B column n is contiguous along k, so it cannot land in the k-major slice by a copy of
+    // whole vectors: it goes through registers as with PIPE 1 (LOAD_B, STORE_B), each slice loaded
+    // while the one before it is computed and stored after the next step's barrier, when its
+    // buffer is free. One 4-byte asynchronous copy per element instead measured 36,489 GFLOP/s
+    // against 49,805 for the s default at 4096^3 on the H200 (run 44).
+    #define LOAD_B_SLICE(s) \
+      PRAGMA(unroll) \
+      for (int l = 0; l < LPTB; l++) { rb[l].v = LOAD_B((s) * KWG, tid + l * WGS, l); }
+    #define COPY_B(buf, s) \
+      PRAGMA(unroll) \
+      for (int l = 0; l < LPTB; l++) { STORE_B(buf, tid + l * WGS, l); } \
+      if ((s) + 1 < tiles) { LOAD_B_SLICE((s) + 1) }
+    #define BSRC if (tiles > 0) { LOAD_B_SLICE(0) }
   #else
-    #define COPY_B(buf) \
+    #define COPY_B(buf, s) \
       PRAGMA(unroll) \
       for (int l = 0; l < LPTB; l++) { \
         COPY(SLICE_DST(Blm, LDBL, NWG, buf, tid + l * WGS), bsrc[l]); \
@@ -522,14 +518,14 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   ASRC
   BSRC
   for (int s = 0; s < ABUF - 1; s++) {
-    if (s < tiles) { COPY_SLICE(s) }
+    if (s < tiles) { COPY_SLICE(s, s) }
     COMMIT();
   }
   #define ABUF_STEP(i) \
     if (t + (i) < tiles) { \
       WAIT_OLDEST();                  /* this work-item's copies of slice t + i have landed */ \
       barrier(CLK_LOCAL_MEM_FENCE);   /* everyone's have, and everyone is done with the slice before */ \
-      if (t + (i) + ABUF - 1 < tiles) { COPY_SLICE(((i) + ABUF - 1) % ABUF) } \
+      if (t + (i) + ABUF - 1 < tiles) { COPY_SLICE(((i) + ABUF - 1) % ABUF, t + (i) + ABUF - 1) } \
       COMMIT(); \
       COMPUTE(i, 0) \
     }

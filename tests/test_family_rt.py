@@ -352,7 +352,7 @@ def test_constraint_11_asynchronous_copies(tmp_path):
         assert [part] in parts, part
     valid = valid_keys(tmp_path, table, GPU_LIKE, "s")
     for pipe in (5, 6, 7):
-        # B as given is copied element by element; a transpose in registers has no registers to do it in
+        # B as given goes through registers a vector at a time; BKFAST 2's blocks are not built for it
         assert key(point(table, PIPE=pipe)) in valid and key(point(table, PIPE=pipe, BKFAST=1)) in valid
         assert key(point(table, PIPE=pipe, BKFAST=2)) not in valid
     assert key(point(table, PIPE=8)) not in valid
@@ -476,20 +476,23 @@ UNSTAGED = ("d", {**CONFIGS["d"], "STAGE": 0})
 # what they test is the rotation of the buffers: K = 1 and 3 leave the prologue short of slices).
 ASYNC3 = ("d", {**CONFIGS["d"], "PIPE": 6})
 ASYNC2 = ("c", {**FLIPPED[1], "PIPE": 5})
-# And B as given (BKFAST = 1), copied element by element into the k-major slice: s into 4 buffers
-# (PIPE 7), z (16-byte elements) into 2.
+# And B as given (BKFAST = 1), through registers one slice ahead into the k-major slice while A
+# goes by asynchronous copies: s into 4 buffers (PIPE 7), z (16-byte elements) into 2, and s into
+# 3 with stream-K (pieces that start part-way along K read B from there).
 ASYNC4_KFAST = ("s", {**CONFIGS["s"], "PIPE": 7})
 ASYNC2_KFAST = ("z", {**CONFIGS["z"], "BKFAST": 1, "PIPE": 5})
+ASYNC3_KFAST_SHARED = ("s", {**CONFIGS["s"], "PIPE": 6, "STREAMK": 2})
 # Stream-K: the last round's tiles, in rounds of 3 work-groups per compute unit (2 for c, with
 # asynchronous copies), split along K: with so few tiles, every tile of these shapes but those
 # of a single K-slice ((1, 1, 1) and (130, 2, 3)) is split, on any number of compute units.
 SHARED = ("s", {**CONFIGS["s"], "STREAMK": 3})
 SHARED_ASYNC = ("c", {**FLIPPED[1], "PIPE": 5, "STREAMK": 2})
 CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, AHEAD, UNSTAGED, ASYNC3, ASYNC2,
-                                                                ASYNC4_KFAST, ASYNC2_KFAST, SHARED, SHARED_ASYNC]
+                                                                ASYNC4_KFAST, ASYNC2_KFAST, ASYNC3_KFAST_SHARED,
+                                                                SHARED, SHARED_ASYNC]
 CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast2-pipe3", "c-bkfast0-pipe1",
             "s-bkfast1-pipe4", "d-unstaged", "d-async3", "c-async2", "s-bkfast1-async4",
-            "z-bkfast1-async2", "s-streamk3", "c-async2-streamk2"]
+            "z-bkfast1-async2", "s-bkfast1-async3-streamk2", "s-streamk3", "c-async2-streamk2"]
 
 # (m, n, k): C is m x n. (32, 32, 32) is a multiple of every tile above, so operands that are
 # already in the kernel's layout go to it directly, without a padding pass.
