@@ -1,0 +1,81 @@
+"""Run 72: the compiler told to fit N work-groups per compute unit (PTX's .minnctapersm, added to
+the xgemm entry of NVIDIA's PTX and loaded as a binary): 16 x 8 and 8 x 16 results per work-item
+in work-groups of 128 held to 168 registers, 3 work-groups (12 groups of 32) per compute unit,
+against the shipped s default. Registers from NVIDIA's build log; whole operation and each
+command's device time, median of 30, alternating with torch; results checked against numpy in
+float64 on sampled columns (C poisoned with NaN first)."""
+import os, warnings
+import numpy as np, pyopencl as cl
+from gemmtune.bench import _cuda_timer
+from gemmtune.device import open_device
+from gemmtune.kernels import GemmOperation, build_options, defines
+from gemmtune.precision import get_precision
+from gemmtune.space import Config, load_space
+warnings.simplefilter("ignore")
+info, dev = open_device(0)
+ctx = cl.Context([dev]); q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+space = load_space(); fs = space.family("xgemm_rt"); src = fs.source
+S = dict(MWG=128, NWG=128, KWG=8, MDIMC=16, NDIMC=16, VWG=4, VLM=2, VLN=4, PIPE=6, PADL=0, UNROLL=8, WARPM=8, BKFAST=0,
+         STAGE=1, MMA=0, STREAMK=2, TRANSPOSEX=32, TRANSPOSEY=8, TRANSPOSEW=4)
+prec = get_precision("s")
+NV = ["-cl-nv-verbose"] if "NVIDIA" in dev.platform.name else []
+VARIANTS = {"default": {}, "16x8": dict(MDIMC=8), "16x8 m3": dict(MDIMC=8, STREAMK=3, CTAS=3),
+            "8x16 m3": dict(NDIMC=8, STREAMK=3, CTAS=3), "16x8 m3 P5": dict(MDIMC=8, STREAMK=3, CTAS=3, PIPE=5),
+            "16x8 m3 W0": dict(MDIMC=8, STREAMK=3, CTAS=3, WARPM=0), "16x8 m3 VLM4": dict(MDIMC=8, STREAMK=3, CTAS=3, VLM=4),
+            "default m2": dict(CTAS=2)}
+VARIANTS = {k: v for k, v in VARIANTS.items() if k in os.environ.get("ONLY", k)}
+def cfg(extra):
+    return Config.of("xgemm_rt", {**fs.defaults, **S, **{k: v for k, v in extra.items() if k != "CTAS"}})
+def source(extra):
+    return f"// minnctapersm {extra['CTAS']}\n" + src if "CTAS" in extra else src
+def binary(name, extra):
+    opts = build_options(defines(cfg(extra), prec), dev)
+    prog = cl.Program(ctx, src).build(options=opts + NV)
+    ptx = prog.get_info(cl.program_info.BINARIES)[0]
+    if "CTAS" in extra:
+        text = ptx.rstrip(b"\0").decode()
+        i = text.index(".entry xgemm(")
+        j = text.index("\n", text.index(".reqntid", i))
+        text = text[:j] + f"\n.minnctapersm {extra['CTAS']}" + text[j:]
+        ptx = text.encode() + b"\0"
+        prog = cl.Program(ctx, [dev], [ptx]).build(options=opts + NV)
+    log = prog.get_build_info(dev, cl.program_build_info.LOG)
+    parts = [p for p in log.split("Compiling entry function")[1:] if p.split("'")[1] == "xgemm"]
+    print(f"{name}:", " | ".join(l.split(":", 1)[-1].strip() for p in parts for l in p.splitlines() if "Used" in l or "spill" in l) or "(no log)", flush=True)
+    if os.environ.get("OUT"):
+        open(os.path.join(os.environ["OUT"], "probe72-" + name.replace(" ", "") + ".ptx"), "wb").write(ptx)
+    return ptx
+bins = {name: binary(name, extra) for name, extra in VARIANTS.items()}
+rng = np.random.default_rng(0)
+for N in [int(x) for x in os.environ.get("SIZES", "4096,8192").split(",")]:
+    m = n = k = N
+    ha = rng.standard_normal((k, m)).astype(np.float32); hb = rng.standard_normal((n, k)).astype(np.float32)
+    cols = rng.choice(n, 8, replace=False)
+    ref = hb[cols].astype(np.float64) @ ha.astype(np.float64)
+    mf = cl.mem_flags
+    a = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=ha)
+    b = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=hb)
+    c = cl.Buffer(ctx, mf.READ_WRITE, 4 * m * n)
+    ops = {name: GemmOperation(q, cfg(extra), source(extra), prec, m, n, k, binary=bins[name]) for name, extra in VARIANTS.items()}
+    errs = {}
+    for name, op in ops.items():
+        out = np.full((n, m), np.nan, np.float32); cl.enqueue_copy(q, c, out)
+        op.enqueue(a, b, c)[-1].wait(); cl.enqueue_copy(q, out, c)
+        errs[name] = float(np.max(np.abs(out[cols] - ref)) / np.max(np.abs(ref)))
+    try:
+        tt = _cuda_timer("torch", prec, m, n, k)
+    except RuntimeError:
+        tt = lambda: 1.0
+    times = {name: [] for name in ops}; tor = []
+    reps = int(os.environ.get("REPS", "35"))
+    for i in range(reps):
+        for name, op in ops.items():
+            ev = op.enqueue(a, b, c); ev[-1].wait()
+            if i >= min(5, reps - 1): times[name].append([(e.profile.end - e.profile.start) * 1e-3 for e in ev])
+        t = tt()
+        if i >= min(5, reps - 1): tor.append(t)
+    f = prec.flops(m, n, k) / 1e6
+    for name, t in times.items():
+        t = np.median(np.array(t), axis=0)
+        print(f"{N} {name:12s} whole {f / (t.sum() * 1e-3):8.0f}  " + "  ".join(f"{x:7.1f}" for x in t) + f" us  err {errs[name]:.1e}", flush=True)
+    print(f"{N} torch        {f/np.median(tor):8.0f}", flush=True)
