@@ -335,8 +335,9 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     // B column n is contiguous along k, so it cannot land in the k-major slice by a copy of
     // whole vectors: it goes through registers as with PIPE 1 (LOAD_B, STORE_B), each slice loaded
     // while the one before it is computed and stored after the next step's barrier, when its
-    // buffer is free. One 4-byte asynchronous copy per element instead measured 36,489 GFLOP/s
-    // against 49,805 for the s default at 4096^3 on the H200 (run 44).
+    // buffer is free. On the H200 (s at 4096^3, whole operation) this measured 49,571 GFLOP/s
+    // with PADL 4 and WARPM 0 (run 67), one 4-byte asynchronous copy per element 36,489 (run
+    // 44); the s default, B transposed by a pass and copied asynchronously, 50,971.
     #define LOAD_B_SLICE(s) \
       PRAGMA(unroll) \
       for (int l = 0; l < LPTB; l++) { rb[l].v = LOAD_B((s) * KWG, tid + l * WGS, l); }
