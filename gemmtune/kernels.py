@@ -20,7 +20,8 @@ from gemmtune.precision import Precision
 from gemmtune.space import Config
 
 BUILD_OPTIONS = ("-cl-mad-enable",)
-COPY_TILE = (16, 4)   # work-group of pad_copy: 64 work-items fit every device
+COPY_TILE = (32, 2)   # work-group of pad_copy: 64 work-items fit every device; 32 down a column
+COPY_PER_ITEM = 4     # elements pad_copy moves per work-item (one row, COPY_TILE[1] columns apart)
 
 
 class BuildError(Exception):
@@ -169,9 +170,10 @@ class GemmOperation:
         if not transpose:
             # A fixed work-group (the kernel guards the edges): with local size left to the driver,
             # PoCL compiles a new work-group function for every new shape.
-            gsize = (_roundup(rows_p, COPY_TILE[0]), _roundup(cols_p, COPY_TILE[1]))
+            gsize = (_roundup(rows_p, COPY_TILE[0]), _roundup(-(-cols_p // COPY_PER_ITEM), COPY_TILE[1]))
             return self.pad_copy(self.queue, gsize, COPY_TILE, i32(rows), i32(cols), i32(rows),
-                                 i32(rows_p), i32(cols_p), i32(conj), src, dst, wait_for=wait_for)
+                                 i32(rows_p), i32(cols_p), i32(conj), i32(COPY_PER_ITEM), src, dst,
+                                 wait_for=wait_for)
         tx, ty, tw = self.transpose_tile   # tiles of ty * tw input columns, tw per work-item
         gsize = (_roundup(cols_p, tx), _roundup(rows_p, ty * tw) // tw)
         return self.pad_transpose(self.queue, gsize, (tx, ty), i32(cols), i32(rows), i32(cols),
