@@ -17,27 +17,36 @@
 // Constraint: TRANSPOSEX * TRANSPOSEY work-items fit a work-group, and the local tile of
 // TRANSPOSEQ * (TRANSPOSEX + 1) elements fits local memory (+1: no bank conflicts on the read).
 
+#if !defined(COPY_PER_ITEM)   // not a tuned parameter: gemmtune builds with its own (kernels.COPY_PER_ITEM)
+#define COPY_PER_ITEM 4       // elements of a row that each work-item of pad_copy moves
+#endif
+
 // out (P_out x Q_out, column-major) <- in (P x Q, column-major, leading dimension ld_in),
-// zeros outside P x Q, conjugated if conj != 0. Each work-item copies per_item elements of a
-// row, a work-group's height of columns apart: global size P_out x ceil(Q_out / per_item), each
-// rounded up to the work-group. More loads in flight: on an H200, 4 per work-item in groups of
-// 32 x 2 copied 4096^2 floats in 52-56 us, where one each in groups of 16 x 4 took 164-169.
+// zeros outside P x Q, conjugated if conj != 0. Each work-item moves COPY_PER_ITEM elements of
+// a row, a work-group's height of columns apart, all its loads before its stores: global size
+// P_out x ceil(Q_out / COPY_PER_ITEM), each rounded up to the work-group. On an H200, 4096^2
+// floats took 38.0-41.2 us in work-groups of 32 x 8 (a plain copy of float4s 36.5-39.5 in the
+// same runs), 52-56 with a load and a store at a time, 164-169 with one element per work-item
+// in 16 x 4.
 __kernel void pad_copy(const int P, const int Q, const int ld_in, const int P_out, const int Q_out,
-                       const int conj, const int per_item,
-                       const __global real* restrict in, __global real* restrict out) {
+                       const int conj, const __global real* restrict in, __global real* restrict out) {
   const int i = get_global_id(0);
-  const int j0 = get_group_id(1) * get_local_size(1) * per_item + get_local_id(1);
+  const int j0 = get_group_id(1) * get_local_size(1) * COPY_PER_ITEM + get_local_id(1);
+  real v[COPY_PER_ITEM];
+  #pragma unroll
+  for (int w = 0; w < COPY_PER_ITEM; w++) {
+    const int j = j0 + w * (int)get_local_size(1);
+    v[w] = ZERO;
+    if (i < P && j < Q) {
+      v[w] = in[j * ld_in + i];
+      if (conj) { v[w] = CONJ(v[w]); }
+    }
+  }
   if (i < P_out) {
-    for (int w = 0; w < per_item; w++) {
+    #pragma unroll
+    for (int w = 0; w < COPY_PER_ITEM; w++) {
       const int j = j0 + w * (int)get_local_size(1);
-      if (j < Q_out) {
-        real v = ZERO;
-        if (i < P && j < Q) {
-          v = in[j * ld_in + i];
-          if (conj) { v = CONJ(v); }
-        }
-        out[j * P_out + i] = v;
-      }
+      if (j < Q_out) { out[j * P_out + i] = v[w]; }
     }
   }
 }

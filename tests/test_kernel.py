@@ -369,3 +369,54 @@ def test_device_time_leaves_the_hosts_latency_out():
     cl.enqueue_copy(queue, c, c_buf)
     check = compare(c, Reference.compute(prec, a, b, None, 1.0, 0.0), prec)
     assert check.passed, check
+
+
+@pytest.mark.parametrize("limits, expected", [
+    ((1024, (1024, 1024, 64)), (32, 8)),     # a GPU
+    ((4096, (4096, 4096, 4096)), (32, 8)),   # PoCL
+    ((128, (128, 128, 128)), (32, 2)),       # 256 work-items are too many
+    ((256, (256, 4, 4)), (32, 2)),           # 8 along dimension 1 are
+])
+def test_pad_copy_takes_the_first_work_group_the_device_allows(limits, expected):
+    from types import SimpleNamespace
+
+    from gemmtune.kernels import copy_tile
+
+    size, items = limits
+    assert copy_tile(SimpleNamespace(max_work_group_size=size, max_work_item_sizes=items)) == expected
+
+
+@pytest.mark.parametrize("tile", [(32, 8), (32, 2), (4, 1)])
+def test_pad_copy_pads_and_conjugates_with_any_work_group(monkeypatch, tile):
+    """A and B both go through pad_copy (A untransposed, B conjugated and already n x k), with
+    shapes that need padding on every side and a work-group that leaves items past the edges."""
+    import pyopencl as cl
+
+    from gemmtune import kernels
+    from gemmtune.device import open_device
+    from gemmtune.kernels import GemmOperation
+    from gemmtune.space import Config, load_space
+
+    monkeypatch.setattr(kernels, "COPY_TILES", (tile,))
+    _, dev = open_device(0)
+    ctx = cl.Context([dev])
+    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    prec = precision_of(np.complex64)
+    config = Config.of("xgemm_k5", CONFIGS["tsm8-tsn16-wptn8-pad3"])
+    m, n, k = 37, 29, 45
+    op = GemmOperation(queue, config, load_space(None).family("xgemm_k5").source, prec, m, n, k,
+                       trans_b="C")
+    assert op.copy_tile == tile and op.a_scratch is not None and op.b_scratch is not None
+    rng = np.random.default_rng(12)
+    a = np.asfortranarray(uniform((m, k), np.complex64, rng))
+    b = np.asfortranarray(uniform((n, k), np.complex64, rng))
+    mf = cl.mem_flags
+    a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+    c = np.full((m, n), np.nan, np.complex64, order="F")
+    c_buf = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+    alpha = 0.75 - 0.5j
+    op.enqueue(a_buf, b_buf, c_buf, alpha=alpha, beta=0.0)[-1].wait()
+    cl.enqueue_copy(queue, c, c_buf)
+    check = compare(c, Reference.compute(prec, a, b, None, alpha, 0.0, trans_b="C"), prec)
+    assert check.passed, check

@@ -1,4 +1,4 @@
-"""Run 75 (run 74 with more pad_copy shapes: work-group x per work-item): pad_copy moving 4 elements per work-item in work-groups of 32 x 2 (the committed one)
+"""Run 75 (run 74 with more pad_copy shapes: work-group x per work-item; b7f2f9d's pad_copy, as run 74): pad_copy moving 4 elements per work-item in work-groups of 32 x 2 (the committed one)
 against the one element per work-item in 16 x 4 of before, B's transpose pass, and a plain copy of
 float4s; s 4096^2 (64 MiB in, 64 MiB out), device time, median of 30, alternating; outputs checked
 against numpy. Then the whole s operation at 4000^3 (A padded by pad_copy, B transposed and

@@ -1,8 +1,7 @@
-"""Run 74: pad_copy moving 4 elements per work-item in work-groups of 32 x 2 (the committed one)
-against the one element per work-item in 16 x 4 of before, B's transpose pass, and a plain copy of
+"""Run 76: pad_copy with all its loads before its stores (4 per work-item) in three work-group shapes,
+against b7f2f9d's pad_copy (a load and a store at a time, 4 per work-item in 32 x 2), the one element per work-item in 16 x 4 of before, B's transpose pass, and a plain copy of
 float4s; s 4096^2 (64 MiB in, 64 MiB out), device time, median of 30, alternating; outputs checked
-against numpy. Then the whole s operation at 4000^3 (A padded by pad_copy, B transposed and
-padded) with the shipped default, against torch."""
+against numpy."""
 import warnings
 import numpy as np, pyopencl as cl
 from gemmtune.bench import _cuda_timer
@@ -21,6 +20,24 @@ cfg = Config.of("xgemm_rt", {**fs.defaults, **S})
 prog = cl.Program(ctx, src).build(options=build_options(defines(cfg, prec), dev))
 extra = cl.Program(ctx, """
 __kernel void copy4(const __global float4* restrict in, __global float4* restrict out) { out[get_global_id(0)] = in[get_global_id(0)]; }
+__kernel void pad_copy_two_phase(const int P, const int Q, const int ld_in, const int P_out, const int Q_out,
+                                 const int conj, const __global float* restrict in, __global float* restrict out) {
+  const int i = get_global_id(0);
+  const int j0 = get_group_id(1) * get_local_size(1) * 4 + get_local_id(1);
+  float v[4];
+  #pragma unroll
+  for (int w = 0; w < 4; w++) {
+    const int j = j0 + w * (int)get_local_size(1);
+    v[w] = (i < P && j < Q) ? in[j * ld_in + i] : 0.0f;
+  }
+  if (i < P_out) {
+    #pragma unroll
+    for (int w = 0; w < 4; w++) {
+      const int j = j0 + w * (int)get_local_size(1);
+      if (j < Q_out) { out[j * P_out + i] = v[w]; }
+    }
+  }
+}
 __kernel void pad_copy_before(const int P, const int Q, const int ld_in, const int P_out, const int Q_out,
                               const int conj, const __global float* restrict in, __global float* restrict out) {
   const int i = get_global_id(0), j = get_global_id(1);
@@ -33,14 +50,23 @@ src_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=h)
 dst = cl.Buffer(ctx, mf.READ_WRITE, h.nbytes)
 i32 = np.int32
 cols = -(-N // COPY_PER_ITEM)
+def pc(tile, per):
+    cols = -(-N // per)
+    return lambda: prog.pad_copy(q, (N, -(-cols // tile[1]) * tile[1]), tile, i32(N), i32(N), i32(N), i32(N), i32(N), i32(0),
+                                 i32(per), src_buf, dst)
+def two(tile):
+    cols = -(-N // 4)
+    return lambda: extra.pad_copy_two_phase(q, (N, -(-cols // tile[1]) * tile[1]), tile, i32(N), i32(N), i32(N), i32(N), i32(N),
+                                            i32(0), src_buf, dst)
 runs = {
+    "two 32x2x4": two((32, 2)), "two 32x8x4": two((32, 8)), "two 64x4x4": two((64, 4)),
     "pad_copy": lambda: prog.pad_copy(q, (N, -(-cols // COPY_TILE[1]) * COPY_TILE[1]), COPY_TILE, i32(N), i32(N), i32(N), i32(N),
                                       i32(N), i32(0), i32(COPY_PER_ITEM), src_buf, dst),
     "pad_copy before": lambda: extra.pad_copy_before(q, (N, N), (16, 4), i32(N), i32(N), i32(N), i32(N), i32(N), i32(0), src_buf, dst),
     "pad_transpose": lambda: prog.pad_transpose(q, (N, N // 4), (32, 8), i32(N), i32(N), i32(N), i32(N), i32(N), i32(0), src_buf, dst),
     "copy float4": lambda: extra.copy4(q, (N * N // 4,), (256,), src_buf, dst),
 }
-expect = {"pad_copy": h, "pad_copy before": h, "pad_transpose": h.T, "copy float4": h}
+expect = {"two 32x2x4": h, "two 32x8x4": h, "two 64x4x4": h, "pad_copy": h, "pad_copy before": h, "pad_transpose": h.T, "copy float4": h}
 for name, run in runs.items():
     cl.enqueue_copy(q, dst, np.full_like(h, np.nan)); run().wait()
     out = np.empty_like(h); cl.enqueue_copy(q, out, dst)
@@ -53,22 +79,3 @@ for i in range(35):
 for name, t in times.items():
     us = float(np.median(t))
     print(f"{name:16s} {us:7.1f} us  {2 * h.nbytes / us / 1e6:5.2f} TB/s", flush=True)
-m = n = k = 4000
-rng = np.random.default_rng(1)
-ha = rng.standard_normal((k, m)).astype(np.float32); hb = rng.standard_normal((n, k)).astype(np.float32)
-sel = rng.choice(n, 8, replace=False)
-ref = hb[sel].astype(np.float64) @ ha.astype(np.float64)
-a = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=ha)
-b = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=hb)
-c = cl.Buffer(ctx, mf.READ_WRITE, 4 * m * n)
-op = GemmOperation(q, cfg, src, prec, m, n, k)
-out = np.full((n, m), np.nan, np.float32); cl.enqueue_copy(q, c, out); op.enqueue(a, b, c)[-1].wait(); cl.enqueue_copy(q, out, c)
-err = float(np.max(np.abs(out[sel] - ref)) / np.max(np.abs(ref)))
-tt = _cuda_timer("torch", prec, m, n, k)
-ts, tor = [], []
-for i in range(35):
-    ev = op.enqueue(a, b, c); ev[-1].wait(); t = tt()
-    if i >= 5: ts.append([(e.profile.end - e.profile.start) * 1e-3 for e in ev]); tor.append(t)
-t = np.median(np.array(ts), axis=0); f = prec.flops(m, n, k) / 1e6
-print(f"4000 default whole {f / (t.sum() * 1e-3):8.0f}  " + "  ".join(f"{x:7.1f}" for x in t) + f" us  err {err:.1e}", flush=True)
-print(f"4000 torch         {f / np.median(tor):8.0f}", flush=True)
