@@ -223,10 +223,9 @@ def predict(config: Config, dev: DeviceInfo, prec: Precision, m: int, n: int, k:
     # The last round of work-groups leaves compute units idle, unless stream-K shares it out:
     # then the parts of the split tiles go to memory and back (about a part per split tile and
     # per run), and a fixup kernel adds them up into C.
-    shared = family.shared_tiles(p, mp, np_, dev.compute_units)[0] if p.get("STREAMK", 0) else 0
+    shared, runs = family.shared_tiles(p, mp, np_, dev.compute_units) if p.get("STREAMK", 0) else (0, 0)
     tail = 1.0 if shared else rounds * dev.compute_units / groups
     if shared:
-        runs = p["STREAMK"] * dev.compute_units
         passes += 1
         pass_bytes += e * tm * tn * (2 * (shared + runs) + shared * (2 if beta != 0 else 1))
     compute_s = tail * padded / (peak.gflops * 1e9 * efficiency * matrix)
