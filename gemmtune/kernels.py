@@ -170,6 +170,9 @@ class GemmOperation:
                 self.fixup = cl.Kernel(self.program, "xgemm_fixup")
                 fixups = np.array([(*f, 0) for f in split.fixups], np.int32)
                 self.fixups = cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=fixups)
+                # a work-item per fixup_width elements of each split tile
+                per_tile = p["MWG"] * p["NWG"] // self.family.fixup_width(p)
+                self.fixup_sizes = (len(split.fixups) * per_tile,), (math.gcd(per_tile, 256),)
         # The trailing events of enqueue that are the GEMM itself: the main kernel, and the
         # kernel that adds up the tiles it computed in parts.
         self.kernel_events = 1 + (self.fixup is not None)
@@ -221,10 +224,7 @@ class GemmOperation:
                                 dtype(alpha), dtype(beta), a, i32(lda), b, i32(ldb), c, i32(self.m),
                                 *self.workspace, wait_for=events or wait_for))
         if self.fixup is not None:
-            # a work-item per fixup_width elements of each split tile
-            per_tile = p["MWG"] * p["NWG"] // self.family.fixup_width(p)
-            size, group = len(self.split.fixups) * per_tile, math.gcd(per_tile, 256)
-            events.append(self.fixup(self.queue, (size,), (group,), i32(self.m), i32(self.n), dtype(alpha),
+            events.append(self.fixup(self.queue, *self.fixup_sizes, i32(self.m), i32(self.n), dtype(alpha),
                                      dtype(beta), c, i32(self.m), self.fixups, self.work,
                                      wait_for=events[-1:]))
         return events
