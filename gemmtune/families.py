@@ -61,6 +61,12 @@ def transpose_local_bytes(p: Params, prec: Precision) -> int:
 # Constraint checks are written with & and elementwise arithmetic only, so the same function
 # tests one configuration (ints) or a whole Cartesian product at once (numpy columns).
 
+def fits_work_group(x, y, dev):
+    """Whether work-groups of x by y work-items fit ``dev``'s limits: the work-item sizes along
+    dimensions 0 and 1, and the work-group size."""
+    return (x <= dev.max_work_item_sizes[0]) & (y <= dev.max_work_item_sizes[1]) & (x * y <= dev.max_work_group_size)
+
+
 def _safe(x):
     """x, or 1 where x is 0: a divisor that cannot fail (the rule that needs x > 0 says so)."""
     return np.maximum(x, 1)
@@ -72,9 +78,7 @@ TRANSPOSE_FITS = Constraint(
     "TRANSPOSEX * TRANSPOSEY <= max work-group size, its local tile of "
     "TRANSPOSEY * TRANSPOSEW x (TRANSPOSEX + 1) elements fits local memory",
     lambda p, dev, prec: (
-        (p["TRANSPOSEX"] <= dev.max_work_item_sizes[0])
-        & (p["TRANSPOSEY"] <= dev.max_work_item_sizes[1])
-        & (p["TRANSPOSEX"] * p["TRANSPOSEY"] <= dev.max_work_group_size)
+        fits_work_group(p["TRANSPOSEX"], p["TRANSPOSEY"], dev)
         & (transpose_local_bytes(p, prec) <= dev.local_mem_bytes)
     ),
 )
@@ -218,10 +222,7 @@ XGEMM_K5 = TiledK5(
                    lambda p, dev, prec: p["TSN"] % p["WPTN"] == 0),
         Constraint(2, "work-group", "TSM <= max work-item size[0], RTSN = TSN / WPTN <= max "
                    "work-item size[1], TSM * RTSN <= max work-group size",
-                   lambda p, dev, prec: (
-                       (p["TSM"] <= dev.max_work_item_sizes[0])
-                       & (p["TSN"] // p["WPTN"] <= dev.max_work_item_sizes[1])
-                       & (_wgs(p) <= dev.max_work_group_size))),
+                   lambda p, dev, prec: fits_work_group(p["TSM"], p["TSN"] // p["WPTN"], dev)),
         Constraint(3, "loads per thread", "(TSK * TSM) % (TSM * RTSN) == 0 and "
                    "(TSK * TSN) % (TSM * RTSN) == 0",
                    lambda p, dev, prec: (_wgs(p) > 0)
@@ -338,9 +339,7 @@ XGEMM_RT = RegisterTiled(
                    lambda p, dev, prec: (p["MWG"] % p["MDIMC"] == 0) & (p["NWG"] % p["NDIMC"] == 0)),
         Constraint(2, "work-group", "MDIMC <= max work-item size[0], NDIMC <= max work-item size[1], "
                    "MDIMC * NDIMC <= max work-group size",
-                   lambda p, dev, prec: ((p["MDIMC"] <= dev.max_work_item_sizes[0])
-                                         & (p["NDIMC"] <= dev.max_work_item_sizes[1])
-                                         & (p["MDIMC"] * p["NDIMC"] <= dev.max_work_group_size))),
+                   lambda p, dev, prec: fits_work_group(p["MDIMC"], p["NDIMC"], dev)),
         Constraint(3, "vector loads", "MWG and NWG (and KWG if BKFAST) multiples of VWG; KWG * MWG "
                    "and KWG * NWG multiples of VWG * MDIMC * NDIMC (of VWG * VWG * MDIMC * NDIMC if "
                    "BKFAST == 2)", lambda p, dev, prec: _rt_vectors(p)),

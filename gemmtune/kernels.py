@@ -15,7 +15,7 @@ import numpy as np
 import pyopencl as cl
 
 from gemmtune.device import has_fp64_matrix, nvidia_compute_capability
-from gemmtune.families import FAMILIES, Family
+from gemmtune.families import FAMILIES, Family, fits_work_group
 from gemmtune.precision import Precision
 from gemmtune.space import Config
 
@@ -113,9 +113,7 @@ def program_binary(program: cl.Program) -> bytes:
 def copy_tile(device) -> tuple[int, int]:
     """pad_copy's work-group on ``device``: the first of COPY_TILES within its limits (the last
     if none is)."""
-    sizes = device.max_work_item_sizes
-    return next((t for t in COPY_TILES if t[0] * t[1] <= device.max_work_group_size
-                 and t[0] <= sizes[0] and t[1] <= sizes[1]), COPY_TILES[-1])
+    return next((t for t in COPY_TILES if fits_work_group(*t, device)), COPY_TILES[-1])
 
 
 def _roundup(x: int, multiple: int) -> int:
