@@ -460,11 +460,18 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
         for (int j = 0; j < VLN; j++) { b[f][c * VLN + j] = u.e[j]; } \
       } \
     }
+  // The results row by row in a zig-zag, from the last column: consecutive multiply-adds share a
+  // value of A, and at each turn one of B. Only the order changes, and with it what NVIDIA's
+  // compiler makes of the step: on the H200 (s at 4096^3, the default) xgemm took 2,624 us
+  // against 2,648 row by row, left to right (run 92).
   #define MULTIPLY(f) \
     PRAGMA(unroll) \
     for (int i = 0; i < WPTM; i++) { \
       PRAGMA(unroll) \
-      for (int j = 0; j < WPTN; j++) { MULADD(acc[i][j], a[f][i], b[f][j]); } \
+      for (int jj = 0; jj < WPTN; jj++) { \
+        const int j = i % 2 ? jj : WPTN - 1 - jj; \
+        MULADD(acc[i][j], a[f][i], b[f][j]); \
+      } \
     }
   #define COMPUTE(buf, k0) \
     PRAGMA(unroll UNROLL) \
