@@ -462,8 +462,8 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     }
   // The results row by row in a zig-zag, from the last column: consecutive multiply-adds share a
   // value of A, and at each turn one of B. Only the order changes, and with it what NVIDIA's
-  // compiler makes of the step: on the H200 (s at 4096^3, the default) xgemm took 2,624 us
-  // against 2,648 row by row, left to right (run 92).
+  // compiler makes of the step: on the H200 (s at 4096^3, the configuration of 128 x 128 tiles
+  // that was the default before run 94) xgemm took 2,624 us against 2,648 row by row (run 92).
   #define MULTIPLY(f) \
     PRAGMA(unroll) \
     for (int i = 0; i < WPTM; i++) { \
