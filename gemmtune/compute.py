@@ -12,7 +12,10 @@ import pyopencl.array as cla
 
 from gemmtune.device import device_spec, list_devices, open_device
 from gemmtune.info import DeviceInfo
+from gemmtune.defaults import default_config
+from gemmtune.families import FAMILIES
 from gemmtune.kernels import GemmOperation, normalize_op
+from gemmtune.launch import Problem
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import Precision, get_precision, precision_of
 from gemmtune.space import Config, check_config, load_space, make_config, require_precision
@@ -161,22 +164,30 @@ def device_info(device: cl.Device) -> DeviceInfo:
     raise GemmtuneError(f"device {device.name.strip()!r} is not among the OpenCL devices gemmtune lists")
 
 
+_PLAIN = (float, int)   # scalars that need no check: they fit every precision
+
+
 class Gemm:
     """GEMM on ``pyopencl.array.Array`` operands that live on ``queue``'s device, in place.
 
     ``Gemm(queue, "s")(a, b, c, alpha=1.0, beta=0.0, trans_a=False, trans_b=False)`` enqueues
     c <- alpha * op(a) @ op(b) + beta * c on ``queue`` and returns ``c``, with no host copies.
-    The arrays have numpy's row-major meaning (as ``gemm``): C-contiguous, 2-D, offset 0, the
-    precision's dtype (float32, float64, complex64, complex128 for s, d, c, z). ``trans_a=True``
-    means op(a) = a.T, ``"C"`` a.conj().T. beta == 0 never reads c. The call waits for the
-    operands' pending events and records its own on ``c`` (``c.events``), as pyopencl does.
+    The arrays have numpy's row-major meaning (as ``gemm``), 2-D, of the precision's dtype
+    (float32, float64, complex64, complex128 for s, d, c, z). They may be views, as BLAS takes
+    them: an offset into their buffer and rows further apart than their length (``x[i:j, p:q]``
+    of a larger array); elements within a row must be adjacent. Nothing outside ``c``'s view is
+    written. ``trans_a=True`` means op(a) = a.T, ``"C"`` a.conj().T. beta == 0 never reads c.
+    The call waits for the operands' pending events and records its own on ``c`` (``c.events``).
 
-    The configuration of each shape is chosen the first time the shape is seen, by
-    ``best_config`` on ``db`` (default: $GEMMTUNE_DB, else sqlite:///results/gemmtune.db).
-    Scratch buffers are kept per shape, so calls must run in order: use an in-order queue.
+    The configuration of each problem is chosen the first time its shapes and strides are seen,
+    by ``best_config`` on ``db`` (default: $GEMMTUNE_DB, else sqlite:///results/gemmtune.db); a
+    view with an offset takes a family that reads views (the direct one) where the tuned
+    configuration's does not. Later calls with the same shapes and strides only bind their
+    buffers and enqueue. Scratch buffers are kept per problem, so calls must run in order: use
+    an in-order queue.
     """
 
-    _MAX_OPERATIONS = 32
+    _MAX_PROBLEMS = 64
 
     def __init__(self, queue: cl.CommandQueue, precision: str | Precision = "s", *, db: str | None = None):
         self.queue = queue
@@ -184,38 +195,30 @@ class Gemm:
         self.info = device_info(queue.device)
         require_precision(self.info, self.precision)
         self.db = db
-        self._operations: OrderedDict[tuple, GemmOperation] = OrderedDict()
+        self._calls: OrderedDict[tuple, GemmOperation] = OrderedDict()
 
-    def _check(self, name: str, x) -> None:
+    def _check(self, name: str, x) -> int:
+        """Validate one operand; its leading dimension in elements (numpy's row stride)."""
         if not isinstance(x, cla.Array):
             raise TypeError(f"{name} must be a pyopencl.array.Array, got {type(x).__name__}")
         if x.ndim != 2 or x.dtype != self.precision.dtype:
             raise ValueError(f"{name} must be a 2-D {self.precision.dtype} array, got {x.ndim}-D {x.dtype}")
-        if not x.flags.c_contiguous or x.offset != 0:
-            raise ValueError(f"{name} must be C-contiguous with offset 0")
         if x.context != self.queue.context:
             raise ValueError(f"{name} lives in another OpenCL context than the queue")
+        item = x.dtype.itemsize
+        rows, cols = x.shape
+        if cols > 1 and x.strides[1] != item:
+            raise ValueError(f"{name}'s elements within a row must be adjacent (strides {x.strides})")
+        if rows > 1 and (x.strides[0] % item or x.strides[0] < cols * item):
+            raise ValueError(f"{name}'s rows must be whole elements apart and not overlap (strides {x.strides})")
+        if x.offset % item:
+            raise ValueError(f"{name}'s offset ({x.offset} bytes) is not a whole number of elements")
+        return x.strides[0] // item if rows > 1 else max(cols, 1)
 
-    def operation(self, m: int, n: int, k: int, trans_a: str, trans_b: str) -> GemmOperation:
-        """The prepared column-major operation for (m, n, k, op flags), built on first use."""
-        key = (m, n, k, trans_a, trans_b)
-        op = self._operations.get(key)
-        if op is None:
-            cfg = best_config(m, n, k, self.precision, device=self.info, db=self.db).config
-            op = GemmOperation(self.queue, cfg, load_space().family(cfg.kernel).source, self.precision,
-                               m, n, k, trans_a, trans_b)
-            self._operations[key] = op
-            if len(self._operations) > self._MAX_OPERATIONS:
-                self._operations.popitem(last=False)
-        else:
-            self._operations.move_to_end(key)
-        return op
-
-    def __call__(self, a, b, c, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
-        for name, x in (("a", a), ("b", b), ("c", c)):
-            self._check(name, x)
-        ta, tb = normalize_op(trans_a), normalize_op(trans_b)
-        (m, ka), (kb, n) = _op_shape(a, ta), _op_shape(b, tb)
+    def operation(self, a, b, c, trans_a: str, trans_b: str, views: bool) -> GemmOperation:
+        """The prepared column-major operation for these operands' shapes, strides and op flags."""
+        lda, ldb, ldc = (self._check(name, x) for name, x in (("a", a), ("b", b), ("c", c)))
+        (m, ka), (kb, n) = _op_shape(a, trans_a), _op_shape(b, trans_b)
         if ka != kb:
             raise ValueError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
         if c.shape != (m, n):
@@ -223,8 +226,31 @@ class Gemm:
         if min(m, n, ka) < 1:
             raise ValueError(f"empty product: {m}x{ka} times {kb}x{n}")
         # Same row-major to column-major swap as gemm: b is A, a is B, m and n exchanged.
-        op = self.operation(n, m, ka, tb, ta)
+        problem = Problem(n, m, ka, trans_b, trans_a, ldb, lda, ldc, views)
+        cfg = best_config(n, m, ka, self.precision, device=self.info, db=self.db).config
+        if views and not FAMILIES[cfg.kernel].takes_views:
+            cfg = default_config(self.info, self.precision, (n, m, ka), views=True)
+        return GemmOperation(self.queue, cfg, load_space().family(cfg.kernel).source, self.precision,
+                             n, m, ka, problem=problem)
+
+    def __call__(self, a, b, c, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
+        try:
+            views = bool(a.offset or b.offset or c.offset)
+            key = (a.shape, a.strides, a.dtype, a.context, b.shape, b.strides, b.dtype, b.context,
+                   c.shape, c.strides, c.dtype, c.context, trans_a, trans_b, views)
+        except AttributeError:
+            key, views = None, False   # not arrays: operation() says which
+        op = self._calls.get(key)
+        if op is None:
+            op = self.operation(a, b, c, normalize_op(trans_a), normalize_op(trans_b), views)
+            self._calls[key] = op
+            if len(self._calls) > self._MAX_PROBLEMS:
+                self._calls.popitem(last=False)
+        if type(alpha) not in _PLAIN or type(beta) not in _PLAIN:
+            check_scalars(self.precision, alpha, beta)
+        item = self.precision.bytes
         wait = [*a.events, *b.events, *c.events] or None
-        events = op.enqueue(b.data, a.data, c.data, alpha, beta, wait_for=wait)
+        events = op.enqueue(b.base_data, a.base_data, c.base_data, alpha, beta, wait,
+                            (b.offset // item, a.offset // item, c.offset // item))
         c.add_event(events[-1])
         return c

@@ -8,23 +8,18 @@ maps numpy's row-major arrays onto it.
 from __future__ import annotations
 
 import hashlib
-import math
 import warnings
 
 import numpy as np
 import pyopencl as cl
 
 from gemmtune.device import has_fp64_matrix, nvidia_compute_capability
-from gemmtune.families import FAMILIES, Family, fits_work_group
+from gemmtune.families import COPY_PER_ITEM, FAMILIES, Family
+from gemmtune.launch import A, ALPHA, B, BETA, C, CALL_ARGUMENTS, OFFSET_A, OFFSET_B, OFFSET_C, Problem, Scratch
 from gemmtune.precision import Precision
 from gemmtune.space import Config
 
 BUILD_OPTIONS = ("-cl-mad-enable",)
-# pad_copy's work-group: the first of these the device takes (32 down a column; on an H200 the
-# first copied 4096^2 floats in 38.0 us, the second in 45.7), and the elements of a row each of its
-# work-items moves, a work-group's height of columns apart.
-COPY_TILES = ((32, 8), (32, 2))
-COPY_PER_ITEM = 4
 
 
 class BuildError(Exception):
@@ -46,8 +41,11 @@ def normalize_op(op) -> str:
     raise ValueError(f"bad transpose flag {op!r}: use False, True, 'N', 'T' or 'C'")
 
 
-def defines(config: Config, prec: Precision) -> dict[str, int]:
-    return {**config.params, "PRECISION": prec.cl_define}
+def defines(config: Config, prec: Precision, problem: Problem | None = None) -> dict[str, int]:
+    """What a build of ``config`` defines: its parameters, the precision, and what the family
+    needs to know of the problem (e.g. the direct family's op() of each operand)."""
+    extra = FAMILIES[config.kernel].build_defines(config.params, prec, problem or Problem(1, 1, 1))
+    return {**config.params, "PRECISION": prec.cl_define, **extra}
 
 
 def device_defines(device: cl.Device) -> dict[str, int]:
@@ -110,122 +108,78 @@ def program_binary(program: cl.Program) -> bytes:
     return program.get_info(cl.program_info.BINARIES)[0]
 
 
-def copy_tile(device) -> tuple[int, int]:
-    """pad_copy's work-group on ``device``: the first of COPY_TILES within its limits (the last
-    if none is)."""
-    return next((t for t in COPY_TILES if fits_work_group(*t, device)), COPY_TILES[-1])
-
-
-def _roundup(x: int, multiple: int) -> int:
-    return -(-x // multiple) * multiple
-
-
 class GemmOperation:
-    """One configured GEMM of a fixed shape on one queue, ready to enqueue repeatedly.
+    """One configured GEMM of a fixed problem on one queue, ready to enqueue repeatedly.
 
-    Operands that are not already in the layout the main kernel reads (A as Mp x Kp, B as
-    Np x Kp, column-major, zero-padded to tile multiples) go through pad.cl first; the scratch
-    buffers for that are allocated once here.
+    It carries out the family's launch plan (gemmtune.launch): the program is built, the scratch
+    buffers allocated and every kernel argument that does not change between calls set once, so
+    a call sets only the operands and scalars that changed since the last one and enqueues.
+    The operands last bound stay referenced until the next call binds others.
     """
 
     def __init__(self, queue: cl.CommandQueue, config: Config, source: str, prec: Precision,
                  m: int, n: int, k: int, trans_a="N", trans_b="N", binary: bytes | None = None,
-                 compute_units: int | None = None):
+                 compute_units: int | None = None, problem: Problem | None = None):
         self.queue, self.config, self.prec = queue, config, prec
-        self.m, self.n, self.k = m, n, k
-        self.trans_a, self.trans_b = normalize_op(trans_a), normalize_op(trans_b)
+        self.problem = problem or Problem(m, n, k, normalize_op(trans_a), normalize_op(trans_b))
+        self.m, self.n, self.k = self.problem.m, self.problem.n, self.problem.k
         self.family: Family = FAMILIES[config.kernel]
-        p = config.params
-        self.mp, self.np, self.kp = self.family.padded_shape(p, m, n, k)
-        self.program = build(queue.context, source, defines(config, prec), binary)
-        self.main = cl.Kernel(self.program, self.family.kernel_name)
-        self.pad_copy = cl.Kernel(self.program, "pad_copy")
-        self.pad_transpose = cl.Kernel(self.program, "pad_transpose")
-        self.transpose_tile = (p["TRANSPOSEX"], p["TRANSPOSEY"], p["TRANSPOSEW"])
-        self.copy_tile = copy_tile(queue.device)
-        item = prec.bytes
-        # A must be Mp x Kp; it is usable as given only untransposed and already that shape.
-        self.a_direct = self.trans_a == "N" and (self.mp, self.kp) == (m, k)
-        # B must be Np x Kp, i.e. op(B) transposed: given as such when trans_b == "T"; or, for
-        # kernels that read it k-fastest, Kp x Np: given as such when trans_b == "N".
-        self.b_k_fast = self.family.b_k_fast(p)
-        self.b_direct = self.trans_b == ("N" if self.b_k_fast else "T") and (self.np, self.kp) == (n, k)
-        mf = cl.mem_flags.READ_WRITE
-        ctx = queue.context
-        self.a_scratch = None if self.a_direct else cl.Buffer(ctx, mf, self.mp * self.kp * item)
-        self.b_scratch = None if self.b_direct else cl.Buffer(ctx, mf, self.np * self.kp * item)
-        # compute_units: what the split of work-groups assumes (the device's unless given).
-        self.split = self.family.split(p, self.mp, self.np, self.kp, compute_units or queue.device.max_compute_units)
-        self.workspace = ()
-        self.fixup = None
-        if self.family.workspace:
-            split = self.split
-            self.work = cl.Buffer(ctx, mf, max(item, self.family.workspace_bytes(p, prec, split)))
-            pieces = cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
-                               hostbuf=np.array(split.pieces if split and split.pieces else [(0, 0, 0, -1)], np.int32))
-            self.workspace = (np.int32(split.first if split else 0), pieces, self.work)
-            if split and split.fixups:
-                self.fixup = cl.Kernel(self.program, "xgemm_fixup")
-                fixups = np.array([(*f, 0) for f in split.fixups], np.int32)
-                self.fixups = cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=fixups)
-                # a work-item per fixup_width elements of each split tile
-                per_tile = p["MWG"] * p["NWG"] // self.family.fixup_width(p)
-                self.fixup_sizes = (len(split.fixups) * per_tile,), (math.gcd(per_tile, 256),)
-        # The trailing events of enqueue that are the GEMM itself: the main kernel, and the
-        # kernel that adds up the tiles it computed in parts.
-        self.kernel_events = 1 + (self.fixup is not None)
+        # compute_units: what a split of the work assumes (the device's unless given).
+        self.plan = self.family.plan(config.params, prec, self.problem, queue.device,
+                                     compute_units or queue.device.max_compute_units)
+        self.program = build(queue.context, source, defines(config, prec, self.problem), binary)
+        self.scratch = {s.name: _scratch_buffer(queue.context, s) for s in self.plan.scratch}
+        self.launches = []   # (kernel, launch, the positions of the call's arguments)
+        for launch in self.plan.launches:
+            kernel = cl.Kernel(self.program, launch.kernel)
+            bound = []
+            for i, arg in enumerate(launch.args):
+                if isinstance(arg, str) and arg in CALL_ARGUMENTS:
+                    bound.append((i, arg))
+                else:
+                    kernel.set_arg(i, self.scratch[arg] if isinstance(arg, str) else np.int32(arg))
+            self.launches.append((kernel, launch, tuple(bound)))
+        self.kernel_events = self.plan.kernel_launches
+        self.in_order = not queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+        self._scalar = prec.dtype.type
+        self._bound = None
 
-    def _prepare(self, src, transpose: bool, conj: bool, rows: int, cols: int,
-                 rows_p: int, cols_p: int, dst, wait_for) -> cl.Event:
-        """dst (rows_p x cols_p, column-major) <- src (rows x cols), zero-padded and conjugated
-        if asked; with ``transpose``, src is stored cols x rows and dst gets its transpose."""
+    def bind(self, a: cl.Buffer, b: cl.Buffer, c: cl.Buffer, alpha, beta, offsets=(0, 0, 0)) -> None:
+        """Set the call's arguments on every kernel, unless they are those already set."""
+        call = (a, b, c, alpha, beta, *offsets)
+        if call == self._bound:
+            return
         i32 = np.int32
-        if not transpose:
-            # A fixed work-group (the kernel guards the edges): with local size left to the driver,
-            # PoCL compiles a new work-group function for every new shape.
-            tile = self.copy_tile
-            gsize = (_roundup(rows_p, tile[0]), _roundup(-(-cols_p // COPY_PER_ITEM), tile[1]))
-            return self.pad_copy(self.queue, gsize, tile, i32(rows), i32(cols), i32(rows),
-                                 i32(rows_p), i32(cols_p), i32(conj), src, dst, wait_for=wait_for)
-        tx, ty, tw = self.transpose_tile   # tiles of ty * tw input columns, tw per work-item
-        gsize = (_roundup(cols_p, tx), _roundup(rows_p, ty * tw) // tw)
-        return self.pad_transpose(self.queue, gsize, (tx, ty), i32(cols), i32(rows), i32(cols),
-                                  i32(cols_p), i32(rows_p), i32(conj), src, dst, wait_for=wait_for)
+        values = {A: a, B: b, C: c, ALPHA: self._scalar(alpha), BETA: self._scalar(beta),
+                  OFFSET_A: i32(offsets[0]), OFFSET_B: i32(offsets[1]), OFFSET_C: i32(offsets[2])}
+        for kernel, _, bound in self.launches:
+            for i, name in bound:
+                kernel.set_arg(i, values[name])
+        self._bound = call
+
+    def launch(self, index: int, wait_for) -> cl.Event:
+        kernel, launch, _ = self.launches[index]
+        return cl.enqueue_nd_range_kernel(self.queue, kernel, launch.global_size, launch.local_size,
+                                          wait_for=wait_for)
 
     def enqueue(self, a: cl.Buffer, b: cl.Buffer, c: cl.Buffer, alpha=1.0, beta=0.0,
-                wait_for=None) -> list[cl.Event]:
+                wait_for=None, offsets=(0, 0, 0)) -> list[cl.Event]:
         """Enqueue the whole operation; returns its events in order, the last
-        ``kernel_events`` of them the GEMM's own kernels (the passes before them)."""
-        events = []
-        lda, ldb = self.m, (self.k if self.b_k_fast else self.n)
-        if not self.a_direct:
-            events.append(self._prepare(a, self.trans_a != "N", self.trans_a == "C", self.m, self.k,
-                                        self.mp, self.kp, self.a_scratch, wait_for))
-            a, lda = self.a_scratch, self.mp
-        if self.b_direct:
-            pass
-        elif self.b_k_fast:
-            # The kernel reads op(B) as it is (k x n): B given transposed needs a transpose back.
-            events.append(self._prepare(b, self.trans_b != "N", self.trans_b == "C", self.k, self.n,
-                                        self.kp, self.np, self.b_scratch, wait_for))
-            b, ldb = self.b_scratch, self.kp
-        else:
-            # The kernel reads op(B) transposed (n x k): B given untransposed needs a transpose.
-            events.append(self._prepare(b, self.trans_b == "N", self.trans_b == "C", self.n, self.k,
-                                        self.np, self.kp, self.b_scratch, wait_for))
-            b, ldb = self.b_scratch, self.np
-        i32 = np.int32
-        dtype = self.prec.dtype.type
-        p = self.config.params
-        events.append(self.main(self.queue, self.family.global_size(p, self.mp, self.np, self.split),
-                                self.family.local_size(p), i32(self.m), i32(self.n), i32(self.kp),
-                                dtype(alpha), dtype(beta), a, i32(lda), b, i32(ldb), c, i32(self.m),
-                                *self.workspace, wait_for=events or wait_for))
-        if self.fixup is not None:
-            events.append(self.fixup(self.queue, *self.fixup_sizes, i32(self.m), i32(self.n), dtype(alpha),
-                                     dtype(beta), c, i32(self.m), self.fixups, self.work,
-                                     wait_for=events[-1:]))
+        ``kernel_events`` of them the GEMM's own kernels (the passes before them). ``offsets``:
+        the operands' first elements, for a family that ``takes_views``."""
+        self.bind(a, b, c, alpha, beta, offsets)
+        events = [self.launch(0, wait_for)]
+        for i in range(1, len(self.launches)):
+            # An in-order queue runs them in order anyway; passing no events is cheaper.
+            events.append(self.launch(i, None if self.in_order else events[-1:]))
         return events
+
+
+def _scratch_buffer(context: cl.Context, scratch: Scratch) -> cl.Buffer:
+    if scratch.table is not None:
+        return cl.Buffer(context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                         hostbuf=np.array(scratch.table, np.int32))
+    return cl.Buffer(context, cl.mem_flags.READ_WRITE, max(1, scratch.nbytes))
 
 
 def device_time_ms(events: list[cl.Event]) -> float:

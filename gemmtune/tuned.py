@@ -179,7 +179,7 @@ def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, dev
         near = min(tuned, key=lambda t: (_distance(t.shape, shape), -math.prod(t.shape)))
         found = TunedConfig(near.config, near.gflops, "nearest", near.shape, dev.key, prec.code)
     else:
-        found = TunedConfig(default_config(dev, prec), None, "default", None, dev.key, prec.code)
+        found = TunedConfig(default_config(dev, prec, shape), None, "default", None, dev.key, prec.code)
     _lookups[key] = found
     return found
 

@@ -103,8 +103,8 @@ def test_bench_json_with_an_empty_database(empty_db):
                       "--baseline", f"numpy,torch,cupy,{EXPLICIT}")
     contenders = ["gemmtune", EXPLICIT, "numpy", "torch", "cupy"]
     assert [(r["size"], r["contender"]) for r in rows] == [(s, c) for s in SIZES for c in contenders]
-    default = default_config(resolve_device(0), get_precision("s"))
     for size in SIZES:
+        default = default_config(resolve_device(0), get_precision("s"), (size,) * 3)
         row = by_contender(rows, size)
         ours = row["gemmtune"]
         assert ours["source"] == "default"
@@ -214,13 +214,13 @@ def test_a_wrong_contender_is_skipped_and_never_timed(empty_db, timed_configs, m
     by bench's own sampled check): it is reported as skipped and never launched for timing."""
     real = GemmOperation.enqueue
 
-    def off_by_one_percent(self, a, b, c, alpha=1.0, beta=0.0, wait_for=None):
+    def off_by_one_percent(self, a, b, c, alpha=1.0, beta=0.0, wait_for=None, offsets=(0, 0, 0)):
         if self.config == EXPLICIT_CONFIG:
             alpha = 1.01 * alpha
-        return real(self, a, b, c, alpha, beta, wait_for)
+        return real(self, a, b, c, alpha, beta, wait_for, offsets)
 
     monkeypatch.setattr(GemmOperation, "enqueue", off_by_one_percent)
-    default = default_config(resolve_device(0), get_precision("s"))
+    default = default_config(resolve_device(0), get_precision("s"), (24, 24, 24))
     assert default != EXPLICIT_CONFIG
     rows = run_bench(0, get_precision("s"), [24], ["numpy", EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
     row = by_contender(rows, 24)
@@ -241,16 +241,16 @@ def test_timed_samples_leave_the_hosts_latency_out(empty_db, monkeypatch):
     (see test_kernel for device_time_ms)."""
     import time
 
-    real = GemmOperation._prepare
+    real = GemmOperation.launch
 
-    def stalling(self, *args, **kwargs):
-        event = real(self, *args, **kwargs)
-        if self.config == EXPLICIT_CONFIG:
+    def stalling(self, index, wait_for):
+        event = real(self, index, wait_for)
+        if self.config == EXPLICIT_CONFIG and not self.plan.launches[index].gemm:   # after a pass
             self.queue.flush()
             time.sleep(0.2)
         return event
 
-    monkeypatch.setattr(GemmOperation, "_prepare", stalling)
+    monkeypatch.setattr(GemmOperation, "launch", stalling)
     rows = run_bench(0, get_precision("s"), [24], [EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
     row = by_contender(rows, 24)[EXPLICIT]
     assert row["verified"] is True and row["repeats"] >= 1
@@ -291,8 +291,8 @@ def test_the_check_covers_sampled_columns_of_the_output(empty_db, monkeypatch):
     when that column is among those sampled: with a size below 64 every column is."""
     real = GemmOperation.enqueue
 
-    def skip_last_column(self, a, b, c, alpha=1.0, beta=0.0, wait_for=None):
-        events = real(self, a, b, c, alpha, beta, wait_for)
+    def skip_last_column(self, a, b, c, alpha=1.0, beta=0.0, wait_for=None, offsets=(0, 0, 0)):
+        events = real(self, a, b, c, alpha, beta, wait_for, offsets)
         if self.config == EXPLICIT_CONFIG:
             import pyopencl as cl
 

@@ -708,7 +708,10 @@ def check_stream_k(code: str, config: dict, units: int, m: int, k: int) -> None:
     cfg = make_config(load_space(), "xgemm_rt", config)
     op = GemmOperation(queue, cfg, load_space().family("xgemm_rt").source, precision_of(dtype), m, n, k,
                        compute_units=units)
-    assert op.split == XGEMM_RT.split(cfg.params, op.mp, op.np, op.kp, units) and op.split.fixups
+    mp, np_, kp = XGEMM_RT.padded_shape(cfg.params, m, n, k)
+    split = XGEMM_RT.split(cfg.params, mp, np_, kp, units)
+    assert split.fixups and op.plan.launches[-2].global_size == XGEMM_RT.global_size(cfg.params, mp, np_, split)
+    assert [launch.kernel for launch in op.plan.launches[-2:]] == ["xgemm", "xgemm_fixup"]
     assert op.kernel_events == 2
     rng = np.random.default_rng([units, m, k])
     mf = cl.mem_flags

@@ -341,16 +341,17 @@ def test_device_time_leaves_the_hosts_latency_out():
     config = Config.of("xgemm_k5", CONFIGS["tsm8-tsn16-wptn8-pad3"])
     m, n, k = 40, 48, 56
     op = GemmOperation(queue, config, load_space(None).family("xgemm_k5").source, prec, m, n, k)
-    assert op.b_scratch is not None          # B goes through pad_transpose first
+    assert [launch.kernel for _, launch, _ in op.launches] == ["pad_transpose", "xgemm"]   # B is transposed first
     stall = 0.3
-    main = op.main
+    launch = op.launch
 
-    def stalling_main(*args, **kwargs):
-        queue.flush()                        # the transpose pass starts now
-        time.sleep(stall)
-        return main(*args, **kwargs)
+    def stalling_launch(index, wait_for):
+        if index == 1:
+            queue.flush()                    # the transpose pass starts now
+            time.sleep(stall)
+        return launch(index, wait_for)
 
-    op.main = stalling_main
+    op.launch = stalling_launch
     rng = np.random.default_rng(11)
     a = np.asfortranarray(uniform((m, k), np.float32, rng))
     b = np.asfortranarray(uniform((k, n), np.float32, rng))
@@ -380,7 +381,7 @@ def test_device_time_leaves_the_hosts_latency_out():
 def test_pad_copy_takes_the_first_work_group_the_device_allows(limits, expected):
     from types import SimpleNamespace
 
-    from gemmtune.kernels import copy_tile
+    from gemmtune.families import copy_tile
 
     size, items = limits
     assert copy_tile(SimpleNamespace(max_work_group_size=size, max_work_item_sizes=items)) == expected
@@ -392,12 +393,12 @@ def test_pad_copy_pads_and_conjugates_with_any_work_group(monkeypatch, tile):
     shapes that need padding on every side and a work-group that leaves items past the edges."""
     import pyopencl as cl
 
-    from gemmtune import kernels
     from gemmtune.device import open_device
+    from gemmtune.families import padded
     from gemmtune.kernels import GemmOperation
     from gemmtune.space import Config, load_space
 
-    monkeypatch.setattr(kernels, "COPY_TILES", (tile,))
+    monkeypatch.setattr(padded, "COPY_TILES", (tile,))
     _, dev = open_device(0)
     ctx = cl.Context([dev])
     queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
@@ -406,7 +407,7 @@ def test_pad_copy_pads_and_conjugates_with_any_work_group(monkeypatch, tile):
     m, n, k = 37, 29, 45
     op = GemmOperation(queue, config, load_space(None).family("xgemm_k5").source, prec, m, n, k,
                        trans_b="C")
-    assert op.copy_tile == tile and op.a_scratch is not None and op.b_scratch is not None
+    assert [(launch.kernel, launch.local_size) for _, launch, _ in op.launches[:2]] == [("pad_copy", tile)] * 2
     rng = np.random.default_rng(12)
     a = np.asfortranarray(uniform((m, k), np.complex64, rng))
     b = np.asfortranarray(uniform((n, k), np.complex64, rng))

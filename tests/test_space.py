@@ -335,15 +335,38 @@ def _entries():
     return [(t, code) for t in table for code in table[t]]
 
 
-def _entry_config(device_type: str, code: str) -> Config:
+def _entry_config(device_type: str, code: str, cls: str = "large") -> Config:
+    """The [TYPE.p] table (the large class), or its sub-table [TYPE.p.CLASS]."""
     entry = dict(_defaults_toml()[device_type][code])
+    if cls != "large":
+        entry = dict(entry[cls])
+    entry = {k: v for k, v in entry.items() if not isinstance(v, dict)}
     return make_config(load_space(), entry.pop("KERNEL"), entry)
 
 
-def test_defaults_file_covers_every_type_and_precision():
+def test_defaults_file_covers_every_type_precision_and_shape_class():
+    from gemmtune.defaults import SHAPE_CLASSES
+
     table = _defaults_toml()
     assert {"CPU", "GPU", "OTHER"} <= set(table)
     assert all(set(table[t]) == set("sdcz") for t in table)
+    # Every class of every type has its own entry, and small problems and views get the
+    # direct family, which reads operands in place.
+    for t in table:
+        for code in "sdcz":
+            assert {k for k, v in table[t][code].items() if isinstance(v, dict)} == set(SHAPE_CLASSES[1:])
+            assert _entry_config(t, code, "small").kernel == "xgemm_direct"
+
+
+@pytest.mark.parametrize("device_type, code", _entries())
+@pytest.mark.parametrize("cls", ["small", "skinny"])
+def test_every_shape_class_default_is_valid_on_pocl_and_a_gpu(device_type, code, cls):
+    from gemmtune.device import resolve_device
+
+    config = _entry_config(device_type, code, cls)
+    assert config == shipped_default(device_type, get_precision(code), cls)
+    for dev in (resolve_device(0), GPU_LIKE):
+        assert not breaks(config, dev, code)
 
 
 def breaks(config: Config, dev, code: str) -> bool:

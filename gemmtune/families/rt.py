@@ -1,88 +1,16 @@
-"""Kernel families: a kernel source plus what gemmtune needs to know to launch it.
-
-A family's tunable parameters, their defaults and one-line descriptions are read from the
-``#ifndef NAME / #define NAME value // comment`` blocks of its ``.cl`` file, so the kernel
-source stays the single place where a parameter is declared. The constraints that bind them
-are declared here, each next to the geometry it protects, and mirrored in the ``.cl`` file's
-comments. Nothing here imports OpenCL.
-"""
+"""The register-tiled family (kernels/xgemm_rt.cl), and stream-K's split of the last round."""
 
 from __future__ import annotations
 
 import itertools
 import math
-import re
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Callable
 
-import numpy as np
-
+from gemmtune.families.base import Constraint, Params, _safe, fits_work_group
+from gemmtune.families.padded import TRANSPOSE_FITS, Padded
 from gemmtune.info import DeviceInfo
+from gemmtune.launch import ALPHA, BETA, C, Launch, Scratch
 from gemmtune.precision import Precision
-from gemmtune.resources import load_kernel_source
-
-_PARAMETER = re.compile(
-    r"#ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#define[ \t]+\1[ \t]+(-?\d+)[ \t]*(?://[ \t]*(.*))?\n[ \t]*#endif"
-)
-
-
-def kernel_parameters(source: str) -> dict[str, tuple[int, str]]:
-    """Integer parameters declared with ``#ifndef`` defaults: name -> (default, comment)."""
-    return {m.group(1): (int(m.group(2)), (m.group(3) or "").strip()) for m in _PARAMETER.finditer(source)}
-
-
-Params = dict[str, int]
-
-
-@dataclass(frozen=True)
-class Constraint:
-    number: int
-    name: str
-    text: str                                               # the rule, as people read it
-    check: Callable[[Params, DeviceInfo, Precision], bool]  # True when the configuration obeys it
-
-
-def _roundup(x: int, multiple: int) -> int:
-    return -(-x // multiple) * multiple
-
-
-def transpose_columns(p: Params):
-    """Input columns of pad.cl's transpose tile."""
-    return p["TRANSPOSEY"] * p["TRANSPOSEW"]
-
-
-def transpose_local_bytes(p: Params, prec: Precision) -> int:
-    """Local memory of pad.cl's transpose tile: TRANSPOSEY * TRANSPOSEW rows of TRANSPOSEX + 1
-    elements."""
-    return transpose_columns(p) * (p["TRANSPOSEX"] + 1) * prec.bytes
-
-
-# Constraint checks are written with & and elementwise arithmetic only, so the same function
-# tests one configuration (ints) or a whole Cartesian product at once (numpy columns).
-
-def fits_work_group(x, y, dev):
-    """Whether work-groups of x by y work-items fit ``dev``'s limits: the work-item sizes along
-    dimensions 0 and 1, and the work-group size."""
-    return (x <= dev.max_work_item_sizes[0]) & (y <= dev.max_work_item_sizes[1]) & (x * y <= dev.max_work_group_size)
-
-
-def _safe(x):
-    """x, or 1 where x is 0: a divisor that cannot fail (the rule that needs x > 0 says so)."""
-    return np.maximum(x, 1)
-
-
-TRANSPOSE_FITS = Constraint(
-    5, "transpose tile",
-    "TRANSPOSEX <= max work-item size[0], TRANSPOSEY <= max work-item size[1], "
-    "TRANSPOSEX * TRANSPOSEY <= max work-group size, its local tile of "
-    "TRANSPOSEY * TRANSPOSEW x (TRANSPOSEX + 1) elements fits local memory",
-    lambda p, dev, prec: (
-        fits_work_group(p["TRANSPOSEX"], p["TRANSPOSEY"], dev)
-        & (transpose_local_bytes(p, prec) <= dev.local_mem_bytes)
-    ),
-)
-
 
 # Stream-K shares the last round's tiles out only when it leaves at least this share of the
 # work-groups of a round idle: sharing costs a pass over the parts of the split tiles.
@@ -133,111 +61,7 @@ def stream_k_pieces(first: int, tiles: int, slices: int, runs: int) -> Split:
     return Split(first, tuple(pieces), tuple(fixups))
 
 
-@dataclass(frozen=True)
-class Family:
-    """How to launch one kernel source: geometry, local memory and constraints."""
-
-    name: str
-    source_file: str
-    kernel_name: str
-    tile_params: tuple[str, str, str]   # parameters whose values Mp, Np, Kp must be multiples of
-    constraints: tuple[Constraint, ...]
-    may_be_zero: frozenset[str] = frozenset()   # parameters for which 0 is meaningful
-    workspace: bool = False   # the main kernel takes (split_from, pieces, work) after ldc: see split
-
-    def local_size(self, p: Params) -> tuple[int, int]:
-        raise NotImplementedError
-
-    def global_size(self, p: Params, mp: int, np_: int, split: Split | None = None) -> tuple[int, int]:
-        raise NotImplementedError
-
-    def split(self, p: Params, mp: int, np_: int, kp: int, compute_units: int) -> Split | None:
-        """How an Mp x Np x Kp product splits tiles along K on a device with that many compute
-        units; None for a kernel or configuration that never does."""
-        return None
-
-    def local_mem_bytes(self, p: Params, prec: Precision) -> int:
-        raise NotImplementedError
-
-    @cached_property
-    def parameters(self) -> dict[str, tuple[int, str]]:
-        return kernel_parameters(load_kernel_source(self.source_file))
-
-    @property
-    def defaults(self) -> Params:
-        return {name: default for name, (default, _) in self.parameters.items()}
-
-    def store_conflicts(self, p: Params, prec: Precision) -> tuple[int, int]:
-        """How many ways the stores of the A and B slices into local memory conflict on a GPU's
-        32 banks of 4 bytes (1: none), for the performance model."""
-        return 1, 1
-
-    def b_k_fast(self, p: Params) -> bool:
-        """Whether the kernel reads B as Kp x Np (k fastest) rather than Np x Kp."""
-        return bool(p.get("BKFAST", 0))
-
-    def padded_shape(self, p: Params, m: int, n: int, k: int) -> tuple[int, int, int]:
-        tm, tn, tk = (p[name] for name in self.tile_params)
-        return _roundup(m, tm), _roundup(n, tn), _roundup(k, tk)
-
-    def work_group_size(self, p: Params) -> int:
-        x, y = self.local_size(p)
-        return x * y
-
-    def broken(self, p: Params, dev: DeviceInfo, prec: Precision) -> Constraint | None:
-        """The first constraint ``p`` breaks on this device, or None."""
-        return next((c for c in self.constraints if not bool(c.check(p, dev, prec))), None)
-
-
-class TiledK5(Family):
-    """The tutorial's kernel 5 (kernels/xgemm_k5.cl): TSM x RTSN work-items per TSM x TSN tile."""
-
-    def local_size(self, p):
-        return p["TSM"], p["TSN"] // p["WPTN"]
-
-    def global_size(self, p, mp, np_, split=None):
-        return mp, np_ // p["WPTN"]
-
-    def local_mem_bytes(self, p, prec):
-        return (p["TSK"] * p["TSM"] + p["TSN"] * (p["TSK"] + p["PAD"])) * prec.bytes
-
-    def store_conflicts(self, p, prec):
-        # Consecutive work-items store Bsub[n][k] for consecutive n: rows TSK + PAD elements
-        # apart, what PAD is for. A's stores go to consecutive addresses.
-        words = prec.bytes // 4
-        return 1, max(1, math.gcd((p["TSK"] + p["PAD"]) * words, 32) // words)
-
-
-def _wgs(p: Params) -> int:
-    return p["TSM"] * (p["TSN"] // p["WPTN"])
-
-
-XGEMM_K5 = TiledK5(
-    name="xgemm_k5",
-    source_file="xgemm_k5.cl",
-    kernel_name="xgemm",
-    tile_params=("TSM", "TSN", "TSK"),
-    constraints=(
-        Constraint(1, "WPTN divides TSN", "TSN % WPTN == 0",
-                   lambda p, dev, prec: p["TSN"] % p["WPTN"] == 0),
-        Constraint(2, "work-group", "TSM <= max work-item size[0], RTSN = TSN / WPTN <= max "
-                   "work-item size[1], TSM * RTSN <= max work-group size",
-                   lambda p, dev, prec: fits_work_group(p["TSM"], p["TSN"] // p["WPTN"], dev)),
-        Constraint(3, "loads per thread", "(TSK * TSM) % (TSM * RTSN) == 0 and "
-                   "(TSK * TSN) % (TSM * RTSN) == 0",
-                   lambda p, dev, prec: (_wgs(p) > 0)
-                   & ((p["TSK"] * p["TSM"]) % _safe(_wgs(p)) == 0)
-                   & ((p["TSK"] * p["TSN"]) % _safe(_wgs(p)) == 0)),
-        Constraint(4, "local memory", "(TSK * TSM + TSN * (TSK + PAD)) * bytes per element <= "
-                   "local memory size",
-                   lambda p, dev, prec: XGEMM_K5.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
-        TRANSPOSE_FITS,
-    ),
-    may_be_zero=frozenset({"PAD"}),
-)
-
-
-class RegisterTiled(Family):
+class RegisterTiled(Padded):
     """kernels/xgemm_rt.cl: MDIMC x NDIMC work-items, WPTM x WPTN results each."""
 
     def local_size(self, p):
@@ -278,6 +102,23 @@ class RegisterTiled(Family):
     def workspace_bytes(self, p, prec, split) -> int:
         """Bytes of `work`: a tile of partial sums per slot."""
         return 0 if split is None else split.slots * p["MWG"] * p["NWG"] * prec.bytes
+
+    def main_launches(self, p, prec, problem, padded, operands, compute_units):
+        mp, np_, kp = padded
+        a, lda, b, ldb = operands
+        split = self.split(p, mp, np_, kp, compute_units)
+        table = split.pieces if split and split.pieces else ((0, 0, 0, -1),)
+        scratch = [Scratch("pieces", table=table),
+                   Scratch("work", max(prec.bytes, self.workspace_bytes(p, prec, split)))]
+        launches = [Launch(self.kernel_name, self.global_size(p, mp, np_, split), self.local_size(p),
+                           (problem.m, problem.n, kp, ALPHA, BETA, a, lda, b, ldb, C, problem.ldc,
+                            split.first if split else 0, "pieces", "work"))]
+        if split and split.fixups:
+            scratch.append(Scratch("fixups", table=tuple((*f, 0) for f in split.fixups)))
+            per_tile = p["MWG"] * p["NWG"] // self.fixup_width(p)   # a work-item per FIXV elements of a tile
+            launches.append(Launch("xgemm_fixup", (len(split.fixups) * per_tile,), (math.gcd(per_tile, 256),),
+                                   (problem.m, problem.n, ALPHA, BETA, C, problem.ldc, "fixups", "work")))
+        return tuple(scratch), tuple(launches)
 
     def local_mem_bytes(self, p, prec):
         pipe = p["PIPE"]
@@ -372,8 +213,6 @@ XGEMM_RT = RegisterTiled(
                    _rt_matrix),
     ),
     may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA", "STREAMK"}),
-    workspace=True,
 )
 
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (XGEMM_K5, XGEMM_RT)}

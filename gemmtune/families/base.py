@@ -1,0 +1,126 @@
+"""What every kernel family declares: parameters (read from its ``.cl`` file), constraints,
+geometry, and the launch plan of a problem. Nothing here imports OpenCL.
+
+A family's tunable parameters, their defaults and one-line descriptions are read from the
+``#ifndef NAME / #define NAME value // comment`` blocks of its ``.cl`` file, so the kernel
+source stays the single place where a parameter is declared. The constraints that bind them
+are declared in the family's module, each next to the geometry it protects; the kernel's
+``#error`` checks mirror them (tests/test_families.py builds configurations that break each).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable
+
+import numpy as np
+
+from gemmtune.info import DeviceInfo
+from gemmtune.launch import Plan, Problem
+from gemmtune.precision import Precision
+from gemmtune.resources import load_kernel_source
+
+_PARAMETER = re.compile(
+    r"#ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#define[ \t]+\1[ \t]+(-?\d+)[ \t]*(?://[ \t]*(.*))?\n[ \t]*#endif"
+)
+
+
+def kernel_parameters(source: str) -> dict[str, tuple[int, str]]:
+    """Integer parameters declared with ``#ifndef`` defaults: name -> (default, comment)."""
+    return {m.group(1): (int(m.group(2)), (m.group(3) or "").strip()) for m in _PARAMETER.finditer(source)}
+
+
+Params = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    number: int
+    name: str
+    text: str                                               # the rule, as people read it
+    check: Callable[[Params, DeviceInfo, Precision], bool]  # True when the configuration obeys it
+
+
+def _roundup(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+# Constraint checks are written with & and elementwise arithmetic only, so the same function
+# tests one configuration (ints) or a whole Cartesian product at once (numpy columns).
+
+def fits_work_group(x, y, dev):
+    """Whether work-groups of x by y work-items fit ``dev``'s limits: the work-item sizes along
+    dimensions 0 and 1, and the work-group size."""
+    return (x <= dev.max_work_item_sizes[0]) & (y <= dev.max_work_item_sizes[1]) & (x * y <= dev.max_work_group_size)
+
+
+def _safe(x):
+    """x, or 1 where x is 0: a divisor that cannot fail (the rule that needs x > 0 says so)."""
+    return np.maximum(x, 1)
+
+
+@dataclass(frozen=True)
+class Family:
+    """How to launch one kernel source: geometry, local memory and constraints."""
+
+    name: str
+    source_file: str
+    kernel_name: str
+    tile_params: tuple[str, str, str]   # parameters whose values Mp, Np, Kp must be multiples of
+    constraints: tuple[Constraint, ...]
+    may_be_zero: frozenset[str] = frozenset()   # parameters for which 0 is meaningful
+    takes_views: bool = False   # reads operands at element offsets, in place (Problem.views)
+
+    def plan(self, p: Params, prec: Precision, problem: Problem, device, compute_units: int) -> Plan:
+        """What to enqueue for ``problem``: see gemmtune.launch. ``device`` has the work-group
+        limits (``max_work_group_size``, ``max_work_item_sizes``); ``compute_units`` is what a
+        split of the work assumes."""
+        raise NotImplementedError
+
+    def build_defines(self, p: Params, prec: Precision, problem: Problem) -> dict[str, int]:
+        """Defines beyond the parameters that a build for ``problem`` needs (the same for every
+        problem of a family that reads operands only through its arguments)."""
+        return {}
+
+    def local_size(self, p: Params) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def global_size(self, p: Params, mp: int, np_: int, split: Split | None = None) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def split(self, p: Params, mp: int, np_: int, kp: int, compute_units: int) -> Split | None:
+        """How an Mp x Np x Kp product splits tiles along K on a device with that many compute
+        units; None for a kernel or configuration that never does."""
+        return None
+
+    def local_mem_bytes(self, p: Params, prec: Precision) -> int:
+        raise NotImplementedError
+
+    @cached_property
+    def parameters(self) -> dict[str, tuple[int, str]]:
+        return kernel_parameters(load_kernel_source(self.source_file))
+
+    @property
+    def defaults(self) -> Params:
+        return {name: default for name, (default, _) in self.parameters.items()}
+
+    def store_conflicts(self, p: Params, prec: Precision) -> tuple[int, int]:
+        """How many ways the stores of the A and B slices into local memory conflict on a GPU's
+        32 banks of 4 bytes (1: none), for the performance model."""
+        return 1, 1
+
+    def padded_shape(self, p: Params, m: int, n: int, k: int) -> tuple[int, int, int]:
+        tm, tn, tk = (p[name] for name in self.tile_params)
+        return _roundup(m, tm), _roundup(n, tn), _roundup(k, tk)
+
+    def work_group_size(self, p: Params) -> int:
+        x, y = self.local_size(p)
+        return x * y
+
+    def broken(self, p: Params, dev: DeviceInfo, prec: Precision) -> Constraint | None:
+        """The first constraint ``p`` breaks on this device, or None."""
+        return next((c for c in self.constraints if not bool(c.check(p, dev, prec))), None)
+
+

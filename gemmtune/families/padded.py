@@ -1,0 +1,106 @@
+"""Families whose main kernel reads zero-padded operands of tile multiples, which kernels/pad.cl
+prepares (copies, transposes, conjugates) where the caller's operand is not already so."""
+
+from __future__ import annotations
+
+from gemmtune.families.base import Constraint, Family, Params, _roundup, fits_work_group
+from gemmtune.launch import A, ALPHA, B, BETA, C, Launch, Plan, Problem, Scratch
+from gemmtune.precision import Precision
+
+# pad_copy's work-group: the first of these the device takes (32 down a column is the fastest
+# on an H200, see docs/performance.md), and the elements of a row each of its work-items moves,
+# a work-group's height of columns apart.
+COPY_TILES = ((32, 8), (32, 2))
+COPY_PER_ITEM = 4
+
+
+def copy_tile(device) -> tuple[int, int]:
+    """pad_copy's work-group on ``device``: the first of COPY_TILES within its limits (the last
+    if none is)."""
+    return next((t for t in COPY_TILES if fits_work_group(*t, device)), COPY_TILES[-1])
+
+
+def transpose_columns(p: Params):
+    """Input columns of pad.cl's transpose tile."""
+    return p["TRANSPOSEY"] * p["TRANSPOSEW"]
+
+
+def transpose_local_bytes(p: Params, prec: Precision) -> int:
+    """Local memory of pad.cl's transpose tile: TRANSPOSEY * TRANSPOSEW rows of TRANSPOSEX + 1
+    elements."""
+    return transpose_columns(p) * (p["TRANSPOSEX"] + 1) * prec.bytes
+
+
+TRANSPOSE_FITS = Constraint(
+    5, "transpose tile",
+    "TRANSPOSEX <= max work-item size[0], TRANSPOSEY <= max work-item size[1], "
+    "TRANSPOSEX * TRANSPOSEY <= max work-group size, its local tile of "
+    "TRANSPOSEY * TRANSPOSEW x (TRANSPOSEX + 1) elements fits local memory",
+    lambda p, dev, prec: (
+        fits_work_group(p["TRANSPOSEX"], p["TRANSPOSEY"], dev)
+        & (transpose_local_bytes(p, prec) <= dev.local_mem_bytes)
+    ),
+)
+
+
+
+
+def _prepare(src: str, ld: int, transpose: bool, conj: bool, rows: int, cols: int, rows_p: int,
+             cols_p: int, dst: str, p: Params, device) -> Launch:
+    """dst (rows_p x cols_p, column-major) <- src (rows x cols), zero-padded and conjugated if
+    asked; with ``transpose``, src is stored cols x rows and dst gets its transpose."""
+    if not transpose:
+        # A fixed work-group (the kernel guards the edges): with the local size left to the
+        # driver, PoCL compiles a new work-group function for every new shape.
+        tile = copy_tile(device)
+        size = (_roundup(rows_p, tile[0]), _roundup(-(-cols_p // COPY_PER_ITEM), tile[1]))
+        return Launch("pad_copy", size, tile, (rows, cols, ld, rows_p, cols_p, int(conj), src, dst), gemm=False)
+    tx, ty, tw = p["TRANSPOSEX"], p["TRANSPOSEY"], p["TRANSPOSEW"]   # tiles of ty * tw input columns
+    size = (_roundup(cols_p, tx), _roundup(rows_p, ty * tw) // tw)
+    return Launch("pad_transpose", size, (tx, ty), (cols, rows, ld, cols_p, rows_p, int(conj), src, dst),
+                  gemm=False)
+
+
+class Padded(Family):
+    """A main kernel ``xgemm(M, N, Kp, alpha, beta, A, lda, B, ldb, C, ldc, ...)`` reading A as
+    Mp x Kp and B as Np x Kp (or Kp x Np where ``b_k_fast``), column-major, zero-padded."""
+
+    def b_k_fast(self, p: Params) -> bool:
+        """Whether the kernel reads B as Kp x Np (k fastest) rather than Np x Kp."""
+        return bool(p.get("BKFAST", 0))
+
+    def main_launches(self, p: Params, prec: Precision, problem: Problem, padded: tuple[int, int, int],
+                      operands: tuple, compute_units: int) -> tuple[tuple[Scratch, ...], tuple[Launch, ...]]:
+        """The product's own kernels, given the prepared operands (a, lda, b, ldb)."""
+        mp, np_, kp = padded
+        a, lda, b, ldb = operands
+        size = self.global_size(p, mp, np_)
+        return (), (Launch(self.kernel_name, size, self.local_size(p),
+                           (problem.m, problem.n, kp, ALPHA, BETA, a, lda, b, ldb, C, problem.ldc)),)
+
+    def plan(self, p, prec, problem, device, compute_units):
+        if problem.views:
+            raise ValueError(f"{self.name} reads operands from offset 0 only")
+        m, n, k = problem.m, problem.n, problem.k
+        mp, np_, kp = self.padded_shape(p, m, n, k)
+        scratch, launches = [], []
+        a, lda = A, problem.lda
+        # The kernel reads A as it is only untransposed, tile multiples and packed.
+        if not (problem.trans_a == "N" and (mp, kp) == (m, k) and lda == m):
+            scratch.append(Scratch("a_padded", mp * kp * prec.bytes))
+            launches.append(_prepare(A, lda, problem.trans_a != "N", problem.trans_a == "C", m, k, mp, kp,
+                                     "a_padded", p, device))
+            a, lda = "a_padded", mp
+        # B must be Np x Kp, i.e. op(B) transposed: given as such when trans_b == "T"; or, for
+        # kernels that read it k-fastest, Kp x Np: given as such when trans_b == "N".
+        k_fast = self.b_k_fast(p)
+        rows, cols, rows_p, cols_p = (k, n, kp, np_) if k_fast else (n, k, np_, kp)
+        b, ldb = B, problem.ldb
+        if not (problem.trans_b == ("N" if k_fast else "T") and (rows_p, cols_p) == (rows, cols) and ldb == rows):
+            transpose = problem.trans_b != "N" if k_fast else problem.trans_b == "N"
+            scratch.append(Scratch("b_padded", np_ * kp * prec.bytes))
+            launches.append(_prepare(B, ldb, transpose, problem.trans_b == "C", rows, cols, rows_p, cols_p,
+                                     "b_padded", p, device))
+            b, ldb = "b_padded", rows_p
+        more_scratch, main = self.main_launches(p, prec, problem, (mp, np_, kp), (a, lda, b, ldb), compute_units)
+        return Plan((*scratch, *more_scratch), (*launches, *main))

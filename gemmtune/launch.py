@@ -1,0 +1,79 @@
+"""Launch plans: what a kernel family enqueues for one problem, as plain data (no OpenCL).
+
+A family turns a configuration and a :class:`Problem` into a :class:`Plan`: the scratch
+buffers and the kernels to enqueue in order with their sizes and
+arguments. ``gemmtune.kernels.GemmOperation`` carries any plan out, so it knows no family by
+name, and the performance model and the exported header read the same plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Symbolic kernel arguments, bound when the operation is enqueued: the caller's buffers, their
+# element offsets, and the scalars.
+A, B, C = "A", "B", "C"
+OFFSET_A, OFFSET_B, OFFSET_C = "offset_a", "offset_b", "offset_c"
+ALPHA, BETA = "alpha", "beta"
+CALL_ARGUMENTS = (A, B, C, OFFSET_A, OFFSET_B, OFFSET_C, ALPHA, BETA)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """C (m x n) <- alpha * op(A) * op(B) + beta * C, column-major, BLAS's meaning.
+
+    ``lda``/``ldb``/``ldc`` are the leading dimensions (None: the operand's rows as stored,
+    i.e. packed). ``views``: the operands may start at element offsets other than 0, bound
+    on each call.
+    """
+    m: int
+    n: int
+    k: int
+    trans_a: str = "N"
+    trans_b: str = "N"
+    lda: int | None = None
+    ldb: int | None = None
+    ldc: int | None = None
+    views: bool = False
+
+    def __post_init__(self):
+        # Normalise the leading dimensions, so equal problems compare (and cache) equal.
+        object.__setattr__(self, "lda", self.lda or (self.m if self.trans_a == "N" else self.k))
+        object.__setattr__(self, "ldb", self.ldb or (self.k if self.trans_b == "N" else self.n))
+        object.__setattr__(self, "ldc", self.ldc or self.m)
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A device buffer the plan needs: ``nbytes`` uninitialised, or filled from ``table``
+    (rows of int32, e.g. stream-K's pieces)."""
+    name: str
+    nbytes: int = 0
+    table: tuple[tuple[int, ...], ...] | None = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel enqueue. ``args``: ints (passed as int32), names of scratch buffers, or the
+    call arguments above. ``gemm``: part of the product itself; False for a pass that prepares
+    an operand (timed apart as the passes' share)."""
+    kernel: str
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    args: tuple
+    gemm: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    scratch: tuple[Scratch, ...] = ()
+    launches: tuple[Launch, ...] = ()
+
+    @property
+    def kernel_launches(self) -> int:
+        """How many of the last launches are the product's own (the rest prepare operands)."""
+        return sum(launch.gemm for launch in self.launches)
+
+    @property
+    def scratch_bytes(self) -> int:
+        return sum(s.nbytes for s in self.scratch)
