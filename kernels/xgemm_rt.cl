@@ -336,8 +336,8 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     // whole vectors: it goes through registers as with PIPE 1 (LOAD_B, STORE_B), each slice loaded
     // while the one before it is computed and stored after the next step's barrier, when its
     // buffer is free. On the H200 (s at 4096^3, whole operation) this measured 49,571 GFLOP/s
-    // with PADL 4 and WARPM 0 (run 67), one 4-byte asynchronous copy per element 36,489 (run
-    // 44); the s default, B transposed by a pass and copied asynchronously, 50,971.
+    // with PADL 4 and WARPM 0, one 4-byte asynchronous copy per element 36,489, and the s
+    // default, B transposed by a pass and copied asynchronously, 50,971 (docs/performance.md).
     #define LOAD_B_SLICE(s) \
       PRAGMA(unroll) \
       for (int l = 0; l < LPTB; l++) { rb[l].v = LOAD_B((s) * KWG, tid + l * WGS, l); }
@@ -462,8 +462,8 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     }
   // The results row by row in a zig-zag, from the last column: consecutive multiply-adds share a
   // value of A, and at each turn one of B. Only the order changes, and with it what NVIDIA's
-  // compiler makes of the step: on the H200 (s at 4096^3, the configuration of 128 x 128 tiles
-  // that was the default before run 94) xgemm took 2,624 us against 2,648 row by row (run 92).
+  // compiler makes of the step: on the H200 (s at 4096^3, the former s default's 128 x 128
+  // tiles) xgemm took 2,624 us against 2,648 row by row (docs/performance.md, multiply-add order).
   #define MULTIPLY(f) \
     PRAGMA(unroll) \
     for (int i = 0; i < WPTM; i++) { \

@@ -2,7 +2,7 @@
 PoCL CPU device against numpy, and `gemmtune space --explain` for it.
 
 The constraint rules are written again here from the comments of kernels/xgemm_rt.cl and the
-README's table, independently of gemmtune.families. Each constraint test loads a small space
+table in docs/kernels.md, independently of gemmtune.families. Each constraint test loads a small space
 file in which some configurations break that constraint and no other, so that dropping or
 changing the constraint in the library changes the valid set or the counts of `explain`.
 

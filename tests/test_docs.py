@@ -1,0 +1,89 @@
+"""The documentation against the code: the README stays short, documents every command and every
+option of the command line, and the docs' relative links resolve.
+
+Options are taken from the click group itself (``gemmtune.cli.cli``), so a new command or option
+fails here until the README's section for that command mentions it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+import pytest
+
+from gemmtune.cli import cli
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+MAX_README_BYTES = 25 * 1024
+DOCS = [README, *sorted((REPO / "docs").glob("*.md"))]
+
+
+def readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def command_section(text: str, name: str) -> str | None:
+    """The README's section for ``gemmtune NAME``: from its heading to the next heading of the
+    same or a higher level."""
+    m = re.search(rf"^(#+) `gemmtune {re.escape(name)}`[^\n]*\n", text, re.MULTILINE)
+    if m is None:
+        return None
+    level = len(m.group(1))
+    end = re.search(rf"^#{{1,{level}}} ", text[m.end():], re.MULTILINE)
+    return text[m.end(): m.end() + end.start()] if end else text[m.end():]
+
+
+def mentions(text: str, opt: str) -> bool:
+    """Whether ``opt`` (``--device``, ``-p``) appears as an option, not inside a longer one
+    (``--m`` is not found in ``--model``)."""
+    return re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", text) is not None
+
+
+def test_readme_is_short():
+    size = README.stat().st_size
+    assert size <= MAX_README_BYTES, (
+        f"README.md is {size:,} bytes, over {MAX_README_BYTES:,}: move depth to docs/ and link it")
+
+
+def test_every_command_has_a_readme_section():
+    text = readme()
+    missing = [name for name in cli.commands if command_section(text, name) is None]
+    assert not missing, ("README.md has no section headed `gemmtune NAME` for: "
+                         + ", ".join(f"gemmtune {name}" for name in missing))
+
+
+def test_every_option_is_in_its_commands_readme_section():
+    text = readme()
+    missing = []
+    for name, command in sorted(cli.commands.items()):
+        section = command_section(text, name)
+        if section is None:
+            continue  # reported by test_every_command_has_a_readme_section
+        for param in command.params:
+            if isinstance(param, click.Option):
+                missing += [f"gemmtune {name} {opt}" for opt in param.opts if not mentions(section, opt)]
+    assert not missing, "options not documented in their command's README section:\n  " + "\n  ".join(missing)
+
+
+def test_group_options_are_in_the_readme():
+    text = readme()
+    missing = [opt for param in cli.params if isinstance(param, click.Option) for opt in param.opts
+               if not mentions(text, opt)]
+    assert not missing, "gemmtune's own options missing from README.md: " + ", ".join(missing)
+
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def relative_links(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)  # not code
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z][a-z0-9+.-]*:|#", t)]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_resolve(doc):
+    broken = [t for t in relative_links(doc) if not (doc.parent / t.split("#")[0]).exists()]
+    assert not broken, f"{doc.relative_to(REPO)} links to missing files: " + ", ".join(broken)
