@@ -1,34 +1,42 @@
-"""``gemmtune bench``: the tuned configuration against baselines, in one process and one run.
+"""``gemmtune bench``: the tuned configuration against baselines, as a caller pays for it.
 
-Column-major C (m x n) = A (m x k) B (k x n), no transposes, for each size. Contenders:
+Each problem is BLAS's (column-major C is m x n, op() of A and B as given; see gemmtune.shapes).
+Contenders:
 
-* ``gemmtune``: the configuration ``best_config`` gives for the size (tuned, nearest or default);
-* ``config:NAME=VALUE,...``: any explicit configuration;
-* ``numpy``: the host BLAS behind numpy (wall-clock time of ``a @ b``);
-* ``torch`` / ``cupy``: cuBLAS on a CUDA device, TF32 off, timed with CUDA events; skipped,
-  with the reason, when the package or a CUDA device is missing.
+* ``gemmtune``: ``gemmtune.Gemm`` as a program calls it, with the configuration ``best_config``
+  gives for the problem (tuned, nearest or default);
+* ``config:NAME=VALUE,...``: ``Gemm`` held to an explicit configuration;
+* ``numpy``: the host BLAS behind numpy (``a @ b``);
+* ``torch`` / ``cupy``: cuBLAS on a CUDA device (TF32 off) through ``matmul`` on transposed
+  views where op() asks for them; skipped, with the reason, when the package or a CUDA device
+  is missing.
 
-OpenCL contenders are timed with profiling events over the whole operation, as in search, and
-each is first verified on its output poisoned with NaN (a random sample of 64 columns of C is
-checked against numpy in double precision, since the full reference of a large product would
-cost more than the benchmark). Contenders are sampled in turns, one launch each per round, so
-that a clock drifting during the run affects all of them alike; each stops when the 95 %
-interval of its median is within 2 % of it, or at the caps of the timing policy.
+Every sample is one call and its wait, timed on the host (``wall_ms``: what the caller pays),
+beside the device's own time of it (``device_ms``: OpenCL profiling events, CUDA events) and
+the time the call took to return (``host_ms``: its host cost). The ratios and the GFLOP/s are
+of the wall-clock time. OpenCL contenders are first verified on their output poisoned with NaN
+(up to 64 sampled rows against numpy in double precision). Contenders are sampled in turns,
+one call each per round, so that a clock drifting during the run affects all alike; each stops
+when the 95 % interval of its median is within 2 % of it, or at the caps of the timing policy.
+A contender whose calls take under 2 ms is called once, unrecorded, before each sample.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.precision import Precision
-from gemmtune.space import Config
+from gemmtune.precision import Precision, get_precision
+from gemmtune.shapes import Shape
 from gemmtune.timing import TimingPolicy, converged, gflops, median_ci
 
-CHECK_COLUMNS = 64
+CHECK_ROWS = 64
+REWARM_MS = 2.0   # a contender whose calls are shorter is called once unrecorded before each sample
+BASELINES = ("numpy", "torch", "cupy")
 
 
 @dataclass
@@ -36,49 +44,54 @@ class Contender:
     name: str
     source: str = ""                       # tuned / nearest / default / explicit / host / cuBLAS
     detail: str = ""                       # configuration, or why it was skipped
-    samples_ms: list[float] = field(default_factory=list)
+    samples: list[tuple[float, float, float]] = field(default_factory=list)   # (wall, device, host) ms
     skipped: str | None = None
     verified: bool | None = None
-    run: object = None                     # callable -> one sample in ms
+    run: object = None                     # callable -> one sample
 
-    @property
-    def median_ms(self) -> float | None:
-        return float(np.median(self.samples_ms)) if self.samples_ms else None
+    def median(self, i: int) -> float | None:
+        return float(np.median([s[i] for s in self.samples])) if self.samples else None
+
+
+def _op(x, flag: str):
+    """op() as a view, for any array type with ``.T`` and ``.conj()``."""
+    return x if flag == "N" else x.T if flag == "T" else x.conj().T
 
 
 class _OpenCL:
-    """One configuration on an OpenCL queue, with its operands and a sampled check."""
+    """``Gemm`` on row-major device arrays: C^T (n x m) = op(B)^T op(A)^T is the problem."""
 
-    def __init__(self, queue, config: Config, prec: Precision, m, n, k, host):
-        import pyopencl as cl
+    def __init__(self, queue, prec: Precision, shape: Shape, host, db, config=None):
+        import pyopencl.array as cla
 
-        from gemmtune.kernels import GemmOperation, device_time_ms
-        from gemmtune.space import load_space
+        from gemmtune.compute import Gemm
+        from gemmtune.kernels import device_time_ms
         from gemmtune.verify import compare
 
-        self.cl = cl
-        self.device_time_ms = device_time_ms
-        self.queue = queue
-        self.op = GemmOperation(queue, config, load_space().family(config.kernel).source, prec, m, n, k)
-        a, b, cols, ref = host
-        mf = cl.mem_flags
-        ctx = queue.context
-        self.a = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
-        self.b = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
-        nan = np.full((n, m), np.nan, dtype=prec.dtype)
-        self.c = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=nan)
-        self.op.enqueue(self.a, self.b, self.c)
-        cl.enqueue_copy(queue, nan, self.c)
-        self.check = compare(nan[cols], ref, prec)
+        self.queue, self.device_time_ms = queue, device_time_ms
+        x, y, rows, ref = host
+        self.gemm = Gemm(queue, prec, db=db, config=config)
+        self.x, self.y = cla.to_device(queue, x), cla.to_device(queue, y)
+        self.c = cla.to_device(queue, np.full((shape.n, shape.m), np.nan, dtype=prec.dtype))
+        self.flags = dict(trans_a=shape.trans_b, trans_b=shape.trans_a)
+        self.gemm(self.x, self.y, self.c, **self.flags)
+        self.operation = self.gemm.last_operation
+        self.check = compare(self.c.get()[rows], ref, prec)
 
-    def __call__(self) -> float:
-        events = self.op.enqueue(self.a, self.b, self.c)
-        events[-1].wait()
-        return self.device_time_ms(events)
+    def __call__(self) -> tuple[float, float, float]:
+        t0 = time.perf_counter()
+        self.gemm(self.x, self.y, self.c, **self.flags)
+        t1 = time.perf_counter()
+        self.queue.finish()
+        t2 = time.perf_counter()
+        return (t2 - t0) * 1e3, self.device_time_ms(self.gemm.last_events), (t1 - t0) * 1e3
 
 
-def _cuda_timer(lib: str, prec: Precision, m, n, k):
+def _cuda_timer(lib: str, prec: Precision, shape: Shape):
     """A sampler of cuBLAS through torch or cupy, or raise RuntimeError saying why not."""
+    m, n, k = shape.m, shape.n, shape.k
+    x_shape = (n, k) if shape.trans_b == "N" else (k, n)
+    y_shape = (k, m) if shape.trans_a == "N" else (m, k)
     if lib == "torch":
         try:
             import torch
@@ -89,47 +102,49 @@ def _cuda_timer(lib: str, prec: Precision, m, n, k):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
         dtype = {"s": torch.float32, "d": torch.float64, "c": torch.complex64, "z": torch.complex128}[prec.code]
-        # Row-major (n x k) @ (k x m) is column-major (m x k) @ (k x n) without transposes.
-        a = torch.randn(k, m, dtype=dtype, device="cuda")
-        b = torch.randn(n, k, dtype=dtype, device="cuda")
+        x = _op(torch.randn(*x_shape, dtype=dtype, device="cuda"), shape.trans_b)
+        y = _op(torch.randn(*y_shape, dtype=dtype, device="cuda"), shape.trans_a)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        sync, matmul = torch.cuda.synchronize, torch.matmul
+        elapsed = start.elapsed_time
+    else:
+        try:
+            import cupy as cp
+        except ImportError:
+            raise RuntimeError("cupy is not installed") from None
+        try:
+            cp.cuda.runtime.getDeviceCount()
+        except Exception:  # noqa: BLE001 - cupy raises its own error types without a CUDA driver
+            raise RuntimeError("cupy sees no CUDA device") from None
+        rng = cp.random.default_rng()
+        x = _op(rng.standard_normal(x_shape).astype(prec.dtype), shape.trans_b)
+        y = _op(rng.standard_normal(y_shape).astype(prec.dtype), shape.trans_a)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        sync, matmul = cp.cuda.Device().synchronize, cp.matmul
 
-        def run() -> float:
-            start.record()
-            torch.matmul(b, a)
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
-        return run
-    try:
-        import cupy as cp
-    except ImportError:
-        raise RuntimeError("cupy is not installed") from None
-    try:
-        cp.cuda.runtime.getDeviceCount()
-    except Exception:  # noqa: BLE001 - cupy raises its own error types without a CUDA driver
-        raise RuntimeError("cupy sees no CUDA device") from None
-    rng = cp.random.default_rng()
-    a = rng.standard_normal((k, m)).astype(prec.dtype)
-    b = rng.standard_normal((n, k)).astype(prec.dtype)
-    start, end = cp.cuda.Event(), cp.cuda.Event()
+        def elapsed(stop):
+            return cp.cuda.get_elapsed_time(start, stop)
 
-    def run() -> float:
+    def run() -> tuple[float, float, float]:
+        t0 = time.perf_counter()
         start.record()
-        cp.matmul(b, a)
+        matmul(x, y)
         end.record()
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end)
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        return (t2 - t0) * 1e3, elapsed(end), (t1 - t0) * 1e3
     return run
 
 
-def _numpy_timer(host):
-    a, b, _, _ = host
+def _numpy_timer(host, shape: Shape):
+    x, y = _op(host[0], shape.trans_b), _op(host[1], shape.trans_a)
 
-    def run() -> float:
+    def run() -> tuple[float, float, float]:
         t0 = time.perf_counter()
-        np.matmul(b, a)
-        return (time.perf_counter() - t0) * 1e3
+        np.matmul(x, y)
+        t = (time.perf_counter() - t0) * 1e3
+        return t, t, t
     return run
 
 
@@ -141,74 +156,125 @@ def _measure(contenders: list[Contender], policy: TimingPolicy) -> None:
     spent = {id(c): 0.0 for c in active}
     while active:
         for c in list(active):
-            t = c.run()
-            c.samples_ms.append(t)
-            spent[id(c)] += t * 1e-3
-            if (len(c.samples_ms) >= policy.max_repeats or spent[id(c)] >= policy.max_seconds
-                    or converged(c.samples_ms, policy)):
+            if c.samples[-1][0] < REWARM_MS if c.samples else True:
+                # An unrecorded call first: the first call after another contender's pays for
+                # the switch between them (on one GPU, between the OpenCL and CUDA contexts),
+                # which a program calling one library in a loop does not.
+                c.run()
+            sample = c.run()
+            c.samples.append(sample)
+            spent[id(c)] += sample[0] * 1e-3
+            walls = [s[0] for s in c.samples]
+            if len(walls) >= policy.max_repeats or spent[id(c)] >= policy.max_seconds or converged(walls, policy):
                 active.remove(c)
 
 
-def run_bench(device, prec: Precision, sizes: list[int], baselines: list[str], db: str | None,
-              policy: TimingPolicy, progress=None) -> list[dict]:
-    """Rows of results, one per (size, contender); see the module docstring."""
-    import pyopencl as cl
+def parse_baselines(text: str) -> list[str]:
+    """``numpy,torch,config:A=1,B=2;config:...``: config items hold commas themselves, so the
+    list splits on ';' and on the known names."""
+    items = []
+    for part in text.split(";"):
+        head, sep, rest = part.partition("config:")
+        items += [b.strip() for b in head.split(",") if b.strip()]
+        if sep:
+            items.append("config:" + rest.strip())
+    for item in items:
+        if not item.startswith("config:") and item not in BASELINES:
+            raise GemmtuneError(f"unknown baseline {item!r}: use numpy, torch, cupy or config:NAME=VALUE,...")
+    return items
 
-    from gemmtune.compute import get_device, resolve_config
-    from gemmtune.tuned import best_config
+
+def _host_operands(prec: Precision, shape: Shape, rng):
+    """Row-major X (op(X) = op(B)^T, n x k) and Y (op(Y) = op(A)^T, k x m), sampled rows of C^T
+    and their reference."""
     from gemmtune.verify import Reference, random_matrix
 
-    dev = get_device(device)
-    queue = cl.CommandQueue(dev.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    explicit = []
+    m, n, k = shape.m, shape.n, shape.k
+    x = random_matrix(prec, (n, k) if shape.trans_b == "N" else (k, n), rng)
+    y = random_matrix(prec, (k, m) if shape.trans_a == "N" else (m, k), rng)
+    rows = np.sort(rng.choice(n, size=min(CHECK_ROWS, n), replace=False))
+    ref = Reference.compute(prec, np.ascontiguousarray(_op(x, shape.trans_b)[rows]), _op(y, shape.trans_a),
+                            None, 1.0, 0.0)
+    return x, y, rows, ref
+
+
+def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPolicy, device_info) -> list[dict]:
+    from gemmtune.compute import resolve_config
+    from gemmtune.config_text import parse_config
+    from gemmtune.tuned import best_config
+
+    prec = get_precision(shape.precision)
+    host = _host_operands(prec, shape, np.random.default_rng())
+    tuned = best_config(shape.m, shape.n, shape.k, prec, device=device_info, db=db)
+    contenders, configs = [Contender("gemmtune", tuned.source)], [None]
     for b in baselines:
         if b.startswith("config:"):
-            from gemmtune.cli import parse_config
-            explicit.append((b, resolve_config(parse_config(b[len("config:"):]), dev.info, prec)))
-        elif b not in ("numpy", "torch", "cupy"):
-            raise GemmtuneError(f"unknown baseline {b!r}: use numpy, torch, cupy or config:NAME=VALUE,...")
-    rows = []
-    rng = np.random.default_rng()
-    for size in sizes:
-        m = n = k = size
-        a = random_matrix(prec, (k, m), rng)   # column-major m x k
-        b = random_matrix(prec, (n, k), rng)   # column-major k x n
-        cols = np.sort(rng.choice(n, size=min(CHECK_COLUMNS, n), replace=False))
-        host = (a, b, cols, Reference.compute(prec, b[cols], a, None, 1.0, 0.0))
-        tuned = best_config(m, n, k, prec, device=dev.info, db=db)
-        contenders = [Contender("gemmtune", tuned.source, f"{tuned.kernel} {tuned.config}")]
-        contenders += [Contender(name, "explicit", f"{cfg.kernel} {cfg}") for name, cfg in explicit]
-        configs = [tuned.config] + [cfg for _, cfg in explicit]
-        for c, cfg in zip(contenders, configs):
-            try:
-                c.run = _OpenCL(queue, cfg, prec, m, n, k, host)
-                c.verified = c.run.check.passed
-                if not c.verified:
-                    c.skipped = f"wrong result (componentwise error {c.run.check.componentwise_error:.3g})"
-            except Exception as e:  # noqa: BLE001 - a failing contender is reported, not fatal
-                c.skipped = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        for lib in ("numpy", "torch", "cupy"):
-            if lib not in baselines:
-                continue
+            cfg = resolve_config(parse_config(b[len("config:"):]), device_info, prec)
+            contenders.append(Contender(b, "explicit", f"{cfg.kernel} {cfg}"))
+            configs.append(cfg)
+    for c, cfg in zip(contenders, configs):
+        try:
+            c.run = _OpenCL(queue, prec, shape, host, db, cfg)
+            op = c.run.operation
+            c.detail = f"{op.config.kernel} {op.config}"
+            c.verified = c.run.check.passed
+            if not c.verified:
+                c.skipped = f"wrong result (componentwise error {c.run.check.componentwise_error:.3g})"
+        except GemmtuneError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a failing contender is reported, not fatal
+            c.skipped = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    for lib in BASELINES:
+        if lib in baselines:
             c = Contender(lib, "host BLAS" if lib == "numpy" else "cuBLAS")
             try:
-                c.run = _numpy_timer(host) if lib == "numpy" else _cuda_timer(lib, prec, m, n, k)
+                c.run = _numpy_timer(host, shape) if lib == "numpy" else _cuda_timer(lib, prec, shape)
             except RuntimeError as e:
                 c.skipped = str(e)
             contenders.append(c)
-        _measure(contenders, policy)
-        flops = prec.flops(m, n, k)
-        ours = contenders[0].median_ms
-        for c in contenders:
-            med = c.median_ms
-            low, high = median_ci(c.samples_ms) if c.samples_ms else (None, None)
-            rows.append({
-                "size": size, "contender": c.name, "source": c.source, "config": c.detail,
-                "gflops": gflops(flops, med) if med else None,
-                "time_ms": med, "ci_low_ms": low, "ci_high_ms": high, "repeats": len(c.samples_ms),
-                "gemmtune_ratio": (med / ours) if (med and ours) else None,
-                "verified": c.verified, "skipped": c.skipped,
-            })
-        if progress:
-            progress(size)
+    _measure(contenders, policy)
+    flops = prec.flops(shape.m, shape.n, shape.k)
+    ours = contenders[0].median(0)
+    rows = []
+    for c in contenders:
+        wall = c.median(0)
+        low, high = median_ci([s[0] for s in c.samples]) if c.samples else (None, None)
+        rows.append({
+            "shape": str(shape), "m": shape.m, "n": shape.n, "k": shape.k, "precision": prec.code,
+            "trans_a": shape.trans_a, "trans_b": shape.trans_b,
+            "contender": c.name, "source": c.source, "config": c.detail,
+            "gflops": gflops(flops, wall) if wall else None,
+            "time_ms": wall, "device_ms": c.median(1), "host_ms": c.median(2),
+            "ci_low_ms": low, "ci_high_ms": high, "repeats": len(c.samples),
+            "gemmtune_ratio": (wall / ours) if (wall and ours) else None,
+            "verified": c.verified, "skipped": c.skipped,
+        })
     return rows
+
+
+def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None, policy: TimingPolicy,
+              progress=None) -> list[dict]:
+    """Rows of results, one per (problem, contender); see the module docstring. Each shape
+    carries its precision."""
+    import pyopencl as cl
+
+    from gemmtune.compute import get_device
+
+    dev = get_device(device)
+    queue = cl.CommandQueue(dev.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    rows = []
+    for i, shape in enumerate(shapes, 1):
+        rows += bench_shape(queue, shape, baselines, db, policy, dev.info)
+        if progress:
+            progress(i, len(shapes), shape)
+    return rows
+
+
+def geometric_means(rows: list[dict]) -> dict[str, float]:
+    """Per contender other than gemmtune: the geometric mean over the problems of its time over
+    gemmtune's (above 1: gemmtune is faster), where both were measured."""
+    ratios: dict[str, list[float]] = {}
+    for r in rows:
+        if r["contender"] != "gemmtune" and r["gemmtune_ratio"]:
+            ratios.setdefault(r["contender"], []).append(r["gemmtune_ratio"])
+    return {name: math.exp(sum(map(math.log, v)) / len(v)) for name, v in ratios.items()}

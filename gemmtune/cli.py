@@ -9,6 +9,7 @@ import sys
 import click
 import pandas as pd
 
+from gemmtune.config_text import parse_config
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import PRECISIONS, get_precision
 
@@ -91,26 +92,6 @@ def emit(rows: list[dict], fmt: str) -> None:
         click.echo(pd.DataFrame(rows).to_csv(index=False), nl=False)
     else:
         click.echo(pd.DataFrame(rows).to_string(index=False))
-
-
-def parse_config(text: str) -> dict:
-    """``NAME=VALUE,NAME=VALUE`` -> dict; values are integers except KERNEL."""
-    params = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, value = part.partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or not name or not value:
-            raise GemmtuneError(f"bad --config item {part!r}: expected NAME=VALUE")
-        if name.upper() == "KERNEL":
-            params["KERNEL"] = value
-            continue
-        try:
-            params[name] = int(value)
-        except ValueError:
-            raise GemmtuneError(f"bad --config value {part!r}: {name} must be an integer") from None
-    if not params:
-        raise GemmtuneError("empty --config: expected NAME=VALUE,...")
-    return params
 
 
 # ---------------------------------------------------------------- devices
@@ -207,6 +188,32 @@ def db_option(f):
     return click.option("--db", default=None, metavar="URL",
                         help="SQLAlchemy URL of the results database. Default: $GEMMTUNE_DB, else "
                              "sqlite:///results/gemmtune.db (under the current directory).")(f)
+
+
+def shapes_option(f):
+    return click.option("--shapes", "shapes_spec", default=None, metavar="FILE|m,n,k;...",
+                        help="The problems: a CSV or TOML file of m, n, k and optional precision, trans_a, "
+                             "trans_b (see shapes/suite.csv), or inline \"m,n,k;m,n,k,d,T,N\".")(f)
+
+
+def parse_sizes(sizes: str) -> list[int]:
+    try:
+        found = [int(s) for s in sizes.split(",") if s.strip()]
+    except ValueError:
+        raise GemmtuneError(f"bad --sizes {sizes!r}: expected integers like 1024,2048") from None
+    if not found or min(found) < 1:
+        raise GemmtuneError(f"bad --sizes {sizes!r}: sizes must be at least 1")
+    return found
+
+
+def workload(precision: str, sizes: str | None, shapes_spec: str | None):
+    """The problems of --shapes, or the cubes of --sizes, each with its precision."""
+    from gemmtune.shapes import Shape, load_shapes
+
+    if sizes and shapes_spec:
+        raise GemmtuneError("give --sizes or --shapes, not both")
+    found = load_shapes(shapes_spec) if shapes_spec else [Shape(s, s, s) for s in parse_sizes(sizes or "1024,2048,4096")]
+    return [s.with_precision(precision.lower()) for s in found]
 
 
 class _ProgressLine:
@@ -318,24 +325,47 @@ def print_summary(d: dict) -> None:
 @click.option("--heartbeat-grace", "grace", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds a trial of another search process may go without a heartbeat before it is "
                    "failed and recorded as lost (its process or machine died).")
+@shapes_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @format_option("table", "json")
 def search(device, precision, shape, trials, timeout, trial_timeout, sampler, seed, db, study,
-           space_file, time_cap, jobs, early_stop, no_seed, grace, quiet, fmt):
+           space_file, time_cap, jobs, early_stop, no_seed, grace, shapes_spec, quiet, fmt):
     """Search the valid space with Optuna; build, verify and time each trial; record every result."""
     from gemmtune.search import SearchRequest, run_search
     from gemmtune.timing import TimingPolicy
 
     if trials is not None and trials < 1:
         raise GemmtuneError(f"--trials must be at least 1, got {trials}")
+    shapes = None
+    if shapes_spec is not None:
+        given = [f"--{p}" for p in ("m", "n", "k", "size")
+                 if click.get_current_context().get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE]
+        if given or study:
+            raise GemmtuneError(f"--shapes names the problems, and each gets a study of its own: leave "
+                                f"{', '.join(given + (['--study'] if study else []))} out")
+        shapes = workload(precision, None, shapes_spec)
     req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2],
                         trials=trials if trials is not None or sampler == "grid" else 30,
                         timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
                         db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap),
                         jobs=jobs, early_stop=early_stop or None, seeds=0 if no_seed else 10, grace=grace)
     line = _ProgressLine(quiet)
-    summaries = run_search(req, line)
+    if shapes is None:
+        summaries, left = run_search(req, line), []
+    else:
+        from gemmtune.workload import run_workload
+
+        def step(s):
+            if not quiet:
+                line.close()
+                budget = "" if s.seconds is None else f", {s.seconds:,.0f} s of the budget"
+                click.echo(f"[{s.index}/{s.total}] {s.shape}: searching{budget}, starting from "
+                           f"{s.nearby} configuration(s) of nearby shapes", err=True)
+        summaries, left = run_workload(req, shapes, line, step)
     line.close()
+    if left:
+        click.echo(f"The budget ran out before {len(left)} problem(s): {', '.join(map(str, left))}; "
+                   "run the command again to go on.", err=True)
     found = [summary_dict(s) for s in summaries]
     if fmt == "json":  # one study: its object; several (devices of different models): a list
         click.echo(json.dumps(found[0] if len(found) == 1 else found, indent=2, default=str))
@@ -444,42 +474,40 @@ def export(filters, db, fmt, output):
 @cli.command()
 @device_option
 @precision_option
-@click.option("--sizes", default="1024,2048,4096", show_default=True, metavar="S1,S2,...",
-              help="Cube sizes M = N = K to measure.")
+@click.option("--sizes", default=None, metavar="S1,S2,...",
+              help="Cube sizes M = N = K to measure (default 1024,2048,4096).")
+@shapes_option
 @click.option("--baseline", "baselines", default="numpy", show_default=True, metavar="B1,B2,...",
               help="numpy, torch, cupy, and/or config:NAME=VALUE,... (';' separates several configs).")
 @db_option
 @click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
-              help="Seconds of timing per contender and size, at most.")
+              help="Seconds of timing per contender and problem, at most.")
 @format_option("table", "json")
-def bench(device, precision, sizes, baselines, db, time_cap, fmt):
-    """Measure the tuned configuration against baselines, in one process and one run."""
-    from gemmtune.bench import run_bench
+def bench(device, precision, sizes, shapes_spec, baselines, db, time_cap, fmt):
+    """Measure the tuned configuration against baselines as a caller pays: wall clock per call."""
+    from gemmtune.bench import geometric_means, parse_baselines, run_bench
     from gemmtune.timing import TimingPolicy
 
-    try:
-        size_list = [int(s) for s in sizes.split(",") if s.strip()]
-    except ValueError:
-        raise GemmtuneError(f"bad --sizes {sizes!r}: expected integers like 1024,2048") from None
-    if not size_list or min(size_list) < 1:
-        raise GemmtuneError(f"bad --sizes {sizes!r}: sizes must be at least 1")
-    # config:... items contain commas themselves; split the list on the known names instead.
-    items = []
-    for part in baselines.split(";"):
-        head, sep, rest = part.partition("config:")
-        items += [b.strip() for b in head.split(",") if b.strip()]
-        if sep:
-            items.append("config:" + rest.strip())
-    rows = run_bench(device, get_precision(precision), size_list, items, db, TimingPolicy(max_seconds=time_cap),
-                     progress=lambda s: click.echo(f"size {s} done", err=True))
+    shapes = workload(precision, sizes, shapes_spec)
+    items = parse_baselines(baselines)
+    rows = run_bench(device, shapes, items, db, TimingPolicy(max_seconds=time_cap),
+                     progress=lambda i, total, s: click.echo(f"[{i}/{total}] {s} done", err=True))
+    means = geometric_means(rows)
     if fmt == "json":
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps({"rows": rows, "geometric_mean_ratio": means}, indent=2))
         return
-    table = [{"size": r["size"], "contender": r["contender"], "source": r["source"],
-              "GFLOP/s": "-" if r["gflops"] is None else f"{r['gflops']:,.0f}",
-              "gemmtune/this": "-" if r["gemmtune_ratio"] is None else f"{r['gemmtune_ratio']:.3f}",
-              "repeats": r["repeats"], "note": r["skipped"] or r["config"]} for r in rows]
+
+    def ms(x):
+        return "-" if x is None else f"{x:.4g}"
+
+    table = [{"problem": r["shape"], "contender": r["contender"], "source": r["source"],
+              "GFLOP/s": "-" if r["gflops"] is None else f"{r['gflops']:,.1f}",
+              "wall ms": ms(r["time_ms"]), "device ms": ms(r["device_ms"]), "host ms": ms(r["host_ms"]),
+              "this/gemmtune": "-" if r["gemmtune_ratio"] is None else f"{r['gemmtune_ratio']:.3f}",
+              "note": r["skipped"] or r["config"]} for r in rows]
     emit(table, "table")
+    for name, mean in means.items():
+        click.echo(f"geometric mean of {name}'s time over gemmtune's, {len(shapes)} problem(s): {mean:.3f}")
 
 
 # ---------------------------------------------------------------- peak

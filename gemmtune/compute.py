@@ -189,13 +189,18 @@ class Gemm:
 
     _MAX_PROBLEMS = 64
 
-    def __init__(self, queue: cl.CommandQueue, precision: str | Precision = "s", *, db: str | None = None):
+    def __init__(self, queue: cl.CommandQueue, precision: str | Precision = "s", *, db: str | None = None,
+                 config: Mapping | Config | None = None):
         self.queue = queue
         self.precision = precision if isinstance(precision, Precision) else get_precision(precision)
         self.info = device_info(queue.device)
         require_precision(self.info, self.precision)
         self.db = db
+        # config: one configuration for every problem instead of best_config's choice.
+        self.config = None if config is None else resolve_config(config, self.info, self.precision)
         self._calls: OrderedDict[tuple, GemmOperation] = OrderedDict()
+        self.last_operation: GemmOperation | None = None   # of the last call, and its events
+        self.last_events: list = []
 
     def _check(self, name: str, x) -> int:
         """Validate one operand; its leading dimension in elements (numpy's row stride)."""
@@ -227,8 +232,10 @@ class Gemm:
             raise ValueError(f"empty product: {m}x{ka} times {kb}x{n}")
         # Same row-major to column-major swap as gemm: b is A, a is B, m and n exchanged.
         problem = Problem(n, m, ka, trans_b, trans_a, ldb, lda, ldc, views)
-        cfg = best_config(n, m, ka, self.precision, device=self.info, db=self.db).config
+        cfg = self.config or best_config(n, m, ka, self.precision, device=self.info, db=self.db).config
         if views and not FAMILIES[cfg.kernel].takes_views:
+            if self.config is not None:
+                raise ValueError(f"{cfg.kernel} reads operands at offset 0 only, and a, b or c is a view with an offset")
             cfg = default_config(self.info, self.precision, (n, m, ka), views=True)
         return GemmOperation(self.queue, cfg, load_space().family(cfg.kernel).source, self.precision,
                              n, m, ka, problem=problem)
@@ -253,4 +260,5 @@ class Gemm:
         events = op.enqueue(b.base_data, a.base_data, c.base_data, alpha, beta, wait,
                             (b.offset // item, a.offset // item, c.offset // item))
         c.add_event(events[-1])
+        self.last_operation, self.last_events = op, events
         return c

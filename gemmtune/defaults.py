@@ -18,13 +18,14 @@ from gemmtune.space import Config, load_space, make_config, require_precision
 # problems thin in M or N are served best by one launch of the direct family, without the
 # preparation passes and large tiles of the tiled ones (docs/performance.md, shapes).
 SMALL_VOLUME = 2**27   # m * n * k at most this: "small"
-SKINNY = 64            # m or n at most this: "skinny"
+SKINNY = 64            # m or n at most this, with K at least LONG_K: "skinny" (K may be cut into parts)
+LONG_K = 1024
 SHAPE_CLASSES = ("large", "small", "skinny")
 
 
 def shape_class(m: int, n: int, k: int) -> str:
     if min(m, n) <= SKINNY:
-        return "skinny"
+        return "skinny" if k >= LONG_K else "small"
     if m * n * k <= SMALL_VOLUME:
         return "small"
     return "large"

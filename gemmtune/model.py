@@ -1,7 +1,7 @@
 """A performance model of one configured GEMM: what it moves, what it computes, how long it takes.
 
 Pure Python, no OpenCL: it reads the configuration through its kernel family (``tile_params``,
-``padded_shape``, ``local_size``, ``local_mem_bytes``, ``b_k_fast``) and the device through its
+``padded_shape``, ``local_size``, ``local_mem_bytes``, ``pass_elements``, ``matrix_instructions``, ``shared_tiles``) and the device through its
 ``DeviceInfo``, so it can rank a whole space before anything is built. Only the ranking of
 configurations on one device, precision and shape is meant to be right; absolute times are
 rough. Shapes are column-major (C is m x n, inner dimension k), as in the ``results`` table.
@@ -95,6 +95,7 @@ from typing import Iterable, Mapping
 from scipy import stats
 
 from gemmtune.families import FAMILIES
+from gemmtune.launch import Problem
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision
 from gemmtune.space import Config
@@ -190,12 +191,8 @@ def predict(config: Config, dev: DeviceInfo, prec: Precision, m: int, n: int, k:
     tm, tn, _ = (p[name] for name in family.tile_params)
     mp, np_, kp = family.padded_shape(p, m, n, k)
 
-    passes = pass_elements = 0
-    if not (trans_a == "N" and (mp, kp) == (m, k)):
-        passes, pass_elements = passes + 1, pass_elements + m * k + mp * kp
-    b_layout = "N" if family.b_k_fast(p) else "T"
-    if not (trans_b == b_layout and (np_, kp) == (n, k)):
-        passes, pass_elements = passes + 1, pass_elements + k * n + np_ * kp
+    moved = family.pass_elements(p, Problem(m, n, k, trans_a, trans_b))
+    passes, pass_elements = len(moved), sum(moved)
     c_elements = m * n * (2 if beta != 0 else 1)
     main_bytes = e * (mp * kp * (np_ // tn) + np_ * kp * (mp // tm) + c_elements)
     pass_bytes = e * pass_elements
@@ -219,11 +216,11 @@ def predict(config: Config, dev: DeviceInfo, prec: Precision, m: int, n: int, k:
 
     peak = resolve_peaks(dev, prec, peaks)
     flops, padded = prec.flops(m, n, k), prec.flops(mp, np_, kp)
-    matrix = MATRIX_SPEEDUP if p.get("MMA", 0) and dev.fp64_matrix and prec.needs_double else 1.0  # k5 has no MMA
+    matrix = MATRIX_SPEEDUP if family.matrix_instructions(p, dev, prec) else 1.0
     # The last round of work-groups leaves compute units idle, unless stream-K shares it out:
     # then the parts of the split tiles go to memory and back (about a part per split tile and
     # per run), and a fixup kernel adds them up into C.
-    shared, runs = family.shared_tiles(p, mp, np_, dev.compute_units) if p.get("STREAMK", 0) else (0, 0)
+    shared, runs = family.shared_tiles(p, mp, np_, dev.compute_units)
     tail = 1.0 if shared else rounds * dev.compute_units / groups
     if shared:
         passes += 1

@@ -31,6 +31,8 @@ from gemmtune.verify import Check
 STARTUP_TIMEOUT = 120.0   # seconds for a worker to import pyopencl and open its context
 DETAIL_LIMIT = 8000       # characters of build log or error text kept per trial
 EARLY_STOP_SAMPLES = 6    # the fewest samples whose median has a 95 % interval
+BATCH_MS = 1.0            # device time a sample's batch of calls fills, at least (see _time)
+MAX_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -164,30 +166,46 @@ def _stop_above(job: Job) -> float | None:
     return min(limits) if limits else None
 
 
+def batch_size(device_ms: float) -> int:
+    """Calls per sample: enough back-to-back calls to fill BATCH_MS of device time."""
+    return max(1, min(MAX_BATCH, int(BATCH_MS / max(device_ms, 1e-6))))
+
+
 def _time(cl, queue, run, job: Job, kernel_events: int = 1) -> tuple[str, Timing, str]:
     """Warm up, then time until the interval is tight, the time cap is spent, or (early stop)
-    the candidate is surely slower than ``job.stop_above_ms`` or a later StopAbove."""
+    the candidate is surely slower than ``job.stop_above_ms`` or a later StopAbove.
+
+    A sample is what a caller pays per call: the wall-clock time from enqueuing a batch of
+    back-to-back calls of the whole operation to its end, divided by the calls. A small
+    problem's call costs whichever is longer of the host's enqueue and the device's work, plus
+    the gaps between launches, which device time alone would leave out; a large problem's
+    batch is one call, and its wait adds little to the device time. The device time of the
+    last call's kernels is kept beside it."""
     from gemmtune.kernels import device_time_ms
 
     policy = job.policy
     for _ in range(policy.warmup):
-        run()
-    queue.finish()
-    total, kernel, spent = [], [], 0.0
-    while len(total) < policy.max_repeats:
         events = run()
+    events[-1].wait()
+    batch = batch_size(device_time_ms(events))
+    total, kernel, device, spent = [], [], [], 0.0
+    while len(total) < policy.max_repeats:
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            events = run()
         events[-1].wait()
-        whole = device_time_ms(events)
-        total.append(whole)
+        wall = (time.perf_counter() - t0) * 1e3
+        total.append(wall / batch)
+        device.append(device_time_ms(events))
         kernel.append(device_time_ms(events[-kernel_events:]))
-        spent += whole * 1e-3
+        spent += wall * 1e-3
         if spent >= policy.max_seconds or converged(total, policy):
             break
         limit = _stop_above(job)
         if limit is not None and len(total) >= EARLY_STOP_SAMPLES and median_ci(total)[0] > limit:
-            return ("slow", Timing(tuple(total), tuple(kernel)),
+            return ("slow", Timing(tuple(total), tuple(kernel), tuple(device)),
                     f"stopped after {len(total)} samples: time interval above {limit:.4g} ms")
-    return "ok", Timing(tuple(total), tuple(kernel)), ""
+    return "ok", Timing(tuple(total), tuple(kernel), tuple(device)), ""
 
 
 def _watch_parent(parent: int) -> None:

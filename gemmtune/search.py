@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 from gemmtune.defaults import default_config, distance
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
+from gemmtune.launch import Problem
 from gemmtune.info import DeviceInfo, core_plan, host_cores
 from gemmtune.precision import Precision, get_precision
 from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
@@ -79,6 +80,7 @@ class SearchRequest:
     early_stop: float | None = 0.5   # stop timing a candidate whose speed is surely below this x the best
     seeds: int = 10                  # best-predicted configurations measured first (0: none)
     grace: float = 60.0              # seconds without a heartbeat before another process fails a trial
+    start: tuple = ()                # configurations measured first, after the baseline (e.g. of nearby shapes)
 
 
 @dataclass
@@ -262,12 +264,16 @@ class _Lane:
             claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
             batch=self.storage.batch, asked=lambda trial: self.storage.record_heartbeat(trial._trial_id),
             is_valid=lambda c: space.allows(c) and broken(c) is None)
-        baseline = default_config(dev, prec)
+        baseline = default_config(dev, prec, (m, n, k))
         if not proposer.is_valid(baseline):
             baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
         self.baseline_key = config_key(baseline.kernel, baseline.params)
         if self.baseline_key not in self.measured:
             proposer.pending.append(baseline)
+        for c in req.start:
+            key = config_key(c.kernel, c.params)
+            if key != self.baseline_key and key not in self.measured and proposer.is_valid(c):
+                proposer.pending.append(c)
         if req.seeds and proposer.grid is None:
             proposer.pending += _model_seeds(proposer.unmeasured(), req.seeds, dev, prec, m, n, k, store, rng,
                                              {self.baseline_key})
@@ -455,12 +461,12 @@ class _Lane:
 
     def _same_run(self, config: Config, built) -> tuple | None:
         """What makes two candidates the same measurement: an identical binary launched the
-        same way (work-group shape, padded problem, B layout); None when not built ahead."""
+        same way (the same launch plan); None when not built ahead."""
         if built is None:
             return None
-        family, p = FAMILIES[config.kernel], config.params
-        return (built.digest, tuple(family.local_size(p)), tuple(family.padded_shape(p, self.req.m, self.req.n, self.req.k)),
-                bool(family.b_k_fast(p)))
+        plan = FAMILIES[config.kernel].plan(config.params, self.prec, Problem(self.req.m, self.req.n, self.req.k),
+                                            self.dev, self.dev.compute_units)
+        return built.digest, plan
 
     def threshold_ms(self) -> float | None:
         """The early stop's threshold: the time of early_stop x the best speed so far."""
@@ -671,6 +677,7 @@ def _record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precis
         study=study, trial=number, device=dev.key, device_name=dev.name, precision=prec.code,
         m=m, n=n, k=k, kernel=config.kernel, params=config.params, status=outcome.status,
         gflops=value, time_ms=t.median_ms if t else None, kernel_time_ms=t.kernel_median_ms if t else None,
+        device_time_ms=t.device_median_ms if t else None,
         ci_low_ms=None if low is None or low != low else low, ci_high_ms=None if high is None or high != high else high,
         min_ms=t.min_ms if t else None, repeats=t.repeats if t else None, samples_ms=t.samples_ms if t else None,
         max_rel_error=outcome.check.max_rel_error if outcome.check else None,

@@ -38,8 +38,9 @@ results = sa.Table(
     sa.Column("params", sa.Text, nullable=False),            # JSON object, name -> value
     sa.Column("status", sa.String(32), nullable=False),      # ok or a failure reason
     sa.Column("gflops", sa.Float),
-    sa.Column("time_ms", sa.Float),                          # median, whole operation
-    sa.Column("kernel_time_ms", sa.Float),                   # median, the GEMM's own kernels (no passes)
+    sa.Column("time_ms", sa.Float),                          # median, per call as a caller pays (see runner)
+    sa.Column("kernel_time_ms", sa.Float),                   # median, device time of the GEMM's own kernels
+    sa.Column("device_time_ms", sa.Float),                   # median, device time of the whole operation
     sa.Column("ci_low_ms", sa.Float),
     sa.Column("ci_high_ms", sa.Float),
     sa.Column("min_ms", sa.Float),
@@ -122,6 +123,16 @@ def check_url(url: str, create: bool = True) -> sa.engine.URL:
     return parsed
 
 
+def _add_new_columns(conn) -> None:
+    """Columns added to ``results`` since a database was created, added to it (nullable: rows
+    recorded before them have none)."""
+    have = {c["name"] for c in sa.inspect(conn).get_columns("results")}
+    for column in results.columns:
+        if column.name not in have:
+            kind = column.type.compile(dialect=conn.dialect)
+            conn.execute(sa.text(f'ALTER TABLE results ADD COLUMN "{column.name}" {kind}'))
+
+
 class Store:
     """Read and append rows of the ``results`` table. Each append is its own transaction."""
 
@@ -145,6 +156,7 @@ class Store:
                     with self.engine.begin() as conn:
                         if create:
                             metadata.create_all(conn)
+                            _add_new_columns(conn)
                     break
                 except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
                     # Processes starting together on a server race to create the tables.

@@ -49,10 +49,12 @@ def converged(samples, policy: TimingPolicy) -> bool:
 
 @dataclass(frozen=True)
 class Timing:
-    """Samples of one configuration, in milliseconds: the whole operation and its GEMM kernels (no passes)."""
+    """Samples of one configuration, in milliseconds: per call as a caller pays (see
+    gemmtune.runner), and the device time of its GEMM kernels (no passes) and of the whole operation."""
 
     samples_ms: tuple[float, ...]
     kernel_ms: tuple[float, ...]
+    device_ms: tuple[float, ...] = ()
 
     @property
     def repeats(self) -> int:
@@ -69,6 +71,10 @@ class Timing:
     @property
     def kernel_median_ms(self) -> float:
         return float(np.median(self.kernel_ms))
+
+    @property
+    def device_median_ms(self) -> float | None:
+        return float(np.median(self.device_ms)) if self.device_ms else None
 
     @property
     def ci_ms(self) -> tuple[float, float]:

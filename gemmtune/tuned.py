@@ -123,7 +123,7 @@ def _device_info(device) -> DeviceInfo:
     return _devices[spec]
 
 
-def _read(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
+def tuned_shapes(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
     """Per tuned shape, its best row that is a valid configuration here."""
     store = Store(url, create=False)
     try:
@@ -143,7 +143,7 @@ def _read(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
     return list(best.values())
 
 
-def _distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+def shape_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
     return math.dist([math.log(x) for x in a], [math.log(x) for x in b])
 
 
@@ -170,13 +170,13 @@ def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, dev
         return found
     table_key = key[:3]
     if table_key not in _tables:
-        _tables[table_key] = _read(url, dev, prec)
+        _tables[table_key] = tuned_shapes(url, dev, prec)
     tuned = _tables[table_key]
     exact = next((t for t in tuned if t.shape == shape), None)
     if exact is not None:
         found = TunedConfig(exact.config, exact.gflops, "tuned", exact.shape, dev.key, prec.code)
     elif tuned:
-        near = min(tuned, key=lambda t: (_distance(t.shape, shape), -math.prod(t.shape)))
+        near = min(tuned, key=lambda t: (shape_distance(t.shape, shape), -math.prod(t.shape)))
         found = TunedConfig(near.config, near.gflops, "nearest", near.shape, dev.key, prec.code)
     else:
         found = TunedConfig(default_config(dev, prec, shape), None, "default", None, dev.key, prec.code)

@@ -27,6 +27,7 @@ from gemmtune.defaults import default_config  # noqa: E402
 from gemmtune.device import resolve_device  # noqa: E402
 from gemmtune.kernels import GemmOperation  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
+from gemmtune.shapes import Shape  # noqa: E402
 from gemmtune.space import load_space, make_config  # noqa: E402
 from gemmtune.timing import TimingPolicy  # noqa: E402
 from gemmtune.tuned import best_config  # noqa: E402
@@ -34,8 +35,9 @@ from gemmtune.tuned import best_config  # noqa: E402
 EXPLICIT = "config:KERNEL=xgemm_k5,TSM=16,TSN=16,TSK=16,WPTN=2,PAD=1"
 # The explicit configuration in full: the parameters it leaves out take the kernel's defaults.
 EXPLICIT_CONFIG = make_config(load_space(), "xgemm_k5", dict(TSM=16, TSN=16, TSK=16, WPTN=2, PAD=1))
-ROW_KEYS = {"size", "contender", "source", "config", "gflops", "time_ms", "ci_low_ms", "ci_high_ms", "repeats",
-            "gemmtune_ratio", "verified", "skipped"}
+ROW_KEYS = {"shape", "m", "n", "k", "precision", "trans_a", "trans_b", "contender", "source", "config", "gflops",
+            "time_ms", "device_ms", "host_ms", "ci_low_ms", "ci_high_ms", "repeats", "gemmtune_ratio", "verified",
+            "skipped"}
 SIZES = [24, 40]
 TIME_CAP = 0.05
 
@@ -70,28 +72,38 @@ def bench(*args, code=0):
     return result
 
 
-def bench_json(*args) -> list[dict]:
+def bench_json(*args, means=None) -> list[dict]:
     result = bench(*args, "--format", "json")
-    rows = json.loads(result.stdout)
+    found = json.loads(result.stdout)
+    rows = found["rows"]
     assert all(set(r) == ROW_KEYS for r in rows)
+    # The geometric mean of each contender's time over gemmtune's, over the problems both ran.
+    expected = {}
+    for r in rows:
+        if r["contender"] != "gemmtune" and r["gemmtune_ratio"]:
+            expected.setdefault(r["contender"], []).append(math.log(r["gemmtune_ratio"]))
+    assert found["geometric_mean_ratio"] == pytest.approx({c: math.exp(sum(v) / len(v)) for c, v in expected.items()})
     return rows
 
 
 def by_contender(rows, size) -> dict[str, dict]:
-    return {r["contender"]: r for r in rows if r["size"] == size}
+    return {r["contender"]: r for r in rows if (r["m"], r["n"], r["k"]) == (size,) * 3}
 
 
-def flops(size: int) -> int:
-    return 2 * size ** 3   # real precision: one multiply and one add per term
+def flops(row: dict) -> int:
+    per_term = 8 if row["precision"] in "cz" else 2   # complex: four multiplies and four adds
+    return per_term * row["m"] * row["n"] * row["k"]
 
 
 def check_timed(row: dict, ours: dict) -> None:
-    """A contender that ran: its speed follows from its median time and the size."""
+    """A contender that ran: its speed follows from its median wall time and the shape, and
+    each call returned (host) and ran on the device no later than its wait ended."""
     assert row["skipped"] is None, row
     assert 1 <= row["repeats"] <= TimingPolicy().max_repeats
     assert row["time_ms"] > 0 and row["gflops"] > 0
-    assert row["gflops"] == pytest.approx(flops(row["size"]) / (row["time_ms"] * 1e-3) / 1e9, rel=1e-9)
+    assert row["gflops"] == pytest.approx(flops(row) / (row["time_ms"] * 1e-3) / 1e9, rel=1e-9)
     assert row["gemmtune_ratio"] == pytest.approx(row["time_ms"] / ours["time_ms"], rel=1e-12)
+    assert 0 < row["host_ms"] <= row["time_ms"] and 0 < row["device_ms"]
     if row["repeats"] >= 6:
         assert row["ci_low_ms"] <= row["time_ms"] <= row["ci_high_ms"]
 
@@ -102,7 +114,7 @@ def test_bench_json_with_an_empty_database(empty_db):
     rows = bench_json("--precision", "s", "--sizes", ",".join(map(str, SIZES)), "--db", empty_db,
                       "--baseline", f"numpy,torch,cupy,{EXPLICIT}")
     contenders = ["gemmtune", EXPLICIT, "numpy", "torch", "cupy"]
-    assert [(r["size"], r["contender"]) for r in rows] == [(s, c) for s in SIZES for c in contenders]
+    assert [(r["m"], r["contender"]) for r in rows] == [(s, c) for s in SIZES for c in contenders]
     for size in SIZES:
         default = default_config(resolve_device(0), get_precision("s"), (size,) * 3)
         row = by_contender(rows, size)
@@ -133,15 +145,56 @@ def test_bench_json_with_an_empty_database(empty_db):
 
 def test_bench_progress_goes_to_stderr(empty_db):
     result = bench("--sizes", "24,40", "--db", empty_db, "--baseline", "numpy", "--format", "json")
-    assert [line for line in result.stderr.splitlines() if line.strip()] == ["size 24 done", "size 40 done"]
-    assert len(json.loads(result.stdout)) == 4
+    assert [line for line in result.stderr.splitlines() if line.strip()] == ["[1/2] s24x24x24 done",
+                                                                          "[2/2] s40x40x40 done"]
+    assert len(json.loads(result.stdout)["rows"]) == 4
+
+
+def test_bench_shapes_measure_each_problem_with_its_precision_and_ops(empty_db, tmp_path):
+    """A workload of odd, transposed and complex problems: each is verified and timed as Gemm
+    runs it, against numpy doing the same product."""
+    shapes = tmp_path / "w.csv"
+    shapes.write_text("# a comment\nm,n,k,precision,trans_a,trans_b\n7,13,5,,T,N\n33,9,17,z,C,T\n1,40,24,d,N,N\n")
+    rows = bench_json("--shapes", str(shapes), "--db", empty_db, "--baseline", "numpy")
+    got = [(r["shape"], r["contender"], r["precision"]) for r in rows]
+    assert got == [(s, c, s[0]) for s in ("s7x13x5 TN", "z33x9x17 CT", "d1x40x24") for c in ("gemmtune", "numpy")]
+    for r in rows:
+        if r["contender"] == "gemmtune":
+            assert r["verified"] is True and r["config"].startswith("xgemm_direct")
+            check_timed(r, r)
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("24,24", "expected m,n,k"),
+    ("24,24,0", "between 1 and"),
+    ("24,24,x", "whole number"),
+    ("24,24,24,q", "precision"),
+    ("24,24,24,s,X", "trans_a"),
+    (";", "names no problem"),
+])
+def test_bench_bad_shapes(empty_db, spec, match):
+    result = bench("--shapes", spec, "--db", empty_db, code=2)
+    assert result.stderr.startswith("Error: ") and match in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("text, match", [
+    ("m,n\n1,2\n", "header must name m, n and k"),
+    ("m,n,k\n1,2,3,4\n", "row 2: more fields"),
+    ("m,n,k,depth\n1,2,3,4\n", "unknown column 'depth'"),
+    ("m,n,k\n1,2,-3\n", "row 2: k must be between"),
+], ids=["header", "extra-field", "unknown-column", "negative"])
+def test_bench_malformed_shapes_file(empty_db, tmp_path, text, match):
+    shapes = tmp_path / "bad.csv"
+    shapes.write_text(text)
+    result = bench("--shapes", str(shapes), "--db", empty_db, code=2)
+    assert result.stderr.startswith("Error: shapes file") and match in result.stderr, result.stderr
 
 
 def test_bench_sources_with_a_tuned_database(tuned_db):
     """The search tuned 24^3 (column-major m, n, k = 24): bench finds that shape itself for 24 and,
     for 40, the nearest tuned one."""
     rows = bench_json("--sizes", ",".join(map(str, SIZES)), "--db", tuned_db, "--baseline", "numpy")
-    assert [(r["size"], r["contender"]) for r in rows] == [(s, c) for s in SIZES for c in ("gemmtune", "numpy")]
+    assert [(r["m"], r["contender"]) for r in rows] == [(s, c) for s in SIZES for c in ("gemmtune", "numpy")]
     ours = {s: by_contender(rows, s)["gemmtune"] for s in SIZES}
     assert ours[24]["source"] == "tuned" and ours[40]["source"] == "nearest"
     found = best_config(24, 24, 24, "s", device=0, db=tuned_db)
@@ -156,15 +209,16 @@ def test_bench_sources_with_a_tuned_database(tuned_db):
 def test_bench_table_format(empty_db):
     result = bench("--sizes", "24", "--db", empty_db, "--baseline", "numpy,torch")
     lines = [line for line in result.stdout.splitlines() if line.strip()]
-    assert len(lines) == 4
-    header = lines[0].split()
-    assert header == ["size", "contender", "source", "GFLOP/s", "gemmtune/this", "repeats", "note"]
-    ours, numpy_, torch_ = (line.split() for line in lines[1:])
-    assert ours[:3] == ["24", "gemmtune", "default"] and ours[4] == "1.000"
+    assert len(lines) == 5
+    assert lines[0].split() == ["problem", "contender", "source", "GFLOP/s", "wall", "ms", "device", "ms", "host",
+                                "ms", "this/gemmtune", "note"]
+    ours, numpy_, torch_ = (line.split() for line in lines[1:4])
+    assert ours[:3] == ["s24x24x24", "gemmtune", "default"] and ours[7] == "1.000"
     assert float(ours[3].replace(",", "")) >= 0
-    assert numpy_[:3] == ["24", "numpy", "host"]
-    assert torch_[:2] == ["24", "torch"] and torch_[3:6] == ["-", "-", "0"]
-    assert "torch" in " ".join(torch_[6:]) and ("installed" in lines[3] or "CUDA" in lines[3])
+    assert numpy_[:3] == ["s24x24x24", "numpy", "host"]
+    assert torch_[:2] == ["s24x24x24", "torch"] and torch_[3:8] == ["-"] * 5
+    assert "torch" in " ".join(torch_[8:]) and ("installed" in lines[3] or "CUDA" in lines[3])
+    assert lines[4].startswith("geometric mean of numpy's time over gemmtune's, 1 problem(s): ")
 
 
 # ---------------------------------------------------------------- bad input
@@ -202,7 +256,7 @@ def timed_configs(monkeypatch) -> list:
     real = gemmtune.bench._OpenCL.__call__
 
     def recording(self):
-        calls.append(self.op.config)
+        calls.append(self.operation.config)
         return real(self)
 
     monkeypatch.setattr(gemmtune.bench._OpenCL, "__call__", recording)
@@ -222,7 +276,7 @@ def test_a_wrong_contender_is_skipped_and_never_timed(empty_db, timed_configs, m
     monkeypatch.setattr(GemmOperation, "enqueue", off_by_one_percent)
     default = default_config(resolve_device(0), get_precision("s"), (24, 24, 24))
     assert default != EXPLICIT_CONFIG
-    rows = run_bench(0, get_precision("s"), [24], ["numpy", EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
+    rows = run_bench(0, [Shape(24, 24, 24, "s")], ["numpy", EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
     row = by_contender(rows, 24)
     assert list(row) == ["gemmtune", EXPLICIT, "numpy"]
     wrong = row[EXPLICIT]
@@ -237,8 +291,8 @@ def test_a_wrong_contender_is_skipped_and_never_timed(empty_db, timed_configs, m
 
 def test_timed_samples_leave_the_hosts_latency_out(empty_db, monkeypatch):
     """The host stalls 0.2 s after each transpose pass of the explicit configuration (B goes
-    through one for xgemm_k5): its samples must still be device time, far below the stall
-    (see test_kernel for device_time_ms)."""
+    through one for xgemm_k5): its device time must leave the stall out (see test_kernel for
+    device_time_ms), its wall-clock and host times, what a caller pays, must not."""
     import time
 
     real = GemmOperation.launch
@@ -251,10 +305,11 @@ def test_timed_samples_leave_the_hosts_latency_out(empty_db, monkeypatch):
         return event
 
     monkeypatch.setattr(GemmOperation, "launch", stalling)
-    rows = run_bench(0, get_precision("s"), [24], [EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
+    rows = run_bench(0, [Shape(24, 24, 24, "s")], [EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
     row = by_contender(rows, 24)[EXPLICIT]
     assert row["verified"] is True and row["repeats"] >= 1
-    assert row["time_ms"] < 50, row
+    # The caller waits out the stall; the device's own time leaves it out.
+    assert row["device_ms"] < 50 and row["time_ms"] >= 200 and row["host_ms"] >= 200, row
 
 
 def test_a_wrong_gemmtune_result_leaves_no_ratio(empty_db, timed_configs, monkeypatch):
@@ -272,7 +327,7 @@ def test_a_wrong_gemmtune_result_leaves_no_ratio(empty_db, timed_configs, monkey
         return real(result, ref, prec)
 
     monkeypatch.setattr(gemmtune.verify, "compare", first_fails)
-    rows = run_bench(0, get_precision("s"), [24], ["numpy", EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
+    rows = run_bench(0, [Shape(24, 24, 24, "s")], ["numpy", EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
     row = by_contender(rows, 24)
     assert len(calls) == 2, "each OpenCL contender is checked once, before timing"
     ours = row["gemmtune"]
@@ -302,7 +357,7 @@ def test_the_check_covers_sampled_columns_of_the_output(empty_db, monkeypatch):
         return events
 
     monkeypatch.setattr(GemmOperation, "enqueue", skip_last_column)
-    rows = run_bench(0, get_precision("s"), [40], [EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
+    rows = run_bench(0, [Shape(40, 40, 40, "s")], [EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
     row = by_contender(rows, 40)
     assert list(row) == ["gemmtune", EXPLICIT]
     assert row[EXPLICIT]["skipped"].startswith("wrong result") and row[EXPLICIT]["verified"] is False

@@ -415,11 +415,11 @@ def test_a_chosen_candidate_is_one_running_trial_written_at_once_that_samplers_a
     from gemmtune.proposer import Proposals, make_sampler
     from gemmtune.study_storage import BatchedStorage
 
-    space = load_space(None)   # the shipped space: two families, so KERNEL is a parameter too
+    space = load_space(None)   # the shipped space: three families, so KERNEL is a parameter too
     dev, prec = resolve_device(0), get_precision("s")
     valid = valid_configs(space, dev, prec)
     chosen = [valid[0], valid[-1]]
-    assert {c.kernel for c in chosen} == {"xgemm_k5", "xgemm_rt"}
+    assert {c.kernel for c in chosen} == {"xgemm_k5", "xgemm_direct"}
     storage = BatchedStorage(f"sqlite:///{tmp_path / 's.db'}")
     try:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -468,7 +468,7 @@ def test_one_read_serves_a_whole_tpe_proposal_and_changes_no_proposal(tmp_path):
     from gemmtune.proposer import Proposals, make_sampler, one_read
     from gemmtune.study_storage import BatchedStorage
 
-    space = load_space(None)   # two families: TPE samples three groups per proposal
+    space = load_space(None)   # three families: TPE samples a group per family and KERNEL
 
     def propose(wrap: bool):
         storage = BatchedStorage(f"sqlite:///{tmp_path / f'{wrap}.db'}")

@@ -106,6 +106,19 @@ class Family:
     def defaults(self) -> Params:
         return {name: default for name, (default, _) in self.parameters.items()}
 
+    def pass_elements(self, p: Params, problem: Problem) -> tuple[int, ...]:
+        """For the model: the elements each preparation pass of ``problem`` reads and writes."""
+        return ()
+
+    def matrix_instructions(self, p: Params, dev: DeviceInfo, prec: Precision) -> bool:
+        """For the model: whether ``p`` multiplies with the device's matrix instructions."""
+        return False
+
+    def shared_tiles(self, p: Params, mp: int, np_: int, compute_units: int) -> tuple[int, int]:
+        """For the model: how many of the last tiles are cut along K into pieces that end
+        together (0: none), and the work-groups that run at once."""
+        return 0, 0
+
     def store_conflicts(self, p: Params, prec: Precision) -> tuple[int, int]:
         """How many ways the stores of the A and B slices into local memory conflict on a GPU's
         32 banks of 4 bytes (1: none), for the performance model."""

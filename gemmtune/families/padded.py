@@ -78,26 +78,46 @@ class Padded(Family):
         return (), (Launch(self.kernel_name, size, self.local_size(p),
                            (problem.m, problem.n, kp, ALPHA, BETA, a, lda, b, ldb, C, problem.ldc)),)
 
+    def _b_layout(self, p: Params, problem: Problem, padded) -> tuple[int, int, int, int]:
+        """B as the kernel reads it: (rows, cols, rows padded, cols padded), column-major."""
+        k, n, (_, np_, kp) = problem.k, problem.n, padded
+        return (k, n, kp, np_) if self.b_k_fast(p) else (n, k, np_, kp)
+
+    def _passes(self, p: Params, problem: Problem, padded) -> tuple[bool, bool]:
+        """Whether A and B need a preparation pass: the kernel reads an operand as it is only
+        in its own layout (A untransposed; B transposed, or untransposed where it reads B
+        k-fastest), of tile multiples and packed."""
+        mp, _, kp = padded
+        a = not (problem.trans_a == "N" and (mp, kp) == (problem.m, problem.k) and problem.lda == problem.m)
+        rows, cols, rows_p, cols_p = self._b_layout(p, problem, padded)
+        b = not (problem.trans_b == ("N" if self.b_k_fast(p) else "T") and (rows_p, cols_p) == (rows, cols)
+                 and problem.ldb == rows)
+        return a, b
+
+    def pass_elements(self, p, problem):
+        padded = self.padded_shape(p, problem.m, problem.n, problem.k)
+        mp, np_, kp = padded
+        a, b = self._passes(p, problem, padded)
+        return (*((problem.m * problem.k + mp * kp,) if a else ()), *((problem.k * problem.n + np_ * kp,) if b else ()))
+
     def plan(self, p, prec, problem, device, compute_units):
         if problem.views:
             raise ValueError(f"{self.name} reads operands from offset 0 only")
         m, n, k = problem.m, problem.n, problem.k
-        mp, np_, kp = self.padded_shape(p, m, n, k)
+        mp, np_, kp = padded = self.padded_shape(p, m, n, k)
+        a_pass, b_pass = self._passes(p, problem, padded)
         scratch, launches = [], []
         a, lda = A, problem.lda
-        # The kernel reads A as it is only untransposed, tile multiples and packed.
-        if not (problem.trans_a == "N" and (mp, kp) == (m, k) and lda == m):
+        if a_pass:
             scratch.append(Scratch("a_padded", mp * kp * prec.bytes))
             launches.append(_prepare(A, lda, problem.trans_a != "N", problem.trans_a == "C", m, k, mp, kp,
                                      "a_padded", p, device))
             a, lda = "a_padded", mp
-        # B must be Np x Kp, i.e. op(B) transposed: given as such when trans_b == "T"; or, for
-        # kernels that read it k-fastest, Kp x Np: given as such when trans_b == "N".
-        k_fast = self.b_k_fast(p)
-        rows, cols, rows_p, cols_p = (k, n, kp, np_) if k_fast else (n, k, np_, kp)
+        rows, cols, rows_p, cols_p = self._b_layout(p, problem, padded)
         b, ldb = B, problem.ldb
-        if not (problem.trans_b == ("N" if k_fast else "T") and (rows_p, cols_p) == (rows, cols) and ldb == rows):
-            transpose = problem.trans_b != "N" if k_fast else problem.trans_b == "N"
+        if b_pass:
+            # The kernel reads op(B) transposed (Np x Kp), or as it is where it reads B k-fastest.
+            transpose = problem.trans_b != "N" if self.b_k_fast(p) else problem.trans_b == "N"
             scratch.append(Scratch("b_padded", np_ * kp * prec.bytes))
             launches.append(_prepare(B, ldb, transpose, problem.trans_b == "C", rows, cols, rows_p, cols_p,
                                      "b_padded", p, device))

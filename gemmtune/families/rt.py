@@ -83,6 +83,8 @@ class RegisterTiled(Padded):
     def shared_tiles(self, p, mp, np_, compute_units) -> tuple[int, int]:
         """With STREAMK: how many of the last tiles ``split`` cuts into pieces (0: none), and
         the work-groups that run at once, which the pieces keep busy until they end together."""
+        if not p["STREAMK"]:
+            return 0, 0
         tiles = (mp // p["MWG"]) * (np_ // p["NWG"])
         rounds = p["STREAMK"] * compute_units     # work-groups running at once, by assumption
         last = tiles % rounds                      # tiles of the last, partial round
@@ -93,6 +95,9 @@ class RegisterTiled(Padded):
             # drained for little work: the last whole round joins them.
             last += rounds
         return last, rounds
+
+    def matrix_instructions(self, p, dev, prec):
+        return bool(p["MMA"] and dev.fp64_matrix and prec.needs_double)
 
     @staticmethod
     def fixup_width(p) -> int:

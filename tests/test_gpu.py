@@ -1,0 +1,119 @@
+"""On a GPU: the code paths that only a GPU's OpenCL compiles (NVIDIA's cp.async and FP64
+matrix instructions through inline PTX), and the direct family there, against numpy.
+
+Deselected by default (``-m 'not gpu'`` in pyproject.toml); on a machine with a GPU OpenCL
+device run ``python -m pytest -m gpu`` ($GEMMTUNE_TEST_GPU picks the device index, else the
+first GPU). Each check runs on fresh random operands with C poisoned with NaN where beta is 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
+from helpers_foundation import DTYPES, uniform  # noqa: E402
+from test_direct import OPS, SPREAD, check, run_direct  # noqa: E402
+
+from gemmtune.precision import get_precision  # noqa: E402
+from gemmtune.verify import Reference, compare  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    from gemmtune.device import list_devices
+
+    found = [d for d in list_devices() if d.type == "GPU"]
+    index = os.environ.get("GEMMTUNE_TEST_GPU")
+    chosen = next((d for d in found if str(d.index) == index), found[0] if found else None)
+    assert chosen is not None, "no GPU OpenCL device: run the gpu suite on a machine with one"
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def queue(gpu):
+    import pyopencl as cl
+
+    from gemmtune.device import open_device
+
+    _, dev = open_device(gpu.index)
+    ctx = cl.Context([dev])
+    return cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+
+
+@pytest.mark.parametrize("ta, tb", OPS)
+def test_direct_every_op_on_the_gpu(queue, ta, tb):
+    for m, n, k in ((1, 1, 1), (7, 13, 5), (65, 33, 100), (130, 3, 1000)):
+        result, expected, _, _ = run_direct(queue, "s", m, n, k, ta, tb)
+        check("s", result, expected)
+
+
+@pytest.mark.parametrize("code", ["d", "z"])
+@pytest.mark.parametrize("ta, tb", SPREAD)
+def test_direct_views_on_the_gpu(queue, code, ta, tb):
+    for beta in (0.0, 0.5):
+        result, expected, (untouched, before), _ = run_direct(queue, code, 37, 29, 300, ta, tb, pad=(3, 1, 5),
+                                                              offsets=(7, 2, 13), beta=beta)
+        check(code, result, expected)
+        np.testing.assert_array_equal(untouched, before)
+
+
+def _gemm(queue, gpu, config, code, m, n, k, ta="N", tb="N", beta=0.0):
+    """One GemmOperation of ``config`` on fresh column-major operands, checked against numpy."""
+    import pyopencl as cl
+
+    from gemmtune.kernels import GemmOperation
+    from gemmtune.space import load_space
+
+    dtype, prec = DTYPES[code], get_precision(code)
+    rng = np.random.default_rng([m, n, k])
+    a = np.asfortranarray(uniform((m, k) if ta == "N" else (k, m), dtype, rng))
+    b = np.asfortranarray(uniform((k, n) if tb == "N" else (n, k), dtype, rng))
+    c0 = np.asfortranarray(uniform((m, n), dtype, rng))
+    c = c0.copy(order="F") if beta else np.full((m, n), np.nan, dtype, order="F")
+    alpha = 0.75 if code in "sd" else 0.5 - 0.25j
+    op = GemmOperation(queue, config, load_space().family(config.kernel).source, prec, m, n, k, ta, tb)
+    mf = cl.mem_flags
+    bufs = [cl.Buffer(queue.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=x) for x in (a, b, c)]
+    op.enqueue(*bufs, alpha, beta)[-1].wait()
+    cl.enqueue_copy(queue, c, bufs[2])
+    outcome = compare(c, Reference.compute(prec, a, b, c0 if beta else None, alpha, beta, ta, tb), prec)
+    assert outcome.passed, (config, m, n, k, ta, tb, outcome)
+    return op
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+@pytest.mark.parametrize("cls", ["large", "small", "skinny"])
+def test_shipped_gpu_defaults_on_the_gpu(queue, gpu, code, cls):
+    """The shipped GPU defaults: s's cp.async pipeline and stream-K, d's and z's FP64 matrix
+    instructions where the device has them, and the direct family's small and skinny entries,
+    on shapes that are not tile multiples, transposed, and long enough for stream-K's pieces."""
+    from gemmtune.defaults import default_config, shipped_default
+
+    prec = get_precision(code)
+    config = default_config(gpu, prec, {"large": (2000, 1000, 700), "small": (200, 100, 300),
+                                        "skinny": (3, 900, 2000)}[cls])
+    assert config == shipped_default("GPU", prec, cls) or not gpu.fp64_matrix
+    for shape, ops in (((1000, 1000, 1000), ("N", "N")), ((997, 301, 509), ("T", "N")), ((64, 1500, 70), ("N", "T"))):
+        _gemm(queue, gpu, config, code, *shape, *ops, beta=0.0)
+    _gemm(queue, gpu, config, code, 333, 222, 111, "C" if code in "cz" else "T", "N", beta=1.5)
+
+
+@pytest.mark.parametrize("code", ["d", "z"])
+def test_fp64_matrix_instructions_and_their_fallback_agree(queue, gpu, code):
+    """MMA 1 with the instructions (the device's build) and, forced off by a device that lacks
+    them, the same tile multiplied element by element: both right."""
+    from gemmtune.defaults import default_config
+
+    prec = get_precision(code)
+    with_mma = default_config(gpu, prec)
+    without = default_config(dataclasses.replace(gpu, fp64_matrix=False), prec)
+    for config in {with_mma, without}:
+        _gemm(queue, gpu, config, code, 1031, 517, 263)
