@@ -33,6 +33,7 @@ from gemmtune.resources import load_kernel_source
 from gemmtune.space import require_precision
 from gemmtune.store import Store, check_url, database_url
 from gemmtune.timing import TimingPolicy, converged
+from gemmtune.urls import shown
 
 CHAINS = 16            # must match the CHAINS the kernel is built with
 LOCAL_SIZE = 256       # work-items per work-group of both kernels (or the device's maximum)
@@ -152,7 +153,7 @@ def measure_bandwidth(queue: cl.CommandQueue, dev: DeviceInfo, sizes: PeakSizes)
 class PeakRun:
     device: DeviceInfo
     peaks: list[Peak]
-    db: str
+    db: str                # without the password
     created_at: str
 
     def nominal(self) -> dict[str, float]:
@@ -183,4 +184,4 @@ def run_peak(device: str | int | None = None, precisions: str | None = None, db:
             store.save_device(info)
         finally:
             store.close()
-    return PeakRun(info, peaks, url, created)
+    return PeakRun(info, peaks, shown(url), created)
