@@ -1,0 +1,118 @@
+"""Which recorded rows of ``results`` every reader can trust: one check, shared by all of them.
+
+A results database may be shared, old, or edited by hand, and what it holds reaches the kernel
+compiler (as ``-D`` options), exported C headers and people's tables. ``report``, ``export``,
+``bench``, ``best_config``, ``gemm(db=...)`` and ``replay`` read rows through ``screen`` and
+skip alike every row that is not a configuration of a shipped kernel family: parameters that
+are not a JSON object, an unknown kernel, a parameter the family's source does not declare, a
+value that is not an integer the parameter can take (such as ``"64 -DFOO=1"``). Rows tuned from
+a custom ``--space`` source with parameters of its own are skipped for the same reason: the
+shipped kernels could not use them. A row must also name a known precision and a positive
+shape, and a correct (``ok``) row finite, positive GFLOP/s and time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from gemmtune.families import FAMILIES
+from gemmtune.precision import PRECISIONS
+
+VALUE_MAX = 2**31 - 1   # kernel parameters are OpenCL ints
+
+
+@dataclass(frozen=True)
+class Screened:
+    """Rows that passed, in their order, and why the others were skipped (reason -> rows)."""
+
+    rows: pd.DataFrame
+    skipped: Counter = field(default_factory=Counter)
+
+    def note(self) -> str | None:
+        """One line for people saying what was skipped; None when nothing was."""
+        if not self.skipped:
+            return None
+        count = sum(self.skipped.values())
+        reasons = "; ".join(f"{n} {why}" for why, n in sorted(self.skipped.items(), key=lambda kv: (-kv[1], kv[0])))
+        return (f"Skipped {count} recorded row{'s' if count != 1 else ''} that "
+                f"{'are' if count != 1 else 'is'} not a valid configuration of a shipped kernel family: {reasons}.")
+
+
+def _integer(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def config_of(kernel, params, space=None):
+    """The ``gemmtune.space.Config`` of a recorded kernel and parameters (a dict or its JSON
+    text), completed with the source's defaults for parameters added since; else the reason it
+    is not a configuration of a shipped family, as a string."""
+    from gemmtune.space import Config, load_space
+
+    if isinstance(params, str):
+        try:
+            params = json.loads(params)
+        except (json.JSONDecodeError, RecursionError):
+            return "with parameters that are not JSON"
+    if not isinstance(params, dict):
+        return "with parameters that are not a JSON object"
+    if not isinstance(kernel, str) or kernel not in FAMILIES:
+        return "of an unknown kernel"
+    space = space or load_space()
+    family = next((fs for fs in space.families if fs.family.name == kernel), None)
+    if family is None:
+        return "of a kernel not in the shipped space"
+    full = family.complete(params)
+    if full is None:
+        return "with parameters the kernel does not declare"
+    may_be_zero = FAMILIES[kernel].may_be_zero
+    for name, value in params.items():
+        if not _integer(value) or not (0 if name in may_be_zero else 1) <= value <= VALUE_MAX:
+            return "with a value that is not an integer the parameter can take"
+    return Config.of(kernel, full)
+
+
+def _why_not(row, space) -> str | None:
+    config = config_of(row.kernel, row.params, space)
+    if isinstance(config, str):
+        return config
+    if row.precision not in PRECISIONS:
+        return "of an unknown precision"
+    try:
+        if not all(float(x).is_integer() and x >= 1 for x in (row.m, row.n, row.k)):
+            return "with a shape that is not positive integers"
+    except (TypeError, ValueError):
+        return "with a shape that is not positive integers"
+    if row.status == "ok":
+        try:
+            good = all(math.isfinite(float(x)) and float(x) > 0 for x in (row.gflops, row.time_ms))
+        except (TypeError, ValueError):
+            good = False
+        if not good:
+            return "marked ok without a finite, positive speed and time"
+    return None
+
+
+def screen(rows: pd.DataFrame, space=None) -> Screened:
+    """``rows`` (of ``results``, as ``Store.frame`` reads them) without those no reader may
+    use, and the reasons for skipping them. Shapes become integers."""
+    from gemmtune.space import load_space
+
+    if rows.empty:
+        return Screened(rows)
+    space = space or load_space()
+    skipped: Counter = Counter()
+    keep = []
+    for row in rows.itertuples():
+        why = _why_not(row, space)
+        keep.append(why is None)
+        if why is not None:
+            skipped[why] += 1
+    kept = rows[keep]
+    if len(kept):
+        kept = kept.astype({"m": "int64", "n": "int64", "k": "int64"})
+    return Screened(kept, skipped)
