@@ -158,7 +158,14 @@ def run_bench(device, prec: Precision, sizes: list[int], baselines: list[str], d
     from gemmtune.tuned import best_config
     from gemmtune.verify import Reference, random_matrix
 
+    from gemmtune.inputs import check_problem
+
+    from gemmtune.store import database_url, probe
+
+    probe(database_url(db))  # an unusable database fails now, not after the first size's setup
     dev = get_device(device)
+    for size in sizes:
+        check_problem(dev.info, prec, size, size, size)
     queue = cl.CommandQueue(dev.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
     explicit = []
     for b in baselines:
