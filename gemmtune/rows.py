@@ -7,8 +7,12 @@ skip alike every row that is not a configuration of a shipped kernel family: par
 are not a JSON object, an unknown kernel, a parameter the family's source does not declare, a
 value that is not an integer the parameter can take (such as ``"64 -DFOO=1"``). Rows tuned from
 a custom ``--space`` source with parameters of its own are skipped for the same reason: the
-shipped kernels could not use them. A row must also name a known precision and a positive
-shape, and a correct (``ok``) row finite, positive GFLOP/s and time.
+shipped kernels could not use them. A row must also name a known precision, a positive shape
+and an integer trial, and a correct (``ok``) row finite, positive GFLOP/s and time.
+
+SQLite keeps whatever type a value was written with, so the other columns are brought to their
+declared types first: a measurement that is not a number reads as missing (as NULL does), time
+samples that are not a JSON list of numbers as none, text columns as text.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ from gemmtune.families import FAMILIES
 from gemmtune.precision import PRECISIONS
 
 VALUE_MAX = 2**31 - 1   # kernel parameters are OpenCL ints
+
+NUMBERS = ("trial", "m", "n", "k", "gflops", "time_ms", "kernel_time_ms", "ci_low_ms", "ci_high_ms", "min_ms",
+           "repeats", "max_rel_error", "norm_rel_error", "compile_s", "trial_s")
+TEXTS = ("study", "device", "device_name", "precision", "kernel", "status", "created_at", "gemmtune_version")
 
 
 @dataclass(frozen=True)
@@ -82,19 +90,40 @@ def _why_not(row, space) -> str | None:
         return config
     if row.precision not in PRECISIONS:
         return "of an unknown precision"
-    try:
-        if not all(float(x).is_integer() and x >= 1 for x in (row.m, row.n, row.k)):
-            return "with a shape that is not positive integers"
-    except (TypeError, ValueError):
+    if not all(float(x).is_integer() and 1 <= x <= VALUE_MAX for x in (row.m, row.n, row.k)):
         return "with a shape that is not positive integers"
-    if row.status == "ok":
-        try:
-            good = all(math.isfinite(float(x)) and float(x) > 0 for x in (row.gflops, row.time_ms))
-        except (TypeError, ValueError):
-            good = False
-        if not good:
-            return "marked ok without a finite, positive speed and time"
+    if not (float(row.trial).is_integer() and 0 <= row.trial <= VALUE_MAX):
+        return "with a trial number that is not an integer"
+    if row.status == "ok" and not all(math.isfinite(x) and x > 0 for x in (row.gflops, row.time_ms)):
+        return "marked ok without a finite, positive speed and time"
     return None
+
+
+def _samples(text):
+    """Time samples as stored (JSON text of a list of numbers), or None for anything else."""
+    try:
+        values = json.loads(text) if isinstance(text, str) else None
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    if isinstance(values, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                        and math.isfinite(v) for v in values):
+        return text
+    return None
+
+
+def _typed(rows: pd.DataFrame) -> pd.DataFrame:
+    rows = rows.copy()
+    for column in NUMBERS:
+        if column in rows:
+            rows[column] = pd.to_numeric(rows[column], errors="coerce").astype("float64")
+    for column in TEXTS:
+        if column in rows:
+            rows[column] = rows[column].astype(str)
+    if "samples_ms" in rows:
+        rows["samples_ms"] = [_samples(t) for t in rows.samples_ms]
+    if "baseline" in rows:
+        rows["baseline"] = pd.to_numeric(rows.baseline, errors="coerce").fillna(0).astype(bool)
+    return rows
 
 
 def screen(rows: pd.DataFrame, space=None) -> Screened:
@@ -105,6 +134,7 @@ def screen(rows: pd.DataFrame, space=None) -> Screened:
     if rows.empty:
         return Screened(rows)
     space = space or load_space()
+    rows = _typed(rows)
     skipped: Counter = Counter()
     keep = []
     for row in rows.itertuples():
@@ -112,7 +142,5 @@ def screen(rows: pd.DataFrame, space=None) -> Screened:
         keep.append(why is None)
         if why is not None:
             skipped[why] += 1
-    kept = rows[keep]
-    if len(kept):
-        kept = kept.astype({"m": "int64", "n": "int64", "k": "int64"})
+    kept = rows[keep].astype({"m": "int64", "n": "int64", "k": "int64", "trial": "int64"})
     return Screened(kept, skipped)

@@ -690,7 +690,7 @@ def _summarize(store, name, devices, prec, shape, done, failures, elapsed, basel
     ok = rows[rows.status == "ok"].sort_values("gflops", ascending=False)
     best = ok.iloc[0].to_dict() if len(ok) else None
     tie = None
-    if len(ok) >= 2:
+    if len(ok) >= 2 and ok.iloc[0].samples_ms and ok.iloc[1].samples_ms:
         tie = is_tie(json.loads(ok.iloc[0].samples_ms), json.loads(ok.iloc[1].samples_ms))
     base_rows = rows[rows.apply(lambda r: config_key(r.kernel, json.loads(r.params)) == baseline_key, axis=1)] \
         if len(rows) else rows
