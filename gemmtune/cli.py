@@ -564,6 +564,8 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
 
     names = [s.strip() for s in samplers.split(",") if s.strip()]
     land = rp.load_landscape(db, study, space_file)
+    if land.skipped:
+        click.echo(land.skipped, err=True)
     device = rp.device_for(land, device_info) if "tpe-seeded" in names or device_info else None
     if "tpe-seeded" in names and device is None:
         raise GemmtuneError(f"tpe-seeded needs the study's device ({land.device_name}) for the model; neither the "

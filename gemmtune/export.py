@@ -63,7 +63,8 @@ def best_entries(rows: pd.DataFrame) -> list[dict]:
             continue
         entries[key] = {"device": row.device, "device_name": row.device_name, "precision": row.precision,
                         "m": key[2], "n": key[3], "k": key[4], "kernel": config.kernel,
-                        "params": config.params, "gflops": float(row.gflops), "time_ms": float(row.time_ms),
+                        "params": config.params, "gflops": float(row.gflops),
+                        "time_ms": None if pd.isna(row.time_ms) else float(row.time_ms),
                         "study": row.study, "trial": int(row.trial)}
     return [entries[key] for key in sorted(entries)]
 

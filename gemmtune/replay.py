@@ -73,6 +73,7 @@ class Landscape:
     baseline: Config | None
     peaks: dict[str, float]       # the device's measured peaks in the same database, if any
     described: DeviceInfo | None = None   # the device as the search stored it (table devices)
+    skipped: str | None = None            # which recorded rows no reader may use (gemmtune.rows), if any
 
     @property
     def best(self) -> float:
@@ -151,7 +152,7 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
     return Landscape(study, store.url, first.device, first.device_name, get_precision(first.precision),
                      (int(first.m), int(first.n), int(first.k)), space,
                      [c for _, c in sorted(configs.values(), key=lambda pc: pc[0])], values, baseline, peaks,
-                     described)
+                     described, screened.note())
 
 
 @dataclass

@@ -164,7 +164,7 @@ def test_every_reader_skips_the_same_tampered_rows(tampered_db):
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Skipped {bad} recorded rows"), result.stderr
     for why in ("not JSON", "unknown kernel", "not an integer", "does not declare", "unknown precision", "shape",
-                "finite"):
+                "finite speed"):
         assert why in lines[0]
 
     result = invoke(["export", "--db", url])
