@@ -31,7 +31,7 @@ from gemmtune.model import BANDWIDTH, nominal_peaks
 from gemmtune.precision import PRECISIONS, Precision, get_precision
 from gemmtune.resources import load_kernel_source
 from gemmtune.space import require_precision
-from gemmtune.store import Store, check_url, database_url
+from gemmtune.store import Store, database_url, probe
 from gemmtune.timing import TimingPolicy, converged
 from gemmtune.urls import shown
 
@@ -171,7 +171,7 @@ def run_peak(device: str | int | None = None, precisions: str | None = None, db:
     info, cl_device = open_device(device)
     chosen = parse_precisions(precisions, info)
     url = database_url(db)
-    check_url(url)  # a database that cannot be written fails now, not after the measurement
+    probe(url)  # a database that cannot be used fails now, not after the measurement
     ctx = cl.Context([cl_device])
     queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     peaks = [measure_madd(queue, info, prec, sizes) for prec in chosen]

@@ -160,7 +160,7 @@ def test_an_unreachable_server_is_one_error_line_without_the_password(command, h
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert "tuner:***@127.0.0.1:1" in lines[0]     # says which database, masked
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 5          # refused before any measurement
     assert list(tmp_path.iterdir()) == []          # nothing written
 
 
