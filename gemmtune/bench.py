@@ -260,7 +260,13 @@ def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None,
 
     from gemmtune.compute import get_device
 
+    from gemmtune.inputs import check_problem
+    from gemmtune.store import database_url, probe
+
+    probe(database_url(db))  # an unusable database fails now, not after the first problem's setup
     dev = get_device(device)
+    for shape in shapes:
+        check_problem(dev.info, get_precision(shape.precision), shape.m, shape.n, shape.k)
     queue = cl.CommandQueue(dev.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
     rows = []
     for i, shape in enumerate(shapes, 1):

@@ -21,15 +21,31 @@ class Cli(click.Group):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except GemmtuneError as e:
-            click.echo(f"Error: {e}", err=True)
+            click.echo(f"Error: {_scrubbed(str(e), args)}", err=True)
             sys.exit(2)
         except click.ClickException as e:
-            click.echo(f"Error: {e.format_message()}", err=True)
+            click.echo(f"Error: {_scrubbed(e.format_message(), args)}", err=True)
             sys.exit(e.exit_code)
         except (click.Abort, KeyboardInterrupt):
             click.echo("Interrupted.", err=True)
             sys.exit(130)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _scrubbed(message: str, args) -> str:
+    """An error message without the password of any database URL given: the messages mask it
+    already, and this keeps one that slipped through (a driver's own text) from showing it."""
+    import os
+
+    from gemmtune.urls import scrub
+
+    args = list(sys.argv[1:] if args is None else args)
+    urls = [os.environ.get("GEMMTUNE_DB")]
+    urls += [b for a, b in zip(args, args[1:]) if a == "--db"]
+    urls += [a[len("--db="):] for a in args if isinstance(a, str) and a.startswith("--db=")]
+    for url in filter(None, urls):
+        message = scrub(message, url)
+    return " ".join(message.splitlines())  # one line, whatever a message held
 
 
 @click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
@@ -165,7 +181,8 @@ def space(device, precision, shape, space_file, fmt, count, explain):
 @click.option("--trans-a", type=click.Choice(["N", "T", "C"]), default="N", show_default=True,
               help="op(A): N none, T transpose, C conjugate transpose.")
 @click.option("--trans-b", type=click.Choice(["N", "T", "C"]), default="N", show_default=True)
-@click.option("--seed", type=int, default=None, help="Seed of the random operands.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=None,
+              help="Seed of the random operands (0 to 2**32 - 1).")
 @format_option("table", "json")
 def verify(device, precision, shape, config_text, alpha, beta, trans_a, trans_b, seed, fmt):
     """Run one configuration on random data and check it against numpy in double precision."""
@@ -308,7 +325,7 @@ def print_summary(d: dict) -> None:
 @click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
               show_default=True, help="Seconds one trial (build, verify, time) may take.")
 @click.option("--sampler", type=click.Choice(["tpe", "random", "grid"]), default="tpe", show_default=True)
-@click.option("--seed", type=int, default=None, help="Seed of the sampler.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=None, help="Seed of the sampler (0 to 2**32 - 1).")
 @db_option
 @click.option("--study", default=None, help="Study name (default: from device, precision and shape).")
 @space_option
@@ -426,6 +443,8 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
     if plot_file:
         rp.require_matplotlib()
     found = rp.load(db, filters)
+    if found.skipped_note():
+        click.echo(found.skipped_note(), err=True)
     if found.rows.empty:
         click.echo(found.nothing_message())
         return 0
@@ -457,8 +476,10 @@ def export(filters, db, fmt, output):
     from gemmtune.report import load
 
     found = load(db, filters)
+    if found.skipped_note():
+        click.echo(found.skipped_note(), err=True)
     entries = ex.best_entries(found.rows)
-    text = ex.to_json(entries, found.url) if fmt == "json" else ex.to_header(entries, found.url)
+    text = ex.to_json(entries, found.shown) if fmt == "json" else ex.to_header(entries, found.shown)
     if not entries:
         click.echo(found.nothing_message() + " Exported "
                    + ("no entries." if fmt == "json" else "the shipped defaults only."), err=True)
@@ -571,6 +592,8 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
 
     names = [s.strip() for s in samplers.split(",") if s.strip()]
     land = rp.load_landscape(db, study, space_file)
+    if land.skipped:
+        click.echo(land.skipped, err=True)
     device = rp.device_for(land, device_info) if "tpe-seeded" in names or device_info else None
     if "tpe-seeded" in names and device is None:
         raise GemmtuneError(f"tpe-seeded needs the study's device ({land.device_name}) for the model; neither the "

@@ -146,7 +146,15 @@ def verify_config(device, prec: Precision, m: int, n: int, k: int, *, config=Non
     """Run one configuration on fresh random operands and compare with numpy (see gemmtune.verify).
 
     With beta == 0 the output starts as NaN, so any element the kernel leaves unwritten fails.
+    GemmtuneError, before anything is allocated, for a seed numpy does not take, a non-finite
+    alpha or beta, and a problem that does not fit the device or the host.
     """
+    from gemmtune.inputs import check_finite, check_problem, check_seed
+
+    check_seed(seed)
+    check_finite("alpha", alpha)
+    check_finite("beta", beta)
+    check_problem(get_device(device).info, prec, m, n, k)
     rng = np.random.default_rng(seed)
     ta, tb = normalize_op(trans_a), normalize_op(trans_b)
     a = random_matrix(prec, (m, k) if ta == "N" else (k, m), rng)

@@ -19,12 +19,20 @@ for all. The ``#else`` block holds the shipped defaults of ``configs/defaults.to
 
 Both leave out rows whose parameters are not those of a shipped kernel family (tuned from a
 custom ``--space`` source): the kernels in ``kernels/`` could not use them.
+
+Both are safe for their readers whatever the database holds: the database URL is written without
+its password, JSON escapes every string, and the header holds names from the database (study,
+device, driver, platform) only in comments reduced to printable ASCII without backslashes,
+question marks and comment delimiters, so that none can end its comment or start a directive;
+every macro name is checked to be a C identifier and every value an integer.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +43,7 @@ from gemmtune.families import FAMILIES
 from gemmtune.precision import PRECISIONS
 from gemmtune.space import load_space
 from gemmtune.tuned import shipped_config
+from gemmtune.urls import shown
 
 DEFAULT_TYPES = ("GPU", "CPU")   # defaults.toml's types besides OTHER, selectable in the header
 
@@ -49,12 +58,13 @@ def best_entries(rows: pd.DataFrame) -> list[dict]:
         key = (row.device, row.precision, int(row.m), int(row.n), int(row.k))
         if key in entries:
             continue
-        config = shipped_config(row.kernel, json.loads(row.params), space)
+        config = shipped_config(row.kernel, row.params, space)
         if config is None:
             continue
         entries[key] = {"device": row.device, "device_name": row.device_name, "precision": row.precision,
                         "m": key[2], "n": key[3], "k": key[4], "kernel": config.kernel,
-                        "params": config.params, "gflops": float(row.gflops), "time_ms": float(row.time_ms),
+                        "params": config.params, "gflops": float(row.gflops),
+                        "time_ms": None if pd.isna(row.time_ms) else float(row.time_ms),
                         "study": row.study, "trial": int(row.trial)}
     return [entries[key] for key in sorted(entries)]
 
@@ -62,8 +72,37 @@ def best_entries(rows: pd.DataFrame) -> list[dict]:
 def to_json(entries: list[dict], database: str) -> str:
     from gemmtune import __version__
 
-    return json.dumps({"gemmtune_version": __version__, "database": database, "entries": entries},
-                      indent=2) + "\n"
+    return json.dumps({"gemmtune_version": __version__, "database": shown(database), "entries": entries},
+                      indent=2, allow_nan=False) + "\n"
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def comment_text(text) -> str:
+    """``text`` as it may stand in a ``//`` comment of the header: printable ASCII, with other
+    characters as ``_``. A newline would end the comment and let the rest start a directive; a
+    backslash at the end of a line (``??/`` where trigraphs are on) would continue the comment
+    into the next line and swallow it; ``*/`` and ``/*`` are broken up so that the text cannot
+    end or open a block comment wherever it is copied."""
+    safe = "".join(c if " " <= c <= "~" and c not in "\\?" else "_" for c in str(text))
+    while "*/" in safe or "/*" in safe:
+        safe = safe.replace("*/", "*_").replace("/*", "_*")
+    return safe
+
+
+def _define(name: str, value) -> str:
+    """One ``#define`` of an integer; the header's own names and the kernels' parameters only."""
+    if not _IDENTIFIER.fullmatch(name) or isinstance(value, bool) or not isinstance(value, int):
+        raise GemmtuneError(f"refusing to export #define {name!r} {value!r}: not a C identifier and an integer")
+    return f"#define {name} {value}"
+
+
+def _string(name: str, value: str, pattern: re.Pattern) -> str:
+    if not _IDENTIFIER.fullmatch(name) or not pattern.fullmatch(value):
+        raise GemmtuneError(f"refusing to export #define {name!r} {value!r}")
+    return f'#define {name} "{value}"'
 
 
 def device_macro(device_key: str) -> str:
@@ -115,10 +154,10 @@ stream_k_pieces, computes the lists for a shape and device)."""
 
 def _block(config, lines: list[str], tuned: bool) -> list[str]:
     family = FAMILIES[config.kernel]
-    out = [*lines, f"#define GEMMTUNE_TUNED {int(tuned)}",
-           f'#define GEMMTUNE_KERNEL "{config.kernel}"',
-           f'#define GEMMTUNE_KERNEL_SOURCE "{family.source_file}"']
-    out += [f"#define {name} {value}" for name, value in config.items]
+    out = [*lines, _define("GEMMTUNE_TUNED", int(tuned)),
+           _string("GEMMTUNE_KERNEL", config.kernel, _IDENTIFIER),
+           _string("GEMMTUNE_KERNEL_SOURCE", family.source_file, _FILE_NAME)]
+    out += [_define(name, value) for name, value in config.items]
     return out
 
 
@@ -136,9 +175,10 @@ def to_header(entries: list[dict], database: str) -> str:
     usage = "\n".join(f"// {line}".rstrip() for line in HEADER_USAGE.splitlines())
     order = list(PRECISIONS)
     tuned_precisions = {d: ", ".join(sorted((c for dd, c in chosen if dd == d), key=order.index)) for d in macros}
-    devices = "\n".join(f"//   {macros[d]}\n//       {d} (precisions {tuned_precisions[d]})"
+    devices = "\n".join(f"//   {macros[d]}\n//       {comment_text(d)} (precisions {tuned_precisions[d]})"
                         for d in macros) or "//   (none: nothing was tuned)"
-    out = [f"// gemmtune: tuned kernel configurations, exported by gemmtune {__version__} from {database}.",
+    out = [f"// gemmtune: tuned kernel configurations, exported by gemmtune {comment_text(__version__)} from "
+           f"{comment_text(shown(database))}.",
            "//", usage, "//", "// Devices:", devices,
            "#ifndef GEMMTUNE_TUNED_H", "#define GEMMTUNE_TUNED_H", "",
            "#ifndef PRECISION", "#define PRECISION 32", "#endif", ""]
@@ -146,8 +186,9 @@ def to_header(entries: list[dict], database: str) -> str:
     for (device, code), e in sorted(chosen.items(), key=lambda item: (item[0][0], order.index(item[0][1]))):
         config = shipped_config(e["kernel"], e["params"])
         out += _block(config, [f"{branch} defined({macros[device]}) && PRECISION == {PRECISIONS[code].cl_define}",
-                               f"// {e['device_name']}, {code}gemm {e['m']}x{e['n']}x{e['k']}: "
-                               f"{e['gflops']:.6g} GFLOP/s (study {e['study']}, trial {e['trial']})"], True)
+                               f"// {comment_text(e['device_name'])}, {code}gemm {e['m']}x{e['n']}x{e['k']}: "
+                               f"{e['gflops']:.6g} GFLOP/s (study {comment_text(e['study'])}, trial {e['trial']})"],
+                          True)
         branch = "#elif"
     if chosen:
         out += ["#else  // not tuned here: the shipped defaults"]
@@ -168,7 +209,22 @@ def to_header(entries: list[dict], database: str) -> str:
 
 
 def write(text: str, output: str | Path) -> None:
+    """Write ``output`` whole or not at all: a reader never finds half a header."""
+    output = Path(output)
+    temp = None
     try:
-        Path(output).write_text(text, encoding="utf-8")
+        fd, temp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(temp, 0o666 & ~_umask())
+        os.replace(temp, output)
     except OSError as e:
+        if temp is not None and os.path.exists(temp):
+            os.unlink(temp)
         raise GemmtuneError(f"cannot write {output}: {e.strerror or e}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

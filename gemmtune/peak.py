@@ -31,8 +31,9 @@ from gemmtune.model import BANDWIDTH, nominal_peaks
 from gemmtune.precision import PRECISIONS, Precision, get_precision
 from gemmtune.resources import load_kernel_source
 from gemmtune.space import require_precision
-from gemmtune.store import Store, check_url, database_url
+from gemmtune.store import Store, database_url, probe
 from gemmtune.timing import TimingPolicy, converged
+from gemmtune.urls import shown
 
 CHAINS = 16            # must match the CHAINS the kernel is built with
 LOCAL_SIZE = 256       # work-items per work-group of both kernels (or the device's maximum)
@@ -152,7 +153,7 @@ def measure_bandwidth(queue: cl.CommandQueue, dev: DeviceInfo, sizes: PeakSizes)
 class PeakRun:
     device: DeviceInfo
     peaks: list[Peak]
-    db: str
+    db: str                # without the password
     created_at: str
 
     def nominal(self) -> dict[str, float]:
@@ -170,7 +171,7 @@ def run_peak(device: str | int | None = None, precisions: str | None = None, db:
     info, cl_device = open_device(device)
     chosen = parse_precisions(precisions, info)
     url = database_url(db)
-    check_url(url)  # a database that cannot be written fails now, not after the measurement
+    probe(url)  # a database that cannot be used fails now, not after the measurement
     ctx = cl.Context([cl_device])
     queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     peaks = [measure_madd(queue, info, prec, sizes) for prec in chosen]
@@ -183,4 +184,4 @@ def run_peak(device: str | int | None = None, precisions: str | None = None, db:
             store.save_device(info)
         finally:
             store.close()
-    return PeakRun(info, peaks, url, created)
+    return PeakRun(info, peaks, shown(url), created)

@@ -52,6 +52,7 @@ from gemmtune.precision import Precision, get_precision
 from gemmtune.proposer import Proposals, Proposer, config_key, make_sampler
 from gemmtune.space import Config, FamilySpace, Space, load_space
 from gemmtune.store import Store, database_url
+from gemmtune.urls import shown
 
 SAMPLERS = ("tpe", "random", "tpe-seeded")
 
@@ -72,6 +73,7 @@ class Landscape:
     baseline: Config | None
     peaks: dict[str, float]       # the device's measured peaks in the same database, if any
     described: DeviceInfo | None = None   # the device as the search stored it (table devices)
+    skipped: str | None = None            # which recorded rows no reader may use (gemmtune.rows), if any
 
     @property
     def best(self) -> float:
@@ -113,23 +115,26 @@ def _place(space: Space, kernel: str, params: dict) -> tuple[tuple, Config] | No
 
 def load_landscape(db: str | None, study: str, space_file: str | Path | None = None) -> Landscape:
     """The study's recorded results; GemmtuneError when it has none or no correct one."""
+    from gemmtune.rows import screen
+
+    given = load_space(space_file) if space_file is not None else None
     store = Store(database_url(db), create=False)
     try:
-        rows = store.frame(study=study)
+        recorded = store.frame(study=study)
+        screened = screen(recorded, given)
+        rows = screened.rows
         if rows.empty:
-            where = "there is no such database yet" if not store.exists else "it has no results rows"
-            raise GemmtuneError(f"no results for study {study!r} in {store.url} ({where})")
+            where = ("there is no such database yet" if not store.exists else "it has no results rows"
+                     if recorded.empty else screened.note())
+            raise GemmtuneError(f"no results for study {study!r} in {store.shown} ({where})")
         first = rows.iloc[0]
         peaks = store.latest_peaks(first.device)
         described = store.device_info(first.device)
     finally:
         store.close()
-    unknown = sorted(set(rows.kernel) - set(FAMILIES))
-    if unknown:
-        raise GemmtuneError(f"study {study!r} has rows of unknown kernel families: {', '.join(unknown)}")
     if len(rows[["device", "precision", "m", "n", "k"]].drop_duplicates()) > 1:
         raise GemmtuneError(f"study {study!r} mixes devices, precisions or shapes")
-    space = load_space(space_file) if space_file is not None else _recorded_space(rows, study)
+    space = given if given is not None else _recorded_space(rows, study)
     values, configs, baseline = {}, {}, None
     for row in rows.itertuples():
         placed = _place(space, row.kernel, json.loads(row.params))
@@ -147,7 +152,7 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
     return Landscape(study, store.url, first.device, first.device_name, get_precision(first.precision),
                      (int(first.m), int(first.n), int(first.k)), space,
                      [c for _, c in sorted(configs.values(), key=lambda pc: pc[0])], values, baseline, peaks,
-                     described)
+                     described, screened.note())
 
 
 @dataclass
@@ -213,7 +218,7 @@ class ReplayResult:
 
     def to_json(self) -> dict:
         land = self.landscape
-        return {"study": land.study, "db": land.url, "device": land.device, "device_name": land.device_name,
+        return {"study": land.study, "db": shown(land.url), "device": land.device, "device_name": land.device_name,
                 "precision": land.precision.code, "m": land.shape[0], "n": land.shape[1], "k": land.shape[2],
                 "recorded": len(land.configs), "ok": sum(s == "ok" for s, _ in land.values.values()),
                 "best_gflops": land.best, "target": self.target, "model_seeds": self.model_seeds,

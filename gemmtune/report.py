@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pandas as pd
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.store import Store, database_url
+from gemmtune.urls import db_error, shown
 from gemmtune.timing import is_tie
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -71,28 +73,43 @@ class Results:
     filters: Filters
     peaks: dict = field(default_factory=dict)     # device key -> measured peaks (Store.latest_peaks)
     devices: dict = field(default_factory=dict)   # device key -> DeviceInfo stored by search or peak
+    skipped: Counter = field(default_factory=Counter)   # why rows were left out (gemmtune.rows) -> count
+
+    def skipped_note(self) -> str | None:
+        """One line saying how many rows were skipped and why; None when none were."""
+        from gemmtune.rows import Screened
+
+        return Screened(self.rows, self.skipped).note()
+
+    @property
+    def shown(self) -> str:
+        """The URL as messages and exported files give it: without the password."""
+        return shown(self.url)
 
     def nothing_message(self) -> str:
         if not self.exists:
-            return f"No results: there is no database at {self.url} yet (run gemmtune search first)."
+            return f"No results: there is no database at {self.shown} yet (run gemmtune search first)."
         if self.total == 0:
-            return f"No results: the database {self.url} holds no results yet (run gemmtune search first)."
-        return f"No results in {self.url} match {self.filters.describe()} ({self.total} rows in all)."
+            return f"No results: the database {self.shown} holds no results yet (run gemmtune search first)."
+        return f"No results in {self.shown} match {self.filters.describe()} ({self.total} rows in all)."
 
 
 def load(db: str | None = None, filters: Filters = Filters()) -> Results:
     """Read the ``results`` table without creating or changing anything; GemmtuneError when
     the database cannot be opened or read."""
+    from gemmtune.rows import screen
+
     store = Store(database_url(db), create=False)
     try:
         rows = store.frame()
-        shown = filters.apply(rows)
-        keys = shown.device.unique()
+        screened = screen(rows)
+        kept = filters.apply(screened.rows)
+        keys = kept.device.unique()
         peaks = {key: store.latest_peaks(key) for key in keys}
         devices = {key: store.device_info(key) for key in keys}
     finally:
         store.close()
-    return Results(store.url, store.exists, len(rows), shown, filters, peaks, devices)
+    return Results(store.url, store.exists, len(rows), kept, filters, peaks, devices, screened.skipped)
 
 
 GROUP = ["device", "precision", "m", "n", "k"]
@@ -212,7 +229,7 @@ def add_model(frame: pd.DataFrame, found: Results) -> tuple[pd.DataFrame, list[s
         devices[key] = describe_device(found, key)
         if devices[key] is None:
             name = frame.device_name[frame.device == key].iloc[0]
-            notes.append(f"No description of device {name!r} in {found.url} or on this machine, so no "
+            notes.append(f"No description of device {name!r} in {found.shown} or on this machine, so no "
                          "model figures for it (a search or gemmtune peak with this version stores one).")
     for group, rows in found.rows.groupby(GROUP, sort=False):
         dev = devices.get(group[0])
@@ -246,9 +263,9 @@ def importance(url: str, study: str) -> dict[str, float] | str:
     try:
         stored = optuna.load_study(study_name=study, storage=url)
     except KeyError:
-        return f"Study {study!r} has no Optuna study in {url}, so no parameter importances."
+        return f"Study {study!r} has no Optuna study in {shown(url)}, so no parameter importances."
     except Exception as e:  # storage errors come in many types; the message says which
-        raise GemmtuneError(f"cannot read the study {study!r} in {url}: {str(e).splitlines()[0]}") from None
+        raise GemmtuneError(f"cannot read the study {study!r} in {shown(url)}: {db_error(e, url)}") from None
     trials = [t for t in stored.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
               if "skipped" not in t.user_attrs]
     if len({tuple(sorted(t.params.items())) for t in trials}) < 2:

@@ -29,35 +29,20 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.launch import Problem
 from gemmtune.info import DeviceInfo, core_plan, host_cores
+from gemmtune.inputs import check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
+from gemmtune.rows import screen
 from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
-from gemmtune.space import Config, Space, load_space, require_precision, valid_configs
-from gemmtune.store import Store, database_url, fast_sqlite
+from gemmtune.space import Config, Space, load_space, valid_configs
+from gemmtune.store import Store, database_url, fast_sqlite, probe
 from gemmtune.proposer import SAMPLERS, Proposals, Proposer, config_key, make_sampler
 from gemmtune.study_storage import BatchedStorage
 from gemmtune.timing import Timing, TimingPolicy, gflops, is_tie
+from gemmtune.urls import db_error, shown
 
 def default_study_name(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int) -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{dev.name}-{dev.driver_version}").strip("-").lower()
     return f"{slug}-{prec.code}-{m}x{n}x{k}"
-
-
-def problem_bytes(prec: Precision, m: int, n: int, k: int) -> int:
-    """Device memory of one trial: A, B, C and, at worst, padded copies of A and B."""
-    return prec.bytes * (2 * (m * k + k * n) + m * n)
-
-
-def check_problem(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int) -> None:
-    require_precision(dev, prec)
-    need = problem_bytes(prec, m, n, k)
-    if need > dev.global_mem_bytes:
-        raise GemmtuneError(f"{m}x{n}x{k} in precision {prec.code} needs about {need / 2**30:.1f} GiB, "
-                            f"more than the {dev.global_mem_bytes / 2**30:.1f} GiB of device {dev.index}")
-    largest = prec.bytes * max(m * k, k * n, m * n)
-    if dev.max_alloc_bytes and largest > dev.max_alloc_bytes:
-        raise GemmtuneError(f"{m}x{n}x{k} in precision {prec.code} needs a {largest / 2**20:.0f} MiB buffer, "
-                            f"more than device {dev.index} allows in one allocation "
-                            f"({dev.max_alloc_bytes / 2**20:.0f} MiB)")
 
 
 @dataclass
@@ -113,7 +98,7 @@ class Summary:
     tie_with_runner_up: bool | None
     space_size: int
     stopped_by: str                  # trials, timeout, exhausted, interrupted
-    db: str
+    db: str                          # without the password
     device_busy: float | None = None  # share of the wall time the timing workers were busy
     devices: list[DeviceInfo] = field(default_factory=list)   # every device that searched it here
 
@@ -138,10 +123,27 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
         raise GemmtuneError(f"--jobs must be at least 0, got {req.jobs}")
     if req.grace < 1:
         raise GemmtuneError(f"--heartbeat-grace must be at least 1 second, got {req.grace:g}")
+    check_seed(req.seed)
+    check_study_name(req.study)
     space = load_space(req.space_file)
-    from gemmtune.device import device_specs
+    from gemmtune.device import device_specs, resolve_device
 
     specs = device_specs(req.device)
+    # What would otherwise fail only after the workers opened their devices and the space was
+    # enumerated (tens of seconds with the shipped space) fails now: the database, its lock,
+    # the devices and whether the problem fits them.
+    early_lock = probe(database_url(req.db), lock=True)
+    try:
+        for info in {i.key: i for i in map(resolve_device, specs)}.values():
+            check_problem(info, prec, req.m, req.n, req.k)
+        return _run(req, prec, space, specs, early_lock, progress)
+    finally:
+        if early_lock is not None:
+            early_lock.close()
+
+
+def _run(req: SearchRequest, prec: Precision, space: Space, specs: list[str], early_lock,
+         progress) -> list[Summary]:
     # Several timing workers share the host: each gets cores of its own, and the compilers the
     # rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times as long
     # per trial on the host (read-back, comparison, even waiting for the device) as one alone;
@@ -165,14 +167,13 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
         plans = []
         for group in groups.values():
             dev = group[0].device
-            check_problem(dev, prec, req.m, req.n, req.k)
             valid = valid_configs(space, dev, prec)
             if not valid:
                 raise GemmtuneError(f"no configuration of {space.origin} is valid on device {dev.index} "
                                     f"for precision {prec.code} (see gemmtune space --explain)")
             plans.append((group, valid))
         store = Store(database_url(req.db))  # opened last: bad input above leaves no database behind
-        lock = store.lock()
+        lock = early_lock or store.lock()
         try:
             jobs = default_jobs(compiler_cores) if req.jobs is None else req.jobs
             for group, valid in plans:
@@ -184,7 +185,7 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
             for lane in lanes:
                 lane.storage.engine.dispose()  # Optuna's connections closed before the store's
             store.close()
-            if lock is not None:
+            if lock is not None and lock is not early_lock:
                 lock.close()
     finally:
         for lane in lanes:
@@ -311,11 +312,11 @@ class _Lane:
             except sa.exc.IntegrityError:
                 # Processes starting together race to create Optuna's tables; the loser retries.
                 if attempt == attempts - 1:
-                    raise GemmtuneError(f"cannot create the study {name!r} in {url}: tables created "
+                    raise GemmtuneError(f"cannot create the study {name!r} in {shown(url)}: tables created "
                                         "concurrently by another process") from None
                 time.sleep(0.5 * (attempt + 1))
             except Exception as e:  # storage errors come in many types; the message says which
-                raise GemmtuneError(f"cannot open the study {name!r} in {url}: {str(e).splitlines()[0]}") from None
+                raise GemmtuneError(f"cannot open the study {name!r} in {shown(url)}: {db_error(e, url)}") from None
 
     @property
     def best(self) -> float | None:
@@ -326,13 +327,15 @@ class _Lane:
 
     def refresh(self) -> None:
         """Read results rows recorded since the last look (by any process) into ``measured``."""
-        for row in self.store.frame(study=self.name, after_id=self.seen_id).itertuples():
+        rows = self.store.frame(study=self.name, after_id=self.seen_id)
+        if len(rows):
+            self.seen_id = max(self.seen_id, int(rows.id.max()))
+        for row in screen(rows, self.space).rows.itertuples():  # rows of a shared database can be anything
             # pandas reads a failed row's NULL as NaN: Optuna must be told "failed", not NaN.
             value = None if row.gflops is None or row.gflops != row.gflops else float(row.gflops)
             key = config_key(row.kernel, json.loads(row.params))
             if self.measured.get(key, ("", None))[0] != "in_flight":
                 self.measured[key] = (row.status, value)
-            self.seen_id = max(self.seen_id, int(row.id))
 
     def _lost(self, study, frozen) -> None:
         """Optuna failed a stale trial (its process stopped sending heartbeats): record it, once."""
@@ -560,7 +563,7 @@ class _Lane:
         busy = self.timing_s / (elapsed * len(self.runners)) if elapsed else None
         return _summarize(self.store, self.name, [r.device for r in self.runners], self.prec,
                           (self.req.m, self.req.n, self.req.k), self.done, self.failures, elapsed,
-                          self.baseline_key, len(self.valid), self.stopped_by or "trials", busy)
+                          self.baseline_key, len(self.valid), self.stopped_by or "trials", busy, self.space)
 
 
 def _running_mean(mean: float | None, x: float | None, weight: float = 0.2) -> float | None:
@@ -689,15 +692,15 @@ def _record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precis
 
 
 def _summarize(store, name, devices, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by,
-               device_busy=None):
-    rows = store.frame(study=name)
+               device_busy=None, space=None):
+    rows = screen(store.frame(study=name), space).rows
     ok = rows[rows.status == "ok"].sort_values("gflops", ascending=False)
     best = ok.iloc[0].to_dict() if len(ok) else None
     tie = None
-    if len(ok) >= 2:
+    if len(ok) >= 2 and ok.iloc[0].samples_ms and ok.iloc[1].samples_ms:
         tie = is_tie(json.loads(ok.iloc[0].samples_ms), json.loads(ok.iloc[1].samples_ms))
     base_rows = rows[rows.apply(lambda r: config_key(r.kernel, json.loads(r.params)) == baseline_key, axis=1)] \
         if len(rows) else rows
     baseline = base_rows.iloc[0].to_dict() if len(base_rows) else None
     return Summary(name, devices[0], prec.code, shape, done, failures, elapsed, best, baseline, tie, space_size,
-                   stopped_by, store.url, device_busy, devices)
+                   stopped_by, store.shown, device_busy, devices)

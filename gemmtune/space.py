@@ -190,6 +190,9 @@ def parse_space(text: str, origin: str, base: Path | None = None) -> Space:
             raise GemmtuneError(f"space file {origin}: [{name}] cannot read kernel source "
                                 f"{source_name}: {e.strerror or e}") from None
         declared = {k: v for k, v in kernel_parameters(source).items() if k not in RESERVED}
+        if not declared:
+            raise GemmtuneError(f"space file {origin}: [{name}] kernel source {Path(source_name).name} declares "
+                                "no parameters (#ifndef NAME / #define NAME value / #endif)")
         for key in table:
             if key not in declared:
                 raise GemmtuneError(f"space file {origin}: [{name}] {key} is not a parameter of "

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
+from gemmtune.urls import db_error, shown
 
 DEFAULT_DB = "sqlite:///results/gemmtune.db"
 
@@ -99,8 +100,8 @@ def check_url(url: str, create: bool = True) -> sa.engine.URL:
     False, read), without creating it."""
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
-        raise GemmtuneError(f"malformed database URL {url!r}: expected e.g. sqlite:///results/gemmtune.db "
+    except (sa.exc.ArgumentError, ValueError, TypeError):  # ValueError: a port that is not a number
+        raise GemmtuneError(f"malformed database URL {shown(url)!r}: expected e.g. sqlite:///results/gemmtune.db "
                             "or postgresql://user@host/db") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         path = Path(parsed.database)
@@ -140,6 +141,7 @@ class Store:
         """``create`` False opens for reading only: nothing is created, not even a missing
         SQLite file (``exists`` is then False and ``frame`` is empty)."""
         self.url = database_url(url)
+        self.shown = shown(self.url)   # the URL as messages and files give it: no password
         parsed = check_url(self.url, create)
         self.exists = True
         if not create and parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
@@ -149,7 +151,7 @@ class Store:
         if not self.exists:
             return
         try:
-            self.engine = sa.create_engine(self.url)
+            self.engine = _engine(self.url, parsed)
             self.logged = create and fast_sqlite(self.engine)
             for attempt in range(3):
                 try:
@@ -163,13 +165,8 @@ class Store:
                     if attempt == 2:
                         raise
                     time.sleep(0.5 * (attempt + 1))
-        except sa.exc.NoSuchModuleError as e:
-            raise GemmtuneError(f"database URL {self.url!r}: {e}") from None
-        except ModuleNotFoundError as e:
-            hint = " (pip install 'gemmtune[postgres]')" if e.name and e.name.startswith("psycopg") else ""
-            raise GemmtuneError(f"database URL {self.url!r} needs the driver module {e.name!r}{hint}") from None
-        except sa.exc.SQLAlchemyError as e:
-            raise GemmtuneError(f"cannot open database {self.url}: {_first_line(e)}") from None
+        except (sa.exc.SQLAlchemyError, ModuleNotFoundError) as e:
+            raise _open_error(e, self.url) from None
 
     def add(self, **row) -> int:
         from gemmtune import __version__
@@ -202,7 +199,7 @@ class Store:
             with self.engine.connect() as conn:
                 return pd.read_sql(query.order_by(results.c.id), conn)
         except sa.exc.SQLAlchemyError as e:
-            raise GemmtuneError(f"cannot read database {self.url}: {_first_line(e)}") from None
+            raise GemmtuneError(f"cannot read database {self.shown}: {db_error(e, self.url)}") from None
 
     def best(self, study: str) -> dict | None:
         """The ok row with the highest GFLOP/s of a study."""
@@ -236,7 +233,7 @@ class Store:
             with self.engine.connect() as conn:
                 return {what: value for what, value in conn.execute(query)}  # later rows win
         except sa.exc.SQLAlchemyError as e:
-            raise GemmtuneError(f"cannot read database {self.url}: {_first_line(e)}") from None
+            raise GemmtuneError(f"cannot read database {self.shown}: {db_error(e, self.url)}") from None
 
     def lock(self):
         """For a SQLite file, an exclusive lock on it for one search (an open file; close it to
@@ -245,17 +242,7 @@ class Store:
         parsed = sa.engine.make_url(self.url)
         if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
             return None
-        import fcntl  # flock is independent of SQLite's own fcntl record locks
-
-        handle = open(parsed.database, "rb")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            raise GemmtuneError(f"{parsed.database} is in use by another gemmtune search; a SQLite database takes "
-                                "one search at a time (with any number of devices: --device 0,1 or all). For "
-                                "several processes or machines use PostgreSQL: --db postgresql://USER@HOST/DB") from None
-        return handle
+        return _lock_file(parsed.database)
 
     def save_device(self, info: DeviceInfo) -> None:
         """Describe a device key once, so the model can be applied to its results from anywhere."""
@@ -275,7 +262,7 @@ class Store:
             with self.engine.connect() as conn:
                 text = conn.execute(sa.select(devices.c.info).where(devices.c.device == key)).scalar()
         except sa.exc.SQLAlchemyError as e:
-            raise GemmtuneError(f"cannot read database {self.url}: {_first_line(e)}") from None
+            raise GemmtuneError(f"cannot read database {self.shown}: {db_error(e, self.url)}") from None
         return None if text is None else DeviceInfo.from_json(json.loads(text))
 
     def claim(self, study: str, config: str, trial: int) -> bool:
@@ -299,6 +286,62 @@ class Store:
             self.engine.dispose()
             if getattr(self, "logged", False):
                 plain_journal(self.engine)
+
+
+CONNECT_TIMEOUT_S = 5   # a server that does not answer is unusable; waiting longer only delays saying so
+
+
+def _engine(url: str, parsed: sa.engine.URL) -> sa.engine.Engine:
+    connect_args = {}
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    return sa.create_engine(url, connect_args=connect_args)
+
+
+def _open_error(e: Exception, url: str) -> GemmtuneError:
+    """What a database that cannot be opened gets said about it; never the password."""
+    if isinstance(e, sa.exc.NoSuchModuleError):
+        return GemmtuneError(f"database URL {shown(url)!r}: {db_error(e, url)}")
+    if isinstance(e, ModuleNotFoundError):
+        hint = " (pip install 'gemmtune[postgres]')" if e.name and e.name.startswith("psycopg") else ""
+        return GemmtuneError(f"database URL {shown(url)!r} needs the driver module {e.name!r}{hint}")
+    return GemmtuneError(f"cannot open database {shown(url)}: {db_error(e, url)}")
+
+
+def _lock_file(path: str):
+    import fcntl  # flock is independent of SQLite's own fcntl record locks
+
+    handle = open(path, "rb")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise GemmtuneError(f"{path} is in use by another gemmtune search; a SQLite database takes "
+                            "one search at a time (with any number of devices: --device 0,1 or all). For "
+                            "several processes or machines use PostgreSQL: --db postgresql://USER@HOST/DB") from None
+    return handle
+
+
+def probe(url: str, lock: bool = False):
+    """Fail now, in a second or two, on a database a command could not use after its expensive
+    setup: a malformed URL, a missing driver, a server that refuses the connection or the
+    credentials, a file that is not SQLite, and, with ``lock``, a SQLite file another search
+    holds (its lock is then returned, to be kept for the search; else None). Creates nothing."""
+    parsed = check_url(url)
+    path = parsed.database if parsed.get_backend_name() == "sqlite" else None
+    if path in ("", ":memory:") or (path is not None and not Path(path).exists()):
+        return None   # a new file: nothing to check, and no other search can hold it yet
+    try:
+        engine = _engine(url, parsed)
+        try:
+            with engine.connect() as conn:
+                if path is not None:  # opening alone does not read a SQLite file
+                    conn.exec_driver_sql("SELECT count(*) FROM sqlite_master")
+        finally:
+            engine.dispose()
+    except (sa.exc.SQLAlchemyError, ModuleNotFoundError) as e:
+        raise _open_error(e, url) from None
+    return _lock_file(path) if lock and path is not None else None
 
 
 def fast_sqlite(engine: sa.engine.Engine) -> bool:
@@ -334,7 +377,3 @@ def plain_journal(engine: sa.engine.Engine) -> None:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _first_line(e: Exception) -> str:
-    return str(getattr(e, "orig", None) or e).splitlines()[0]

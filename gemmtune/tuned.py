@@ -24,7 +24,6 @@ same process to see its results.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,13 +79,10 @@ def shipped_config(kernel: str, params: dict, space: Space | None = None) -> Con
     parameter names of the family's source in ``space``, default the shipped one), else None.
     Parameters added to the kernel after the row was written take their defaults
     (``FamilySpace.complete``)."""
-    space = space or load_space()
-    if kernel not in FAMILIES or kernel not in {fs.family.name for fs in space.families}:
-        return None
-    full = space.family(kernel).complete(params)
-    if full is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in params.values()):
-        return None
-    return Config.of(kernel, full)
+    from gemmtune.rows import config_of
+
+    config = config_of(kernel, params, space)
+    return None if isinstance(config, str) else config
 
 
 _tables: dict[tuple, list[_Tuned]] = {}
@@ -125,18 +121,21 @@ def _device_info(device) -> DeviceInfo:
 
 def tuned_shapes(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
     """Per tuned shape, its best row that is a valid configuration here."""
+    from gemmtune.rows import screen
+
     store = Store(url, create=False)
     try:
         rows = store.frame(device=dev.key, precision=prec.code, status="ok")
     finally:
         store.close()
     space = load_space()
+    rows = screen(rows, space).rows
     best: dict[tuple[int, int, int], _Tuned] = {}
     for row in rows.sort_values(["gflops", "id"], ascending=[False, True]).itertuples():
         shape = (int(row.m), int(row.n), int(row.k))
-        if shape in best or row.gflops is None or math.isnan(row.gflops):
+        if shape in best:
             continue
-        config = shipped_config(row.kernel, json.loads(row.params), space)
+        config = shipped_config(row.kernel, row.params, space)
         if config is None or FAMILIES[config.kernel].broken(config.params, dev, prec) is not None:
             continue
         best[shape] = _Tuned(shape, config, float(row.gflops))
