@@ -30,7 +30,7 @@ from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo, core_plan, host_cores
 from gemmtune.precision import Precision, get_precision
 from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
-from gemmtune.space import Config, Space, load_space, require_precision, valid_configs
+from gemmtune.space import Config, Space, ValidConfigs, load_space, require_precision
 from gemmtune.store import Store, database_url, fast_sqlite
 from gemmtune.proposer import SAMPLERS, Proposals, Proposer, config_key, make_sampler
 from gemmtune.study_storage import BatchedStorage
@@ -164,7 +164,7 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
         for group in groups.values():
             dev = group[0].device
             check_problem(dev, prec, req.m, req.n, req.k)
-            valid = valid_configs(space, dev, prec)
+            valid = ValidConfigs(space, dev, prec)   # drawn from and counted, never listed whole
             if not valid:
                 raise GemmtuneError(f"no configuration of {space.origin} is valid on device {dev.index} "
                                     f"for precision {prec.code} (see gemmtune space --explain)")
@@ -234,7 +234,7 @@ class _Lane:
     heartbeats is failed by whichever process notices, and recorded as ``lost``.
     """
 
-    def __init__(self, req: SearchRequest, prec: Precision, space: Space, valid: list[Config],
+    def __init__(self, req: SearchRequest, prec: Precision, space: Space, valid: ValidConfigs,
                  runners: list[Runner], compilers: Compilers | None, store: Store):
         self.req, self.prec, self.space, self.valid = req, prec, space, valid
         self.runners, self.compilers, self.store = runners, compilers, store
@@ -269,8 +269,8 @@ class _Lane:
         if self.baseline_key not in self.measured:
             proposer.pending.append(baseline)
         if req.seeds and proposer.grid is None:
-            proposer.pending += _model_seeds(proposer.unmeasured(), req.seeds, dev, prec, m, n, k, store, rng,
-                                             {self.baseline_key})
+            proposer.pending += _model_seeds(valid, req.seeds, dev, prec, m, n, k, store, rng,
+                                             {*self.measured, self.baseline_key})
 
         self.budget = req.trials
         if req.sampler == "grid":
@@ -648,14 +648,14 @@ def _run_lanes(lanes: list[_Lane], req: SearchRequest, progress, ctrl_c: _CtrlC)
 MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole space may be 10^5
 
 
-def _model_seeds(candidates: list[Config], count: int, dev, prec, m, n, k, store: Store, rng: random.Random,
+def _model_seeds(valid: ValidConfigs, count: int, dev, prec, m, n, k, store: Store, rng: random.Random,
                  skip: set) -> list[Config]:
-    """The best-predicted unmeasured configurations, one per distinct prediction (of a random
+    """The best-predicted configurations not in ``skip``, one per distinct prediction (of a random
     sample, when the space is large), with the device's measured peaks where `gemmtune peak`
     stored them."""
     from gemmtune.model import seeds
 
-    sample = candidates if len(candidates) <= MODEL_SAMPLE else rng.sample(candidates, MODEL_SAMPLE)
+    sample = valid.sample(MODEL_SAMPLE, rng)   # drawn from the product: the space is never listed
     sample = [c for c in sample if config_key(c.kernel, c.params) not in skip]
     return seeds(sample, dev, prec, m, n, k, count, store.latest_peaks(dev.key))
 
