@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# scipy.stats is imported where a test runs: it takes longer to import (0.5-2 s on a 2-core
-# machine) than a search takes to reach its first trial otherwise.
+# scipy.stats is imported inside the functions that run a statistical test: importing it takes
+# 0.5-2 s on a 2-core machine, longer than a search otherwise needs to reach its first trial.
 
 CONFIDENCE = 0.95
 
