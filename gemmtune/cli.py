@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 
 import click
-import pandas as pd
 
 from gemmtune.config_text import parse_config
 from gemmtune.errors import GemmtuneError
@@ -100,6 +100,8 @@ def space_option(f):
 
 def emit(rows: list[dict], fmt: str) -> None:
     """Print rows as a table, CSV or JSON on stdout."""
+    import pandas as pd  # here, not at the top: it alone would double the start-up of every command
+
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
     elif not rows:
@@ -161,11 +163,82 @@ def space(device, precision, shape, space_file, fmt, count, explain):
                        f"device {dev.index} ({dev.name}) for precision {prec.code}. 'removed' counts "
                        f"each configuration under the first constraint it breaks.")
         return
-    configs = sp.valid_configs(the_space, dev, prec)
     if count:
-        click.echo(len(configs))
+        click.echo(sp.count_valid(the_space, dev, prec))
         return
-    emit([sp.describe(c, prec) for c in configs], fmt)
+    try:
+        for text in space_rows(the_space, dev, prec, fmt):
+            click.echo(text, nl=False)
+    except BrokenPipeError:
+        # the reader has all it wanted (`gemmtune space | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def space_rows(the_space, dev, prec, fmt: str):
+    """The valid configurations as ``emit`` would print their ``describe`` rows, as text chunk
+    by chunk: the first rows go out long before the last are found, and memory holds one chunk.
+
+    The table's column widths come from the values the space allows and the device's limits,
+    known before any row, rather than from the rows printed. With several kernel families the
+    columns are those of all of them; a family's row leaves the others' blank (CSV) or "-".
+    """
+    import numpy as np
+
+    from gemmtune.space import iter_valid_columns
+
+    families = the_space.families
+    columns = list(dict.fromkeys(c for fs in families for c in [*fs.values, "kernel", "local_mem_bytes",
+                                                                     "work_group_size"]))
+    width = {c: len(c) for c in columns}
+    for fs in families:
+        width["kernel"] = max(width["kernel"], len(fs.family.name))
+        for name, values in fs.values.items():
+            width[name] = max(width[name], *(len(str(v)) for v in values))
+    # Valid configurations fit the device's local memory and work-group size (constraints of every family).
+    width["local_mem_bytes"] = max(width["local_mem_bytes"], len(str(dev.local_mem_bytes)))
+    width["work_group_size"] = max(width["work_group_size"], len(str(dev.max_work_group_size)))
+    for c in columns:
+        if c != "kernel":
+            width[c] += 1   # pandas keeps a place for the sign in number columns; so does this
+
+    def template(fs) -> tuple[str, list[str]]:
+        """A %-format of one row of ``fs``, and the names of the numbers it takes, in order."""
+        kernel = fs.family.name.replace("%", "%%")
+        if fmt == "json":   # describe()'s order
+            fields = [f"    {json.dumps(c)}: %d" for c in fs.values]
+            fields += [f"    \"kernel\": {json.dumps(kernel)}", '    "local_mem_bytes": %d', '    "work_group_size": %d']
+            return "  {\n" + ",\n".join(fields) + "\n  }", [*fs.values, "local_mem_bytes", "work_group_size"]
+        mine = {*fs.values, "local_mem_bytes", "work_group_size"}
+        if fmt == "csv":
+            form = ",".join("%d" if c in mine else kernel if c == "kernel" else "" for c in columns)
+        else:
+            form = " ".join(f"%{width[c]}d" if c in mine else (kernel if c == "kernel" else "-").rjust(width[c])
+                            for c in columns)
+        return form, [c for c in columns if c in mine]
+
+    def numbers(fs, cols, names: list[str]) -> list[list[int]]:
+        p = {k: cols[k] for k in fs.values}
+        size = len(next(iter(p.values())))
+        derived = {"local_mem_bytes": np.broadcast_to(fs.family.local_mem_bytes(p, prec), size),
+                   "work_group_size": np.broadcast_to(fs.family.work_group_size(p), size)}
+        return np.column_stack([p[c] if c in p else derived[c] for c in names]).tolist()
+
+    templates = {fs.family.name: template(fs) for fs in families}
+    rows = 0
+    for fs, cols in iter_valid_columns(the_space, dev, prec):
+        form, names = templates[fs.family.name]
+        lines = [form % tuple(r) for r in numbers(fs, cols, names)]
+        if fmt == "json":
+            yield ("[\n" if not rows else ",\n") + ",\n".join(lines)
+        else:
+            if not rows:
+                yield (",".join(columns) if fmt == "csv" else " ".join(c.rjust(width[c]) for c in columns)) + "\n"
+            yield "\n".join(lines) + "\n"
+        rows += len(lines)
+    if fmt == "json":
+        yield "\n]\n" if rows else "[]\n"
+    elif not rows:
+        yield "(none)\n"
 
 
 # ---------------------------------------------------------------- verify
@@ -186,9 +259,9 @@ def space(device, precision, shape, space_file, fmt, count, explain):
 @format_option("table", "json")
 def verify(device, precision, shape, config_text, alpha, beta, trans_a, trans_b, seed, fmt):
     """Run one configuration on random data and check it against numpy in double precision."""
-    from gemmtune.compute import verify_config
-
     config = parse_config(config_text) if config_text else None
+    from gemmtune.compute import verify_config  # after the checks: OpenCL and the results store
+
     result = verify_config(device, get_precision(precision), *shape, config=config, alpha=alpha,
                            beta=beta, trans_a=trans_a, trans_b=trans_b, seed=seed)
     if fmt == "json":
@@ -348,9 +421,6 @@ def print_summary(d: dict) -> None:
 def search(device, precision, shape, trials, timeout, trial_timeout, sampler, seed, db, study,
            space_file, time_cap, jobs, early_stop, no_seed, grace, shapes_spec, quiet, fmt):
     """Search the valid space with Optuna; build, verify and time each trial; record every result."""
-    from gemmtune.search import SearchRequest, run_search
-    from gemmtune.timing import TimingPolicy
-
     if trials is not None and trials < 1:
         raise GemmtuneError(f"--trials must be at least 1, got {trials}")
     shapes = None
@@ -361,6 +431,9 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
             raise GemmtuneError(f"--shapes names the problems, and each gets a study of its own: leave "
                                 f"{', '.join(given + (['--study'] if study else []))} out")
         shapes = workload(precision, None, shapes_spec)
+    from gemmtune.search import SearchRequest, run_search  # after the checks: a second of imports
+    from gemmtune.timing import TimingPolicy
+
     req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2],
                         trials=trials if trials is not None or sampler == "grid" else 30,
                         timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,

@@ -92,8 +92,6 @@ import warnings
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from scipy import stats
-
 from gemmtune.families import FAMILIES
 from gemmtune.launch import Problem
 from gemmtune.info import DeviceInfo
@@ -272,6 +270,8 @@ def spearman(predicted_times, measured_times) -> float:
     either is constant or there are fewer than two)."""
     if len(predicted_times) < 2:
         return math.nan
+    from scipy import stats  # here: seeding a search needs the model, not scipy's half-second import
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", stats.ConstantInputWarning)
         return float(stats.spearmanr(predicted_times, measured_times).statistic)

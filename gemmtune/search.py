@@ -33,7 +33,7 @@ from gemmtune.inputs import check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
 from gemmtune.rows import screen
 from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
-from gemmtune.space import Config, Space, load_space, valid_configs
+from gemmtune.space import Config, Space, ValidConfigs, load_space
 from gemmtune.store import Store, database_url, fast_sqlite, probe
 from gemmtune.proposer import SAMPLERS, Proposals, Proposer, config_key, make_sampler
 from gemmtune.study_storage import BatchedStorage
@@ -167,7 +167,7 @@ def _run(req: SearchRequest, prec: Precision, space: Space, specs: list[str], ea
         plans = []
         for group in groups.values():
             dev = group[0].device
-            valid = valid_configs(space, dev, prec)
+            valid = ValidConfigs(space, dev, prec)   # drawn from and counted, never listed whole
             if not valid:
                 raise GemmtuneError(f"no configuration of {space.origin} is valid on device {dev.index} "
                                     f"for precision {prec.code} (see gemmtune space --explain)")
@@ -237,7 +237,7 @@ class _Lane:
     heartbeats is failed by whichever process notices, and recorded as ``lost``.
     """
 
-    def __init__(self, req: SearchRequest, prec: Precision, space: Space, valid: list[Config],
+    def __init__(self, req: SearchRequest, prec: Precision, space: Space, valid: ValidConfigs,
                  runners: list[Runner], compilers: Compilers | None, store: Store):
         self.req, self.prec, self.space, self.valid = req, prec, space, valid
         self.runners, self.compilers, self.store = runners, compilers, store
@@ -276,8 +276,8 @@ class _Lane:
             if key != self.baseline_key and key not in self.measured and proposer.is_valid(c):
                 proposer.pending.append(c)
         if req.seeds and proposer.grid is None:
-            proposer.pending += _model_seeds(proposer.unmeasured(), req.seeds, dev, prec, m, n, k, store, rng,
-                                             {self.baseline_key})
+            proposer.pending += _model_seeds(valid, req.seeds, dev, prec, m, n, k, store, rng,
+                                             {*self.measured, self.baseline_key})
 
         self.budget = req.trials
         if req.sampler == "grid":
@@ -657,14 +657,14 @@ def _run_lanes(lanes: list[_Lane], req: SearchRequest, progress, ctrl_c: _CtrlC)
 MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole space may be 10^5
 
 
-def _model_seeds(candidates: list[Config], count: int, dev, prec, m, n, k, store: Store, rng: random.Random,
+def _model_seeds(valid: ValidConfigs, count: int, dev, prec, m, n, k, store: Store, rng: random.Random,
                  skip: set) -> list[Config]:
-    """The best-predicted unmeasured configurations, one per distinct prediction (of a random
+    """The best-predicted configurations not in ``skip``, one per distinct prediction (of a random
     sample, when the space is large), with the device's measured peaks where `gemmtune peak`
     stored them."""
     from gemmtune.model import seeds
 
-    sample = candidates if len(candidates) <= MODEL_SAMPLE else rng.sample(candidates, MODEL_SAMPLE)
+    sample = valid.sample(MODEL_SAMPLE, rng)   # drawn from the product: the space is never listed
     sample = [c for c in sample if config_key(c.kernel, c.params) not in skip]
     return seeds(sample, dev, prec, m, n, k, count, store.latest_peaks(dev.key))
 

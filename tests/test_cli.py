@@ -9,11 +9,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
 import sys
+import time
 import tomllib
 from collections import Counter
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -22,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, 
 from helpers_foundation import BYTES, PARAMS, REPO, broken_rules, product, toml_space  # noqa: E402
 
 import gemmtune.compute  # noqa: E402
-from gemmtune.cli import cli  # noqa: E402
+from gemmtune.cli import cli, emit  # noqa: E402
 from gemmtune.device import list_devices, resolve_device  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
-from gemmtune.space import load_space, valid_configs  # noqa: E402
+from gemmtune.space import count_valid, describe, iter_valid_configs, load_space, valid_configs  # noqa: E402
 from gemmtune.verify import Check  # noqa: E402
 
 DEVICE_KEYS = {"index", "platform", "name", "vendor", "type", "opencl_version", "driver_version",
@@ -102,9 +105,91 @@ def test_devices_table():
 
 # ---------------------------------------------------------------- space
 
-def test_space_count_of_the_shipped_space():
-    expected = len(valid_configs(load_space(), resolve_device(0), get_precision("s")))
-    assert int(run(["space", "--count"]).stdout) == expected > 0
+def test_space_count_of_the_shipped_space_is_quick_and_small():
+    # count_valid agrees with len(valid_configs) on reduced shipped spaces (test_space); listing
+    # the whole shipped space for the comparison would take a minute and a gigabyte.
+    expected = count_valid(load_space(), resolve_device(0), get_precision("s"))
+    # The command in a process of its own, whose peak memory its parent reads once it ends.
+    probe = ("import resource, subprocess, sys, time; t = time.monotonic(); "
+             "out = subprocess.run([sys.executable, '-m', 'gemmtune', 'space', '--count'], check=True, "
+             "capture_output=True, text=True).stdout; "
+             "print(out.strip(), time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    count, seconds, peak_kib = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                                              text=True).stdout.split()
+    assert int(count) == expected > 1_000_000
+    assert int(peak_kib) < 200 * 1024, "the count should not hold the configurations"
+    # Listing them took a minute; counting, 2-3 s (the bound leaves room for a busy machine).
+    assert float(seconds) < 30
+
+
+def test_space_streams_its_first_rows_at_once_and_stops_quietly_when_the_reader_does():
+    first = next(iter_valid_configs(load_space(), resolve_device(0), get_precision("s")))
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "gemmtune", "space", "--format", "csv"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        header, row = proc.stdout.readline(), proc.stdout.readline()
+        waited = time.monotonic() - start
+        proc.stdout.close()   # as `| head -2` does: the next write finds no reader
+        assert proc.wait(timeout=60) == 0
+        assert proc.stderr.read() == ""
+    finally:
+        proc.kill()
+        proc.wait()
+    # Listing the 2.36 million configurations before the first row took over a minute.
+    assert waited < 20
+    names = header.strip().split(",")
+    expected = describe(first, get_precision("s"))
+    assert {k: v for k, v in zip(names, row.strip().split(",")) if v} == {k: str(v) for k, v in expected.items()}
+
+
+@pytest.mark.parametrize("code", ["s", "z"])
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_space_streamed_is_what_the_list_printed(k5_space, code, fmt):
+    """The streamed output, byte for byte, is what emit() printed from the whole list."""
+    prec = get_precision(code)
+    rows = [describe(c, prec) for c in valid_configs(load_space(k5_space), resolve_device(0), prec)]
+    listed = CliRunner().invoke(click.command()(lambda: emit(rows, fmt))).stdout
+    assert run(["space", "--precision", code, "--space", str(k5_space), "--format", fmt]).stdout == listed
+
+
+def test_space_of_two_families_gives_each_row_its_own_parameters(tmp_path):
+    k5 = dict(TSM=[16, 32], TSN=[16, 64], TSK=[8, 16], WPTN=[2], PAD=[0, 1], TRANSPOSEX=[8], TRANSPOSEY=[8])
+    rt = dict(MWG=[32, 64], NWG=[32], KWG=[16], MDIMC=[8, 16], NDIMC=[8], VWG=[1, 2], STAGE=[0, 1],
+              TRANSPOSEX=[16], TRANSPOSEY=[8], TRANSPOSEW=[1])
+    path = tmp_path / "two.toml"
+    path.write_text(toml_space(k5) + toml_space(rt, "xgemm_rt"))
+    prec = get_precision("s")
+    expected = [describe(c, prec) for c in valid_configs(load_space(path), resolve_device(0), prec)]
+    assert {r["kernel"] for r in expected} == {"xgemm_k5", "xgemm_rt"}
+    base = ["space", "--space", str(path), "--format"]
+    assert json.loads(run([*base, "json"]).stdout) == expected
+    parsed = list(csv.DictReader(io.StringIO(run([*base, "csv"]).stdout)))
+    assert [{k: v for k, v in r.items() if v != ""} for r in parsed] == [
+        {k: str(v) for k, v in r.items()} for r in expected]
+    table = run([*base, "table"]).stdout.splitlines()
+    names = table[0].split()
+    assert len(table) == 1 + len(expected)
+    for line, r in zip(table[1:], expected):
+        assert dict(zip(names, line.split())) == {n: str(r[n]) if n in r else "-" for n in names}
+
+
+HEAVY = ("optuna", "pandas", "sqlalchemy", "scipy", "matplotlib")
+
+
+@pytest.mark.parametrize("args", [[], ["--help"], ["search", "--trials", "0"], ["verify", "--trans-a", "X"],
+                                  ["verify", "--config", "TSM"], ["bench", "--sizes", "x"]])
+def test_start_up_and_bad_input_import_no_heavy_module(args):
+    # Each of these took 1-2 s more on a 2-core machine; a new import at the top of a module on
+    # the way to gemmtune.cli would bring it back.
+    child = ("import atexit, sys\n"
+             f"atexit.register(lambda: print('heavy:', *sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
+             "import gemmtune.cli\n"
+             f"sys.argv = ['gemmtune', *{args!r}]\n"
+             "gemmtune.cli.main() if len(sys.argv) > 1 else None\n")
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert done.returncode == (0 if args in ([], ["--help"]) else 2), done.stderr
+    assert done.stdout.splitlines()[-1] == "heavy:"
 
 
 @pytest.mark.parametrize("code", ["s", "z"])

@@ -518,3 +518,33 @@ def test_one_read_blocks_nest_and_leave_the_study_as_it_was(tmp_path):
     assert "_get_trials" not in vars(study)
     study.tell(study.ask(), 2.0)   # reads are live again once the block ends
     assert len(study._get_trials(deepcopy=False)) == 2
+
+
+def test_a_large_space_is_searched_without_listing_it(tmp_path, monkeypatch):
+    # 131,072 points, more than a chunk: the search draws its seeds from the product and counts
+    # the valid ones at the end; the shipped space's 2.36 million took 15 s to list before the
+    # first trial.
+    from gemmtune.proposer import Proposer
+    from gemmtune.space import CHUNK_ROWS, FamilySpace
+
+    space_file = tmp_path / "large.toml"
+    space_file.write_text("[xgemm_k5]\nTSM = [8, 16, 32, 64]\nTSN = [8, 16, 32, 64]\nTSK = [8, 16, 32, 64]\n"
+                          "WPTN = [1, 2, 4, 8]\nPAD = [" + ", ".join(map(str, range(16))) + "]\n"
+                          "TRANSPOSEX = [8, 16, 32, 64]\nTRANSPOSEY = [8, 16, 32, 64]\nTRANSPOSEW = [1, 2]\n")
+    space, dev, prec = load_space(space_file), resolve_device(0), get_precision("s")
+    assert space.size > CHUNK_ROWS
+    valid = {json.dumps(c.params) for c in valid_configs(space, dev, prec)}
+
+    def listed(*args, **kwargs):
+        raise AssertionError("the search listed the whole space")
+
+    for owner, name in ((FamilySpace, "valid"), (FamilySpace, "configs"), (Proposer, "unmeasured")):
+        monkeypatch.setattr(owner, name, listed)
+    db = tmp_path / "l.db"
+    out = json.loads(search("--size", "40", "--trials", "3", "--space", str(space_file), "--seed", "2",
+                            "--format", "json", db=db).stdout)
+    got = rows(db)
+    assert len(got) == out["trials"] == 3
+    assert all(json.dumps(json.loads(r["params"])) in valid for r in got)
+    assert len({r["params"] for r in got}) == 3
+    assert out["valid_configurations"] == len(valid)

@@ -9,12 +9,13 @@ set would differ from the one the test derives from the issue's rules (helpers_f
 from __future__ import annotations
 
 import dataclasses
-
+import random
 import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
@@ -28,8 +29,10 @@ from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.families import FAMILIES, XGEMM_K5, kernel_parameters  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.resources import load_kernel_source  # noqa: E402
+import gemmtune.space as space_module  # noqa: E402
 from gemmtune.space import (  # noqa: E402
-    Config, check_config, explain, load_space, make_config, valid_configs,
+    Config, ValidConfigs, check_config, count_valid, explain, iter_valid_configs, load_space, make_config,
+    parse_space, sample_valid, valid_configs,
 )
 
 # Every parameter at a small value that breaks nothing on the devices below; each test widens
@@ -430,3 +433,128 @@ def test_default_config_repairs_a_default_that_breaks_a_constraint(device_type, 
     assert not breaks(config, dev, code)
     check_config(config, dev, get_precision(code))
     assert config in valid_configs(load_space(), dev, get_precision(code))
+
+
+# ---------------------------------------------------------------- counting, streaming, sampling
+
+# A register-tiled table small enough to list, with values that break most of its constraints.
+RT_SMALL = dict(MWG=[16, 32, 64], NWG=[16, 64], KWG=[8, 16], MDIMC=[8, 16], NDIMC=[8, 32], VWG=[1, 2],
+                VLM=[1, 2], VLN=[1, 4], PIPE=[0, 2, 5], PADL=[0, 4], UNROLL=[1, 8], WARPM=[0, 8],
+                BKFAST=[0, 2], STAGE=[0, 1], MMA=[0, 1], STREAMK=[0], TRANSPOSEX=[8, 32], TRANSPOSEY=[8],
+                TRANSPOSEW=[1])
+K5_SMALL = {**BASE, "TSM": [8, 16, 32, 64], "TSN": [8, 16, 32, 64], "TSK": [8, 16], "WPTN": [1, 2, 4],
+            "PAD": [0, 1]}
+TIGHT = make_device(name="tight", local_mem_bytes=4096, max_work_group_size=128,
+                    max_work_item_sizes=(64, 32, 32))
+# Most points break a constraint on TIGHT (one in a few hundred is valid): sample_valid's draws
+# mostly miss, which is its other path.
+K5_SPARSE = {**BASE, "TSM": [8, 16, 32, 64, 128, 256], "TSN": [8, 16, 32, 64, 128, 256],
+             "TSK": [8, 16, 32, 64, 128, 256], "WPTN": [1, 2, 4, 8, 16], "PAD": [0, 1, 2, 3, 4, 5, 6, 7],
+             "TRANSPOSEX": [8, 16, 32, 64], "TRANSPOSEY": [8, 16, 32, 64]}
+
+
+def two_family_space(tmp_path) -> Path:
+    return write_space(tmp_path, toml_space(K5_SMALL) + toml_space(RT_SMALL, "xgemm_rt"))
+
+
+@pytest.mark.parametrize("dev", [GPU_LIKE, POCL_LIKE, TIGHT], ids=["gpu-like", "pocl-like", "tight"])
+@pytest.mark.parametrize("code", ["s", "z"])
+def test_count_iteration_and_view_agree_with_the_list(tmp_path, dev, code):
+    space = load_space(two_family_space(tmp_path))
+    prec = get_precision(code)
+    listed = valid_configs(space, dev, prec)
+    assert 0 < len(listed) < space.size, "the test space should keep some points and drop others"
+    assert count_valid(space, dev, prec) == len(listed)
+    assert list(iter_valid_configs(space, dev, prec)) == listed
+    view = ValidConfigs(space, dev, prec)
+    assert len(view) == len(listed) and bool(view)
+    picks = [0, 1, len(listed) // 3, len(listed) // 2, -2, -1]
+    assert [view[i] for i in picks] == [listed[i] for i in picks]
+    assert view.take(picks[::-1]) == [listed[i] for i in picks[::-1]]
+    with pytest.raises(IndexError):
+        view[len(listed)]
+    assert listed[-1] in view and listed[0] in view
+    invalid = next(c for c in space.configs() if c not in set(listed))
+    assert invalid not in view
+
+
+@pytest.mark.parametrize("rows", [1, 7, 100, 1 << 16])
+def test_chunks_in_any_size_cover_the_product_in_order(tmp_path, rows):
+    fs = load_space(write_space(tmp_path, toml_space(K5_SMALL))).families[0]
+    chunks = list(fs.chunks(rows))
+    assert len(chunks) == fs.chunk_count(rows) and all(len(c["TSM"]) <= rows for c in chunks)
+    for j in (0, len(chunks) // 2, len(chunks) - 1):   # a chunk on its own is the same chunk
+        alone = fs.chunk(j, rows)
+        assert alone.keys() == chunks[j].keys() and all((alone[k] == chunks[j][k]).all() for k in alone)
+    points = [tuple(int(c[k][i]) for k in fs.values) for c in chunks for i in range(len(c["TSM"]))]
+    assert points == [tuple(c.params.values()) for c in fs.configs()]
+    index = np.array([0, 5, fs.size - 1])
+    got = fs.points(index)
+    assert [tuple(int(got[k][i]) for k in fs.values) for i in range(3)] == [points[i] for i in index]
+
+
+def test_a_space_with_nothing_valid_counts_zero(tmp_path):
+    # TSN = 8 with WPTN = 16 breaks constraint 1 everywhere.
+    space = load_space(write_space(tmp_path, toml_space({**BASE, "TSN": [8], "WPTN": [16]})))
+    prec = get_precision("s")
+    assert count_valid(space, GPU_LIKE, prec) == 0 == len(ValidConfigs(space, GPU_LIKE, prec))
+    assert not ValidConfigs(space, GPU_LIKE, prec)
+    assert sample_valid(space, GPU_LIKE, prec, 3, random.Random(0)) == []
+
+
+def test_counting_refuses_doubles_where_the_device_has_none(tmp_path):
+    space = load_space(write_space(tmp_path, toml_space(K5_SMALL)))
+    for call in (lambda: count_valid(space, NO_DOUBLES, get_precision("d")),
+                 lambda: ValidConfigs(space, NO_DOUBLES, get_precision("z")),
+                 lambda: sample_valid(space, NO_DOUBLES, get_precision("d"), 1, random.Random(0))):
+        with pytest.raises(GemmtuneError, match="double precision"):
+            call()
+
+
+@pytest.mark.parametrize("chunk_rows", [1 << 20, 64], ids=["enumerated", "drawn"])
+def test_sample_valid_draws_distinct_valid_configurations(tmp_path, monkeypatch, chunk_rows):
+    # A product up to CHUNK_ROWS points is listed and sampled; a larger one is drawn from.
+    monkeypatch.setattr(space_module, "CHUNK_ROWS", chunk_rows)
+    space = load_space(two_family_space(tmp_path))
+    prec = get_precision("s")
+    listed = valid_configs(space, POCL_LIKE, prec)
+    n = len(listed) // 3
+    got = sample_valid(space, POCL_LIKE, prec, n, random.Random(5))
+    assert len(got) == n == len(set(got))
+    assert set(got) <= set(listed)
+    assert {c.kernel for c in got} == {"xgemm_k5", "xgemm_rt"}, "both families should be drawn from"
+    # Uniform over the valid set, not its first n: the positions drawn spread over the list.
+    position = {c: i for i, c in enumerate(listed)}
+    spots = sorted(position[c] for c in got)
+    assert spots[0] < len(listed) // 10 and spots[-1] > len(listed) * 9 // 10
+    assert abs(sum(spots) / n - len(listed) / 2) < len(listed) / 10
+    assert sample_valid(space, POCL_LIKE, prec, n, random.Random(5)) == got
+    assert sample_valid(space, POCL_LIKE, prec, n, random.Random(6)) != got
+    # No more valid configurations than asked for: every one of them, in order.
+    assert sample_valid(space, POCL_LIKE, prec, len(listed) + 5, random.Random(5)) == listed
+
+
+def test_sample_valid_where_few_points_are_valid(tmp_path):
+    space = load_space(write_space(tmp_path, toml_space(K5_SPARSE)))
+    prec = get_precision("s")
+    assert space.size > space_module.CHUNK_ROWS, "the space should be drawn from, not listed"
+    listed = valid_configs(space, TIGHT, prec)
+    assert 0 < len(listed) * space_module.DRAWS_PER_PICK < space.size
+    got = sample_valid(space, TIGHT, prec, len(listed) // 2, random.Random(1))
+    assert len(got) == len(listed) // 2 == len(set(got)) and set(got) <= set(listed)
+    assert sample_valid(space, TIGHT, prec, len(listed), random.Random(1)) == listed
+    # A large share valid: found by drawing, without walking the product.
+    many = sample_valid(space, GPU_LIKE, prec, 50, random.Random(2))
+    assert len(set(many)) == 50 and all(not broken_rules(c.params, GPU_LIKE, "s") for c in many)
+
+
+def test_count_of_a_reduced_shipped_space_matches_the_list():
+    # The shipped tables with every list cut to its first two values: small enough to list.
+    shipped = tomllib.loads((REPO / "configs" / "space.toml").read_text())
+    text = "".join(toml_space({k: v[:2] for k, v in table.items()}, family) for family, table in shipped.items())
+    space = parse_space(text, "reduced", REPO / "configs")
+    for dev, code in ((POCL_LIKE, "s"), (GPU_LIKE, "d"), (dataclasses.replace(GPU_LIKE, fp64_matrix=True), "z")):
+        prec = get_precision(code)
+        listed = valid_configs(space, dev, prec)
+        assert count_valid(space, dev, prec) == len(listed) > 0
+        assert list(iter_valid_configs(space, dev, prec)) == listed

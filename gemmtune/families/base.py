@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from gemmtune.info import DeviceInfo
 from gemmtune.launch import Plan, Problem
 from gemmtune.precision import Precision
 from gemmtune.resources import load_kernel_source
+
+if TYPE_CHECKING:
+    from gemmtune.families.rt import Split
 
 _PARAMETER = re.compile(
     r"#ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#define[ \t]+\1[ \t]+(-?\d+)[ \t]*(?://[ \t]*(.*))?\n[ \t]*#endif"

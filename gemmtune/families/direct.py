@@ -6,8 +6,7 @@ from __future__ import annotations
 from gemmtune.errors import GemmtuneError
 from gemmtune.families.base import Constraint, Family, Params, _roundup, _safe, fits_work_group
 from gemmtune.families.padded import copy_tile
-from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Problem,
-                             Scratch)
+from gemmtune.launch import A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch
 from gemmtune.precision import Precision
 
 OPS = {"N": 0, "T": 1, "C": 2}
