@@ -1,0 +1,277 @@
+// gemmtune kernel family "xgemm_cpu": GEMM for CPUs under PoCL.
+//
+// C (M x N) <- alpha * op(A) * op(B) + beta * C, column-major as BLAS stores it:
+//   op(A) is M x K: A(i, p) = A[offA + i + p * lda] (TRANSA 0), or A[offA + p + i * lda] (TRANSA 1)
+//   op(B) is K x N: B(p, j) = B[offB + p + j * ldb] (TRANSB 0), or B[offB + j + p * ldb] (TRANSB 1)
+//   C(i, j) = C[offC + i + j * ldc]
+// Any M, N, K >= 0; nothing outside the matrices is read, and C is read only when beta != 0.
+//
+// Why it looks like this: a CPU has no local memory worth staging into and no lock-step warps,
+// but it has wide vector registers and hardware prefetchers. So each work-item keeps an
+// (MV * VW) x NR block of C in MV * NR vector registers and walks all of K, like the
+// micro-kernel of a CPU BLAS: per step of K it loads MV vectors of one column of A (contiguous
+// when TRANSA is 0) and NR scalars of one row of B, each broadcast into a vector multiply-add.
+// No local memory and no barriers, so PoCL runs a work-group as a plain loop. Work-items are
+// laid out with the column blocks along dimension 0, so the work-groups a thread runs one after
+// another share one panel of A (MR x K), which then stays in its L2 cache while B streams.
+#include "common.cl"
+
+#ifndef VW
+#define VW 8        // vector width along M, in elements (1, 2, 4, 8, 16; 1 for complex)
+#endif
+#ifndef MV
+#define MV 2        // vectors per column of a work-item's block: MR = MV * VW rows of C
+#endif
+#ifndef NR
+#define NR 8        // columns of C per work-item (each one B element broadcast per step of K)
+#endif
+#ifndef KU
+#define KU 4        // unroll factor of the loop over K
+#endif
+#ifndef WGS
+#define WGS 1       // work-items per work-group, along dimension 0 (column blocks)
+#endif
+#ifndef TRANSA
+#define TRANSA 0    // 0: A is M x K column-major; 1: A is given as K x M (op(A) = A^T)
+#endif
+#ifndef TRANSB
+#define TRANSB 0    // 0: B is K x N column-major; 1: B is given as N x K (op(B) = B^T)
+#endif
+#ifndef PACKA
+#define PACKA 1     // 1: xgemm_pack_a first copies op(A) into MR-row panels, contiguous along K
+#endif
+#ifndef PACKB
+#define PACKB 0     // 1: xgemm_pack_b first copies op(B) into NR-column panels, contiguous along K
+#endif
+
+#define MR (MV * VW)  // rows of C per work-item
+#define PACK_WG 16    // work-items per work-group of the packing kernels: launches round K up to it
+
+// Constraints, for the search space:
+//   1. VW in {1, 2, 4, 8, 16}; VW == 1 for complex precisions
+//   2. MV * NR accumulators fit the vector registers: on AVX2 (16 registers) MV * NR <= 12,
+//      on AVX-512 (32 registers) MV * NR <= 28 give the fast builds; beyond that the compiler
+//      spills and a build takes much longer
+//   3. WGS <= max work-group size
+#if VW != 1 && VW != 2 && VW != 4 && VW != 8 && VW != 16
+#error "xgemm_cpu: VW must be 1, 2, 4, 8 or 16"
+#endif
+#if IS_COMPLEX && VW != 1
+#error "xgemm_cpu: complex precisions take VW 1 (a complex element is already a 2-vector)"
+#endif
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+
+#if PRECISION == 32
+  #define SCALAR float
+#elif PRECISION == 64
+  #define SCALAR double
+#endif
+
+#if VW == 1
+  typedef real realV;
+  #define VLOAD(p) (*(p))
+  #define VSTORE(v, p) (*(p) = (v))
+  #define SPLAT(b) (b)
+#else
+  typedef CAT(SCALAR, VW) realV;
+  #define VLOAD(p) CAT(vload, VW)(0, (p))
+  #define VSTORE(v, p) CAT(vstore, VW)((v), 0, (p))
+  #define SPLAT(b) ((realV)(b))
+#endif
+
+#if TRANSA == 0
+  #define A_AT(i, p) A[(i) + (p) * lda]
+#else
+  #define A_AT(i, p) A[(p) + (i) * lda]
+#endif
+#if TRANSB == 0
+  #define B_AT(p, j) B[(p) + (j) * ldb]
+#else
+  #define B_AT(p, j) B[(j) + (p) * ldb]
+#endif
+
+// Operands are walked by pointers that move KU steps of K per iteration, so every load of an
+// unrolled iteration is one base register plus a constant (or one stride register) offset:
+// indices recomputed per element (p + col * ldb in 32 bits) cost more instructions than the
+// multiply-adds, and the compiler vectorised them into shuffles.
+//   a_ptr: packed panel (step MR), or A itself (TRANSA 0: step lda; TRANSA 1: step 1)
+//   b_ptr: packed panel (step NR), or B itself (TRANSB 0: step 1; TRANSB 1: step ldb)
+#if PACKA
+  #define A_STEP MR
+  #define A_VEC(u, v) VLOAD(a_ptr + (u) * MR + (v) * VW)
+#elif TRANSA == 0
+  #define A_STEP lda
+  #define A_VEC(u, v) VLOAD(a_ptr + (size_t)(u) * lda + (v) * VW)
+#else
+  #define A_STEP 1
+  #define A_VEC(u, v) load_a_rows(a_ptr + (u), lda, (v) * VW)
+  // op(A)'s column is strided when A is given transposed: one element per lane
+  inline realV load_a_rows(const __global real* restrict a, const int lda, const int i) {
+    realV r;
+    _Pragma("unroll") for (int l = 0; l < VW; l++) { ((real*)&r)[l] = a[(size_t)(i + l) * lda]; }
+    return r;
+  }
+#endif
+#if PACKB
+  #define B_STEP NR
+  #define B_ELEM(u, j) b_ptr[(u) * NR + (j)]
+#elif TRANSB == 0
+  #define B_STEP 1
+  #define B_ELEM(u, j) b_ptr[boff[j] + (u)]
+#else
+  #define B_STEP ldb
+  #define B_ELEM(u, j) b_ptr[(size_t)(u) * ldb + boff[j]]
+#endif
+
+// The last block of rows (when A is not packed): rows past M read row M - 1 instead (never out
+// of bounds), and their results are dropped at the store.
+#if TRANSA == 0
+  #define A_EDGE(u, v) load_a_edge(a_ptr + (size_t)(u) * lda, 1, M - i0, (v) * VW)
+#else
+  #define A_EDGE(u, v) load_a_edge(a_ptr + (u), lda, M - i0, (v) * VW)
+#endif
+inline realV load_a_edge(const __global real* restrict a, const int stride, const int rows, const int i) {
+  realV r;
+  _Pragma("unroll") for (int l = 0; l < VW; l++) { ((real*)&r)[l] = a[(size_t)min(i + l, rows - 1) * stride]; }
+  return r;
+}
+
+// One step of K: acc += op(A)(block rows, p) * op(B)(p, block columns). Columns are never
+// guarded: boff[] points a missing column at the last real one, and its results are not stored.
+#define STEP(LOAD_A, u) do {                                                       \
+    realV a[MV];                                                                   \
+    _Pragma("unroll") for (int v = 0; v < MV; v++) { a[v] = LOAD_A((u), v); }      \
+    _Pragma("unroll") for (int j = 0; j < NR; j++) {                               \
+      const realV b = SPLAT(B_ELEM((u), j));                                       \
+      _Pragma("unroll") for (int v = 0; v < MV; v++) { MULADD(acc[j][v], a[v], b); } \
+    }                                                                              \
+  } while (0)
+
+#define K_LOOP(LOAD_A) do {                                                        \
+    int p = 0;                                                                     \
+    for (; p + KU <= K; p += KU) {                                                 \
+      _Pragma("unroll") for (int u = 0; u < KU; u++) { STEP(LOAD_A, u); }          \
+      a_ptr += (size_t)KU * A_STEP;                                                \
+      b_ptr += (size_t)KU * B_STEP;                                                \
+    }                                                                              \
+    for (; p < K; p++) {                                                           \
+      STEP(LOAD_A, 0);                                                             \
+      a_ptr += A_STEP;                                                             \
+      b_ptr += B_STEP;                                                             \
+    }                                                                              \
+  } while (0)
+
+__kernel __attribute__((reqd_work_group_size(WGS, 1, 1)))
+void xgemm(const int M, const int N, const int K, const real alpha, const real beta,
+           const __global real* restrict A, const int offA, const int lda,
+           const __global real* restrict B, const int offB, const int ldb,
+           __global real* C, const int offC, const int ldc
+#if PACKA
+           , const __global real* restrict Ap
+#endif
+#if PACKB
+           , const __global real* restrict Bp
+#endif
+           ) {
+  const int j0 = get_global_id(0) * NR;
+  const int i0 = get_global_id(1) * MR;
+  if (j0 >= N || i0 >= M) { return; }  // the launch is rounded up to whole work-groups
+  A += offA;
+  B += offB;
+  C += offC;
+
+#if PACKA
+  const __global real* restrict a_ptr = Ap + (size_t)(i0 / MR) * K * MR;
+#elif TRANSA == 0
+  const __global real* restrict a_ptr = A + i0;
+#else
+  const __global real* restrict a_ptr = A + (size_t)i0 * lda;
+#endif
+#if PACKB
+  const __global real* restrict b_ptr = Bp + (size_t)(j0 / NR) * K * NR;
+#else
+  const __global real* restrict b_ptr = B;
+  size_t boff[NR];
+  _Pragma("unroll") for (int j = 0; j < NR; j++) {
+    boff[j] = (size_t)min(j0 + j, N - 1) * (TRANSB ? 1 : ldb);
+  }
+#endif
+
+  realV acc[NR][MV];
+  _Pragma("unroll") for (int j = 0; j < NR; j++) {
+    _Pragma("unroll") for (int v = 0; v < MV; v++) { acc[j][v] = SPLAT(ZERO); }
+  }
+
+  const bool full_rows = i0 + MR <= M;
+#if PACKA
+  K_LOOP(A_VEC);  // the panel's missing rows are zeros: no edge case
+#else
+  if (full_rows) { K_LOOP(A_VEC); } else { K_LOOP(A_EDGE); }
+#endif
+
+  const realV va = SPLAT(alpha), vb = SPLAT(beta);
+  const bool zero_beta = IS_ZERO(beta);
+  if (full_rows && j0 + NR <= N) {
+    _Pragma("unroll") for (int j = 0; j < NR; j++) {
+      __global real* c = C + i0 + (j0 + j) * ldc;
+      _Pragma("unroll") for (int v = 0; v < MV; v++) {
+        realV r = MUL(va, acc[j][v]);
+        if (!zero_beta) { r += MUL(vb, VLOAD(c + v * VW)); }
+        VSTORE(r, c + v * VW);
+      }
+    }
+  } else {
+    _Pragma("unroll") for (int j = 0; j < NR; j++) {
+      if (j0 + j < N) {
+        __global real* c = C + (j0 + j) * ldc;
+        _Pragma("unroll") for (int v = 0; v < MV; v++) {
+          _Pragma("unroll") for (int l = 0; l < VW; l++) {
+            const int i = i0 + v * VW + l;
+            if (i < M) { STORE_AXPBY(c[i], ((real*)&acc[j][v])[l], alpha, beta); }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Packing: the product then reads each operand as one sequential stream, whatever lda and ldb
+// are. Read in place, a column stride of a multiple of 4 KiB maps every step of K onto the same
+// few cache sets, and the panel of A no longer stays in cache between work-items (at 2048^3
+// that halved the speed). Rows or columns past M or N are stored as zeros.
+#if PACKA
+// Ap[(b * K + p) * MR + r] = op(A)(b * MR + r, p); one work-item per (p, b). A fixed work-group
+// size, because PoCL compiles a kernel again for each new local size it is launched with.
+__kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1)))
+void xgemm_pack_a(const int M, const int K, const __global real* restrict A, const int offA,
+                           const int lda, __global real* restrict Ap) {
+  const int p = get_global_id(0);
+  const int b = get_global_id(1);
+  if (p >= K) { return; }
+  A += offA;
+  __global real* restrict out = Ap + ((size_t)b * K + p) * MR;
+  _Pragma("unroll") for (int r = 0; r < MR; r++) {
+    const int i = b * MR + r;
+    out[r] = i < M ? A_AT(i, p) : ZERO;
+  }
+}
+#endif
+
+#if PACKB
+// Bp[(b * K + p) * NR + j] = op(B)(p, b * NR + j); one work-item per (p, b)
+__kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1)))
+void xgemm_pack_b(const int N, const int K, const __global real* restrict B, const int offB,
+                           const int ldb, __global real* restrict Bp) {
+  const int p = get_global_id(0);
+  const int b = get_global_id(1);
+  if (p >= K) { return; }
+  B += offB;
+  __global real* restrict out = Bp + ((size_t)b * K + p) * NR;
+  _Pragma("unroll") for (int j = 0; j < NR; j++) {
+    const int col = b * NR + j;
+    out[j] = col < N ? B_AT(p, col) : ZERO;
+  }
+}
+#endif
