@@ -49,10 +49,14 @@
 
 // Constraints, for the search space:
 //   1. VW in {1, 2, 4, 8, 16}; VW == 1 for complex precisions
-//   2. MV * NR accumulators fit the vector registers: on AVX2 (16 registers) MV * NR <= 12,
-//      on AVX-512 (32 registers) MV * NR <= 28 give the fast builds; beyond that the compiler
-//      spills and a build takes much longer
+//   2. the MV * NR accumulators, MV vectors of A and a broadcast of B fit the vector registers
+//      (a vector of VW elements takes ceil(VW * element bytes / register bytes) of them):
+//      (MV * NR + MV + 1) * that <= 16 with AVX2, <= 32 with AVX-512. Past that the compiler
+//      spills accumulators to the stack, and builds take longer
 //   3. WGS <= max work-group size
+// TRANSA and TRANSB describe the operands, they are not tuned. With PACKA 1 the product never
+// reads A in place, so TRANSA costs only the packing; without it TRANSA 1 gathers a column of
+// op(A) one element at a time, several times slower.
 #if VW != 1 && VW != 2 && VW != 4 && VW != 8 && VW != 16
 #error "xgemm_cpu: VW must be 1, 2, 4, 8 or 16"
 #endif
@@ -223,24 +227,26 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
       }
     }
   } else {
+    // A ragged block: through a private copy, so the guarded loop indexes memory at run time
+    // rather than being unrolled into MR * NR guarded stores (which made builds twice as long).
+    // Indexing acc itself at run time would keep all of it out of registers, product included.
+    real tile[NR][MR];
     _Pragma("unroll") for (int j = 0; j < NR; j++) {
-      if (j0 + j < N) {
-        __global real* c = C + (j0 + j) * ldc;
-        _Pragma("unroll") for (int v = 0; v < MV; v++) {
-          _Pragma("unroll") for (int l = 0; l < VW; l++) {
-            const int i = i0 + v * VW + l;
-            if (i < M) { STORE_AXPBY(c[i], ((real*)&acc[j][v])[l], alpha, beta); }
-          }
-        }
-      }
+      _Pragma("unroll") for (int v = 0; v < MV; v++) { VSTORE(acc[j][v], &tile[j][v * VW]); }
+    }
+    const int rows = min(MR, M - i0), cols = min(NR, N - j0);
+    for (int j = 0; j < cols; j++) {
+      __global real* c = C + i0 + (j0 + j) * ldc;
+      for (int i = 0; i < rows; i++) { STORE_AXPBY(c[i], tile[j][i], alpha, beta); }
     }
   }
 }
 
 // Packing: the product then reads each operand as one sequential stream, whatever lda and ldb
 // are. Read in place, a column stride of a multiple of 4 KiB maps every step of K onto the same
-// few cache sets, and the panel of A no longer stays in cache between work-items (at 2048^3
-// that halved the speed). Rows or columns past M or N are stored as zeros.
+// few cache sets, and the panel of A no longer stays in cache between work-items (in s at
+// 2048^3, A read in place ran at about 60 % of the speed of packed A on a 2-core AMD EPYC).
+// Rows or columns past M or N are stored as zeros, so the product needs no edge case for them.
 #if PACKA
 // Ap[(b * K + p) * MR + r] = op(A)(b * MR + r, p); one work-item per (p, b). A fixed work-group
 // size, because PoCL compiles a kernel again for each new local size it is launched with.
