@@ -14,6 +14,13 @@
 // No local memory and no barriers, so PoCL runs a work-group as a plain loop. Work-items are
 // laid out with the column blocks along dimension 0, so the work-groups a thread runs one after
 // another share one panel of A (MR x K), which then stays in its L2 cache while B streams.
+//
+// Launch (MR = MV * VW; a global size of 0 is rounded up to 1, whose work-item returns):
+//   PACKA: xgemm_pack_a(M, K, A, offA, lda, Ap), global (ceil(K / 16) * 16, ceil(M / MR)), local
+//          (16, 1), into Ap of ceil(M / MR) * MR * K elements; skipped when K is 0
+//   PACKB: xgemm_pack_b(N, K, B, offB, ldb, Bp), likewise with NR and N, into Bp
+//   xgemm(M, N, K, alpha, beta, A, offA, lda, B, offB, ldb, C, offC, ldc[, Ap][, Bp]),
+//          global (ceil(ceil(N / NR) / WGS) * WGS, ceil(M / MR)), local (WGS, 1)
 #include "common.cl"
 
 #ifndef VW

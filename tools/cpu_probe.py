@@ -210,7 +210,8 @@ def run_config(ctx, queue, defines, precisions, sizes, repeats, with_numpy, verb
         try:
             program, seconds = build(ctx, d)
         except cl.RuntimeError as e:
-            print(f"{code} {fmt(defines)}: build failed: {str(e).splitlines()[0]}")
+            said = [line.strip() for line in str(e).splitlines() if "error" in line.lower()]
+            print(f"{code} {fmt(defines)}: build failed: {said[-1] if said else str(e).splitlines()[0]}")
             continue
         kernel = (cl.Kernel(program, "xgemm"),
                   cl.Kernel(program, "xgemm_pack_a") if d.get("PACKA") else None,
