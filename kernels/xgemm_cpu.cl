@@ -20,7 +20,7 @@
 //          (16, 1), into Ap of ceil(M / MR) * MR * K elements; skipped when K is 0
 //   PACKB: xgemm_pack_b(N, K, B, offB, ldb, Bp), likewise with NR and N, into Bp
 //   xgemm(M, N, K, alpha, beta, A, offA, lda, B, offB, ldb, C, offC, ldc[, Ap][, Bp]),
-//          global (ceil(ceil(N / NR) / WGS) * WGS, ceil(M / MR)), local (WGS, 1)
+//          global (ceil(ceil(N / (NR * NB)) / WGS) * WGS, ceil(M / MR)), local (WGS, 1)
 #include "common.cl"
 
 #ifndef VW
@@ -34,6 +34,12 @@
 #endif
 #ifndef KU
 #define KU 4        // unroll factor of the loop over K
+#endif
+#ifndef NB
+#define NB 1        // blocks of NR columns per work-item, walked one after another
+#endif
+#ifndef KC
+#define KC 0        // K is walked in chunks of KC steps (0: all of K at once), each over NB blocks
 #endif
 #ifndef WGS
 #define WGS 1       // work-items per work-group, along dimension 0 (column blocks)
@@ -66,6 +72,11 @@
 // op(A) one element at a time, several times slower.
 #if VW != 1 && VW != 2 && VW != 4 && VW != 8 && VW != 16
 #error "xgemm_cpu: VW must be 1, 2, 4, 8 or 16"
+#endif
+#if IS_COMPLEX
+  #define ONE ((real)(1, 0))
+#else
+  #define ONE ((real)1)
 #endif
 #if IS_COMPLEX && VW != 1
 #error "xgemm_cpu: complex precisions take VW 1 (a complex element is already a 2-vector)"
@@ -160,14 +171,14 @@ inline realV load_a_edge(const __global real* restrict a, const int stride, cons
     }                                                                              \
   } while (0)
 
-#define K_LOOP(LOAD_A) do {                                                        \
+#define K_LOOP(LOAD_A, count) do {                                                 \
     int p = 0;                                                                     \
-    for (; p + KU <= K; p += KU) {                                                 \
+    for (; p + KU <= (count); p += KU) {                                                 \
       _Pragma("unroll") for (int u = 0; u < KU; u++) { STEP(LOAD_A, u); }          \
       a_ptr += (size_t)KU * A_STEP;                                                \
       b_ptr += (size_t)KU * B_STEP;                                                \
     }                                                                              \
-    for (; p < K; p++) {                                                           \
+    for (; p < (count); p++) {                                                     \
       STEP(LOAD_A, 0);                                                             \
       a_ptr += A_STEP;                                                             \
       b_ptr += B_STEP;                                                             \
@@ -186,65 +197,77 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
            , const __global real* restrict Bp
 #endif
            ) {
-  const int j0 = get_global_id(0) * NR;
+  const int jstart = get_global_id(0) * NR * NB;
   const int i0 = get_global_id(1) * MR;
-  if (j0 >= N || i0 >= M) { return; }  // the launch is rounded up to whole work-groups
+  if (jstart >= N || i0 >= M) { return; }  // the launch is rounded up to whole work-groups
   A += offA;
   B += offB;
   C += offC;
+  const bool full_rows = i0 + MR <= M;
+  const realV va = SPLAT(alpha);
 
+  // K in chunks of KC, and per chunk NB blocks of NR columns: the chunk of A's panel (MR x KC)
+  // stays in L1 while the blocks' chunks of B stream past it. The first chunk stores
+  // alpha * sum + beta * C, later ones add alpha * sum to that. K = 0 still makes one pass.
+  const int kc_max = KC > 0 ? KC : max(K, 1);
+  for (int k0 = 0; k0 == 0 || k0 < K; k0 += kc_max) {
+    const int kc = min(kc_max, K - k0);
+    const real beta_k = k0 == 0 ? beta : ONE;
+    const realV vb = SPLAT(beta_k);
+    const bool zero_beta = IS_ZERO(beta_k);
+    for (int jb = 0; jb < NB; jb++) {
+      const int j0 = jstart + jb * NR;
+      if (j0 >= N) { break; }
 #if PACKA
-  const __global real* restrict a_ptr = Ap + (size_t)(i0 / MR) * K * MR;
+      const __global real* restrict a_ptr = Ap + ((size_t)(i0 / MR) * K + k0) * MR;
 #elif TRANSA == 0
-  const __global real* restrict a_ptr = A + i0;
+      const __global real* restrict a_ptr = A + i0 + (size_t)k0 * lda;
 #else
-  const __global real* restrict a_ptr = A + (size_t)i0 * lda;
+      const __global real* restrict a_ptr = A + (size_t)i0 * lda + k0;
 #endif
 #if PACKB
-  const __global real* restrict b_ptr = Bp + (size_t)(j0 / NR) * K * NR;
+      const __global real* restrict b_ptr = Bp + ((size_t)(j0 / NR) * K + k0) * NR;
 #else
-  const __global real* restrict b_ptr = B;
-  size_t boff[NR];
-  _Pragma("unroll") for (int j = 0; j < NR; j++) {
-    boff[j] = (size_t)min(j0 + j, N - 1) * (TRANSB ? 1 : ldb);
-  }
-#endif
-
-  realV acc[NR][MV];
-  _Pragma("unroll") for (int j = 0; j < NR; j++) {
-    _Pragma("unroll") for (int v = 0; v < MV; v++) { acc[j][v] = SPLAT(ZERO); }
-  }
-
-  const bool full_rows = i0 + MR <= M;
-#if PACKA
-  K_LOOP(A_VEC);  // the panel's missing rows are zeros: no edge case
-#else
-  if (full_rows) { K_LOOP(A_VEC); } else { K_LOOP(A_EDGE); }
-#endif
-
-  const realV va = SPLAT(alpha), vb = SPLAT(beta);
-  const bool zero_beta = IS_ZERO(beta);
-  if (full_rows && j0 + NR <= N) {
-    _Pragma("unroll") for (int j = 0; j < NR; j++) {
-      __global real* c = C + i0 + (j0 + j) * ldc;
-      _Pragma("unroll") for (int v = 0; v < MV; v++) {
-        realV r = MUL(va, acc[j][v]);
-        if (!zero_beta) { r += MUL(vb, VLOAD(c + v * VW)); }
-        VSTORE(r, c + v * VW);
+      const __global real* restrict b_ptr = B + (size_t)k0 * B_STEP;
+      size_t boff[NR];
+      _Pragma("unroll") for (int j = 0; j < NR; j++) {
+        boff[j] = (size_t)min(j0 + j, N - 1) * (TRANSB ? 1 : ldb);
       }
-    }
-  } else {
-    // A ragged block: through a private copy, so the guarded loop indexes memory at run time
-    // rather than being unrolled into MR * NR guarded stores (which made builds twice as long).
-    // Indexing acc itself at run time would keep all of it out of registers, product included.
-    real tile[NR][MR];
-    _Pragma("unroll") for (int j = 0; j < NR; j++) {
-      _Pragma("unroll") for (int v = 0; v < MV; v++) { VSTORE(acc[j][v], &tile[j][v * VW]); }
-    }
-    const int rows = min(MR, M - i0), cols = min(NR, N - j0);
-    for (int j = 0; j < cols; j++) {
-      __global real* c = C + i0 + (j0 + j) * ldc;
-      for (int i = 0; i < rows; i++) { STORE_AXPBY(c[i], tile[j][i], alpha, beta); }
+#endif
+
+      realV acc[NR][MV];
+      _Pragma("unroll") for (int j = 0; j < NR; j++) {
+        _Pragma("unroll") for (int v = 0; v < MV; v++) { acc[j][v] = SPLAT(ZERO); }
+      }
+#if PACKA
+      K_LOOP(A_VEC, kc);  // the panel's missing rows are zeros: no edge case
+#else
+      if (full_rows) { K_LOOP(A_VEC, kc); } else { K_LOOP(A_EDGE, kc); }
+#endif
+
+      if (full_rows && j0 + NR <= N) {
+        _Pragma("unroll") for (int j = 0; j < NR; j++) {
+          __global real* c = C + i0 + (j0 + j) * ldc;
+          _Pragma("unroll") for (int v = 0; v < MV; v++) {
+            realV r = MUL(va, acc[j][v]);
+            if (!zero_beta) { r += MUL(vb, VLOAD(c + v * VW)); }
+            VSTORE(r, c + v * VW);
+          }
+        }
+      } else {
+        // A ragged block: through a private copy, so the guarded loop indexes memory at run
+        // time rather than being unrolled into MR * NR guarded stores (which made builds twice
+        // as long). Indexing acc itself at run time would keep all of it out of registers.
+        real tile[NR][MR];
+        _Pragma("unroll") for (int j = 0; j < NR; j++) {
+          _Pragma("unroll") for (int v = 0; v < MV; v++) { VSTORE(acc[j][v], &tile[j][v * VW]); }
+        }
+        const int rows = min(MR, M - i0), cols = min(NR, N - j0);
+        for (int j = 0; j < cols; j++) {
+          __global real* c = C + i0 + (j0 + j) * ldc;
+          for (int i = 0; i < rows; i++) { STORE_AXPBY(c[i], tile[j][i], alpha, beta_k); }
+        }
+      }
     }
   }
 }
