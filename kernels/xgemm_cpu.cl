@@ -104,14 +104,14 @@
 #endif
 
 #if TRANSA == 0
-  #define A_AT(i, p) A[(i) + (p) * lda]
+  #define A_AT(i, p) A[(size_t)(i) + (size_t)(p) * lda]
 #else
-  #define A_AT(i, p) A[(p) + (i) * lda]
+  #define A_AT(i, p) A[(size_t)(p) + (size_t)(i) * lda]
 #endif
 #if TRANSB == 0
-  #define B_AT(p, j) B[(p) + (j) * ldb]
+  #define B_AT(p, j) B[(size_t)(p) + (size_t)(j) * ldb]
 #else
-  #define B_AT(p, j) B[(j) + (p) * ldb]
+  #define B_AT(p, j) B[(size_t)(j) + (size_t)(p) * ldb]
 #endif
 
 // Operands are walked by pointers that move KU steps of K per iteration, so every load of an
@@ -161,7 +161,8 @@ inline realV load_a_edge(const __global real* restrict a, const int stride, cons
 }
 
 // One step of K: acc += op(A)(block rows, p) * op(B)(p, block columns). Columns are never
-// guarded: boff[] points a missing column at the last real one, and its results are not stored.
+// guarded: boff[] points a missing column at the last real one (a packed panel holds zeros
+// there), and its results are not stored.
 #define STEP(LOAD_A, u) do {                                                       \
     realV a[MV];                                                                   \
     _Pragma("unroll") for (int v = 0; v < MV; v++) { a[v] = LOAD_A((u), v); }      \
@@ -247,7 +248,7 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
 
       if (full_rows && j0 + NR <= N) {
         _Pragma("unroll") for (int j = 0; j < NR; j++) {
-          __global real* c = C + i0 + (j0 + j) * ldc;
+          __global real* c = C + i0 + (size_t)(j0 + j) * ldc;
           _Pragma("unroll") for (int v = 0; v < MV; v++) {
             realV r = MUL(va, acc[j][v]);
             if (!zero_beta) { r += MUL(vb, VLOAD(c + v * VW)); }
@@ -264,7 +265,7 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
         }
         const int rows = min(MR, M - i0), cols = min(NR, N - j0);
         for (int j = 0; j < cols; j++) {
-          __global real* c = C + i0 + (j0 + j) * ldc;
+          __global real* c = C + i0 + (size_t)(j0 + j) * ldc;
           for (int i = 0; i < rows; i++) { STORE_AXPBY(c[i], tile[j][i], alpha, beta_k); }
         }
       }
