@@ -11,16 +11,17 @@
 // (MV * VW) x NR block of C in MV * NR vector registers and walks all of K, like the
 // micro-kernel of a CPU BLAS: per step of K it loads MV vectors of one column of A (contiguous
 // when TRANSA is 0) and NR scalars of one row of B, each broadcast into a vector multiply-add.
-// No local memory and no barriers, so PoCL runs a work-group as a plain loop. Work-items are
-// laid out with the column blocks along dimension 0, so the work-groups a thread runs one after
-// another share one panel of A (MR x K), which then stays in its L2 cache while B streams.
+// No local memory and no barriers, so PoCL runs a work-group as a plain loop. With ORDER 0 the
+// column blocks lie along dimension 0, so the work-groups a thread runs one after another share
+// one panel of A (MR x K), which stays in its L2 cache while B streams; ORDER 1 the other way.
 //
 // Launch (MR = MV * VW; a global size of 0 is rounded up to 1, whose work-item returns):
 //   PACKA: xgemm_pack_a(M, K, A, offA, lda, Ap), global (ceil(K / 16) * 16, ceil(M / MR)), local
 //          (16, 1), into Ap of ceil(M / MR) * MR * K elements; skipped when K is 0
 //   PACKB: xgemm_pack_b(N, K, B, offB, ldb, Bp), likewise with NR and N, into Bp
 //   xgemm(M, N, K, alpha, beta, A, offA, lda, B, offB, ldb, C, offC, ldc[, Ap][, Bp]),
-//          global (ceil(ceil(N / (NR * NB)) / WGS) * WGS, ceil(M / MR)), local (WGS, 1)
+//          global (ceil(ceil(N / (NR * NB)) / WGS) * WGS, ceil(M / MR)), local (WGS, 1);
+//          ORDER 1 swaps the two: (ceil(ceil(M / MR) / WGS) * WGS, ceil(N / (NR * NB)))
 #include "common.cl"
 
 #ifndef VW
@@ -42,7 +43,10 @@
 #define KC 0        // K is walked in chunks of KC steps (0: all of K at once), each over NB blocks
 #endif
 #ifndef WGS
-#define WGS 1       // work-items per work-group, along dimension 0 (column blocks)
+#define WGS 1       // work-items per work-group, along dimension 0
+#endif
+#ifndef ORDER
+#define ORDER 0     // dimension 0 walks 0: column blocks (neighbours share A's panel); 1: row blocks (B's)
 #endif
 #ifndef TRANSA
 #define TRANSA 0    // 0: A is M x K column-major; 1: A is given as K x M (op(A) = A^T)
@@ -198,8 +202,13 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
            , const __global real* restrict Bp
 #endif
            ) {
+#if ORDER == 0
   const int jstart = get_global_id(0) * NR * NB;
   const int i0 = get_global_id(1) * MR;
+#else
+  const int jstart = get_global_id(1) * NR * NB;
+  const int i0 = get_global_id(0) * MR;
+#endif
   if (jstart >= N || i0 >= M) { return; }  // the launch is rounded up to whole work-groups
   A += offA;
   B += offB;

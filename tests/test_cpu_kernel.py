@@ -4,7 +4,7 @@ checked against numpy in float64 / complex128.
 Each (configuration, precision) is one build; the configurations are few and each covers
 several features (vector widths 1/4/8, packed and unpacked operands, both layouts of A and of
 B, several work-items per work-group, K unrolled with a remainder, K in chunks, several column
-blocks per work-item). Every build runs odd shapes, leading dimensions larger than the rows,
+blocks per work-item, both grid orders). Every build runs odd shapes, leading dimensions larger than the rows,
 element offsets, C poisoned with NaN when beta is 0, and checks that nothing outside the M x N
 block of C is written.
 """
@@ -23,9 +23,9 @@ KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 
 CONFIGS = {
     # K in chunks of 4 (17 = 4 + 4 + 4 + 4 + 1), two column blocks per work-item
-    "vw4-unpacked": dict(VW=4, MV=2, NR=3, KU=2, NB=2, KC=4, WGS=1, TRANSA=0, TRANSB=0, PACKA=0, PACKB=0),
-    "vw8-packed-transposed": dict(VW=8, MV=1, NR=4, KU=4, NB=3, KC=8, WGS=1, TRANSA=1, TRANSB=1, PACKA=1, PACKB=1),
-    "vw1-wgs2": dict(VW=1, MV=3, NR=2, KU=1, NB=1, KC=0, WGS=2, TRANSA=0, TRANSB=1, PACKA=1, PACKB=0),
+    "vw4-unpacked": dict(VW=4, MV=2, NR=3, KU=2, NB=2, KC=4, WGS=1, ORDER=0, TRANSA=0, TRANSB=0, PACKA=0, PACKB=0),
+    "vw8-packed-transposed": dict(VW=8, MV=1, NR=4, KU=4, NB=3, KC=8, WGS=1, ORDER=1, TRANSA=1, TRANSB=1, PACKA=1, PACKB=1),
+    "vw1-wgs2": dict(VW=1, MV=3, NR=2, KU=1, NB=1, KC=0, WGS=2, ORDER=1, TRANSA=0, TRANSB=1, PACKA=1, PACKB=0),
 }
 PRECISIONS = {"s": (np.float32, 32), "d": (np.float64, 64), "c": (np.complex64, 3232), "z": (np.complex128, 6464)}
 CASES = [("vw4-unpacked", "s"), ("vw4-unpacked", "d"), ("vw8-packed-transposed", "s"),
@@ -86,8 +86,8 @@ def run(ctx, queue, kernels, p, dtype, m, n, k, alpha, beta, rng):
             if k > 0:
                 kernels[name](queue, (-(-k // PACK_WG) * PACK_WG, blocks), (PACK_WG, 1), i32(rows), i32(k), src, i32(OFFSET), i32(ld), buf)
             packed.append(buf)
-    cols = -(-max(n, 1) // (p["NR"] * p["NB"]))
-    gsize = (-(-cols // p["WGS"]) * p["WGS"], -(-max(m, 1) // mr))
+    cols, rows, wgs = -(-max(n, 1) // (p["NR"] * p["NB"])), -(-max(m, 1) // mr), p["WGS"]
+    gsize = (-(-rows // wgs) * wgs, cols) if p["ORDER"] else (-(-cols // wgs) * wgs, rows)
     kernels["xgemm"](queue, gsize, (p["WGS"], 1), i32(m), i32(n), i32(k), dtype(alpha), dtype(beta),
                   a_buf, i32(OFFSET), i32(lda), b_buf, i32(OFFSET), i32(ldb), c_buf, i32(OFFSET), i32(ldc), *packed)
     out = np.empty(OFFSET + c.size, dtype)

@@ -59,8 +59,10 @@ def build(ctx: cl.Context, defines: dict[str, int]) -> tuple[cl.Program, float]:
 
 def global_size(m: int, n: int, d: dict[str, int]) -> tuple[tuple[int, int], tuple[int, int]]:
     mr, nr, wgs = d["MV"] * d["VW"], d["NR"] * d["NB"], d["WGS"]
-    cols = -(-max(n, 1) // nr)
-    return (-(-cols // wgs) * wgs, -(-max(m, 1) // mr)), (wgs, 1)
+    cols, rows = -(-max(n, 1) // nr), -(-max(m, 1) // mr)
+    if d.get("ORDER"):
+        return (-(-rows // wgs) * wgs, cols), (wgs, 1)
+    return (-(-cols // wgs) * wgs, rows), (wgs, 1)
 
 
 class Case:
@@ -191,7 +193,7 @@ def time_pair(case: Case, kernel, defines, repeats: int, with_numpy: bool):
     return (med(np_t) if np_t else float("nan")), med(ev_t), med(wall_t), min(ev_t), (min(np_t) if np_t else float("nan"))
 
 
-DEFAULTS = {"VW": 8, "MV": 2, "NR": 8, "KU": 4, "NB": 1, "KC": 0, "WGS": 1, "TRANSA": 0, "TRANSB": 0, "PACKA": 1, "PACKB": 0}
+DEFAULTS = {"VW": 8, "MV": 2, "NR": 8, "KU": 4, "NB": 1, "KC": 0, "WGS": 1, "ORDER": 0, "TRANSA": 0, "TRANSB": 0, "PACKA": 1, "PACKB": 0}
 
 
 def parse_defines(items: list[str]) -> dict[str, int]:
