@@ -34,6 +34,8 @@ def password(url: str | None) -> str | None:
     """The password of ``url``; None for none or for text that is not a URL."""
     if not url:
         return None
+    if "@" not in str(url):   # no credentials: no need to load SQLAlchemy (an error path must start fast)
+        return None
     import sqlalchemy as sa
 
     try:
