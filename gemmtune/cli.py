@@ -514,7 +514,9 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
     from gemmtune import report as rp
 
     if plot_file:
-        rp.require_matplotlib()
+        from gemmtune.report_plot import require_matplotlib
+
+        require_matplotlib()
     found = rp.load(db, filters)
     if found.skipped_note():
         click.echo(found.skipped_note(), err=True)
@@ -532,7 +534,9 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
             click.echo(note, err=True)
     click.echo(rp.render(frame, fmt), nl=False)
     if plot_file:
-        rp.plot(found.rows, plot_file)
+        from gemmtune.report_plot import plot
+
+        plot(found.rows, plot_file)
         click.echo(f"Plot written to {plot_file}.", err=True)
     return 0
 
