@@ -434,8 +434,10 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
     from gemmtune.search import SearchRequest, run_search  # after the checks: a second of imports
     from gemmtune.timing import TimingPolicy
 
+    # A workload under a time budget searches each problem until its share of the time is spent.
+    unbounded = sampler == "grid" or (shapes is not None and timeout is not None)
     req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2],
-                        trials=trials if trials is not None or sampler == "grid" else 30,
+                        trials=trials if trials is not None or unbounded else 30,
                         timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
                         db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap),
                         jobs=jobs, early_stop=early_stop or None, seeds=0 if no_seed else 10, grace=grace)
@@ -449,7 +451,8 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
             if not quiet:
                 line.close()
                 budget = "" if s.seconds is None else f", {s.seconds:,.0f} s of the budget"
-                click.echo(f"[{s.index}/{s.total}] {s.shape}: searching{budget}, starting from "
+                again = " again (second pass, where the first paid)" if s.second else ""
+                click.echo(f"[{s.index}/{s.total}] {s.shape}: searching{again}{budget}, starting from "
                            f"{s.nearby} configuration(s) of nearby shapes", err=True)
         summaries, left = run_workload(req, shapes, line, step)
     line.close()
