@@ -8,7 +8,7 @@
 // With BKFAST = 1 or 2, B is instead Kp x Np column-major (ldb = Kp): an untransposed
 // column-major B is read as it is, and the transpose pass disappears; the B slice is transposed
 // on its way into local memory: with 1, each work-item loads VWG values of k of a column and
-// stores them element by element (with PIPE 5-7 too, while A's slices go by asynchronous
+// stores them element by element (with PIPE 5 and 6 too, while A's slices go by asynchronous
 // copies); with 2, each work-item loads a VWG x VWG block (VWG columns, VWG values of k each),
 // transposes it in registers and stores VWG vectors along n.
 //
@@ -19,8 +19,8 @@
 // is there to test that on a device). Each k then reads WPTM values of A and WPTN of B into
 // registers and does WPTM * WPTN multiply-adds.
 //
-// With PIPE = 5, 6 or 7, the slices go from global to local memory without passing through
-// registers, into ABUF = 2, 3 or 4 local buffers: NVIDIA's cp.async (compute capability 8.0 and
+// With PIPE = 5 or 6, the slices go from global to local memory without passing through
+// registers, into ABUF = 2 or 3 local buffers: NVIDIA's cp.async (compute capability 8.0 and
 // later; gemmtune defines CP_ASYNC = 1 when it builds for such a device) lands each copy in
 // local memory by itself, so ABUF - 1 slices are in flight while one is computed, at no cost in
 // registers. Elsewhere the same pipeline copies with a load and a store.
@@ -63,13 +63,13 @@
 #define VLN 4       // consecutive N elements per work-item chunk, read from local memory as one vector
 #endif
 #ifndef PIPE
-#define PIPE 2      // 0 load, then compute; 1 next K-slice prefetched into registers; 2 and double-buffered local memory; 3 as 2, two slices per iteration; 4 as 2, step k+1's operands read during step k; 5, 6, 7 asynchronous copies into 2, 3, 4 local buffers
+#define PIPE 2      // 0 load, then compute; 1 next K-slice prefetched into registers; 2 and double-buffered local memory; 5, 6 asynchronous copies into 2, 3 local buffers
 #endif
 #ifndef PADL
 #define PADL 0      // padding of each local-memory row, in elements
 #endif
 #ifndef UNROLL
-#define UNROLL 1    // unroll factor of the loop over k within a slice (PIPE 4 unrolls it whole itself)
+#define UNROLL 1    // unroll factor of the loop over k within a slice
 #endif
 #ifndef BKFAST
 #define BKFAST 0    // layout of B: 0 = Np x Kp, n fastest; 1 = Kp x Np, k fastest (an untransposed B as given); 2 = as 1, transposed in registers
@@ -117,18 +117,18 @@
 //      whole vector loads; with BKFAST = 2, KWG * NWG a multiple of VWG * VWG * WGS: whole blocks
 //   4. WPTM % VLM == 0, WPTN % VLN == 0, and PADL keeps local rows aligned to VWG, VLM and VLN
 //   5. STAGE * NBUF * KWG * (LDAL + LDBL) * sizeof(real) <= local memory size
-//   6. KWG % UNROLL == 0; with PIPE = 4, UNROLL == 1 and KWG even (two alternating operand sets)
+//   6. KWG % UNROLL == 0
 //   7. WARPM == 0, or WGS % 32 == 0, WARPM divides 32 and MDIMC, and 32 / WARPM divides NDIMC
 //   8. WPTM * WPTN accumulators take at most 128 32-bit registers (room left for operands)
 //  10. STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and BKFAST == 0: without
 //      staging, those parameters do not apply, and B is read n-fastest so that a work-item's
 //      WPTN values of B for one k are contiguous
-//  11. PIPE <= 7, and BKFAST 0 or 1 with PIPE >= 5: B goes by asynchronous copies as it is in
-//      global memory, or through registers a vector of a column at a time (BKFAST = 1); BKFAST
-//      2's blocks, VWG times the registers, are not built for that pipeline
+//  11. PIPE is 0, 1, 2, 5 or 6, and BKFAST 0 or 1 with PIPE 5 or 6: B goes by asynchronous
+//      copies as it is in global memory, or through registers a vector of a column at a time
+//      (BKFAST = 1); BKFAST 2's blocks, VWG times the registers, are not built for that pipeline
 //  12. MMA == 0, or MMA == 1 with: d or z on a device with MMA_F64; MDIMC % 8 == 0 and NDIMC % 4 == 0 (groups
 //      of 32 as 8 x 4 work-items); WPTM, WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8 blocks);
-//      STAGE == 1, PIPE != 4, and VLM, VLN, UNROLL == 1, WARPM == 0, which do not apply to it
+//      STAGE == 1, and VLM, VLN, UNROLL == 1, WARPM == 0, which do not apply to it
 #if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
 #error "xgemm_rt: tiles must split evenly over work-items and vector loads"
 #endif
@@ -138,17 +138,14 @@
 #if STAGE == 0 && (PIPE != 0 || PADL != 0 || VWG != 1 || BKFAST != 0)
 #error "xgemm_rt: without staging (STAGE = 0), PIPE, PADL and BKFAST must be 0 and VWG 1"
 #endif
-#if PIPE < 0 || PIPE > 7 || (PIPE >= 5 && BKFAST == 2)
-#error "xgemm_rt: PIPE is 0 to 7, and asynchronous copies (PIPE 5 to 7) need BKFAST 0 or 1"
-#endif
-#if PIPE == 4 && (UNROLL != 1 || KWG % 2 != 0)
-#error "xgemm_rt: PIPE = 4 unrolls the slice itself (UNROLL = 1) over an even KWG"
+#if (PIPE != 0 && PIPE != 1 && PIPE != 2 && PIPE != 5 && PIPE != 6) || (PIPE >= 5 && BKFAST == 2)
+#error "xgemm_rt: PIPE is 0, 1, 2, 5 or 6, and asynchronous copies (PIPE 5 and 6) need BKFAST 0 or 1"
 #endif
 #if MMA != 0 && MMA != 1
 #error "xgemm_rt: MMA is 0 or 1"
 #endif
 #if MMA && (PRECISION == 32 || PRECISION == 3232 || MDIMC % 8 != 0 || NDIMC % 4 != 0 || WPTM % 2 != 0 \
-            || WPTN % 2 != 0 || KWG % 8 != 0 || STAGE != 1 || PIPE == 4 || VLM != 1 || VLN != 1 \
+            || WPTN % 2 != 0 || KWG % 8 != 0 || STAGE != 1 || VLM != 1 || VLN != 1 \
             || UNROLL != 1 || WARPM != 0)
 #error "xgemm_rt: MMA = 1 needs d or z, 8 x 4 work-items per group of 32, whole 16 x 8 x 8 blocks, staging"
 #endif
@@ -305,10 +302,8 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     // Wait until at most ABUF - 2 groups of copies are in flight: the oldest slice has landed.
     #if ABUF == 2
       #define WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 0;" ::: "memory")
-    #elif ABUF == 3
-      #define WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 1;" ::: "memory")
     #else
-      #define WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 2;" ::: "memory")
+      #define WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 1;" ::: "memory")
     #endif
   #else
     #define COPY(dst, src) (*(dst) = *(src))
@@ -540,11 +535,8 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   for (int t = 0; t < tiles; t += ABUF) {
     ABUF_STEP(0)
     ABUF_STEP(1)
-  #if ABUF >= 3
+  #if ABUF == 3
     ABUF_STEP(2)
-  #endif
-  #if ABUF == 4
-    ABUF_STEP(3)
   #endif
   }
 #elif PIPE == 0
@@ -575,45 +567,6 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     COMPUTE(t & 1, 0)
     if (t + 1 < tiles) { STORE_LOCAL((t + 1) & 1) }
     barrier(CLK_LOCAL_MEM_FENCE);
-  }
-#elif PIPE == 3
-  // As 2, with the loop body written out for both buffers: every local-memory offset is then a
-  // constant the compiler can fold into the read, at twice the code size.
-  LOAD_GLOBAL(0)
-  STORE_LOCAL(0)
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int t = 0; t < tiles; t += 2) {
-    if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
-    COMPUTE(0, 0)
-    if (t + 1 == tiles) { break; }
-    STORE_LOCAL(1)
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (t + 2 < tiles) { LOAD_GLOBAL((t + 2) * KWG) }
-    COMPUTE(1, 0)
-    if (t + 2 < tiles) { STORE_LOCAL(0) }
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-#else
-  // As 2, with two operand sets: step k + 1's operands are read while step k multiplies. The
-  // last step's multiply-adds come after the barrier, on operands already in registers, and
-  // cover the reads of the next slice's first step: no step waits on local memory right after
-  // the barrier.
-  LOAD_GLOBAL(0)
-  STORE_LOCAL(0)
-  barrier(CLK_LOCAL_MEM_FENCE);
-  LOAD_OPERANDS(0, 0, 0, 0)
-  for (int t = 0; t < tiles; t++) {
-    const int buf = t & 1;
-    if (t + 1 < tiles) { LOAD_GLOBAL((t + 1) * KWG) }
-    PRAGMA(unroll)
-    for (int k = 0; k < KWG - 1; k++) {
-      LOAD_OPERANDS(buf, 0, k + 1, (k + 1) % 2)
-      MULTIPLY(k % 2)
-    }
-    if (t + 1 < tiles) { STORE_LOCAL(buf ^ 1) }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (t + 1 < tiles) { LOAD_OPERANDS(buf ^ 1, 0, 0, 0) }
-    MULTIPLY(1)
   }
 #endif
 
