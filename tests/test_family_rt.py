@@ -1,7 +1,7 @@
 """The register-tiled kernel family xgemm_rt: its constraints (pure Python), its results on the
 PoCL CPU device against numpy, and `gemmtune space --explain` for it.
 
-The constraint rules are written again here from the comments of kernels/xgemm_rt.cl and the
+The constraint rules are written again here from the comments of kernels/xgemm_rt_checks.cl and the
 table in docs/kernels.md, independently of gemmtune.families. Each constraint test loads a small space
 file in which some configurations break that constraint and no other, so that dropping or
 changing the constraint in the library changes the valid set or the counts of `explain`.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -828,3 +829,55 @@ def test_space_explain_of_the_shipped_space_counts_both_families():
     rt_removed = sum(r["removed"] for r in doc["constraints"] if r["kernel"] == "xgemm_rt")
     assert 0 < rt_removed < load_space().family("xgemm_rt").size
 
+
+# ---------------------------------------------------------------- the kernel sources' shape
+
+KERNELS = Path(__file__).resolve().parents[1] / "kernels"
+_CODE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.DOTALL)
+_DIRECTIVE = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b")
+
+
+def unbalanced_arms(text: str) -> list[str]:
+    """Each conditional arm (and the file outside them) whose `{` and `}` do not pair up, as
+    "line N: ...": comments and string literals (PTX templates have braces) are left out."""
+    text = _CODE.sub(lambda m: "\n" * m.group().count("\n"), text)
+    depth = [0]                 # brace balance of the file, then of each open arm
+    starts = [1]
+    problems = []
+    for number, line in enumerate(text.splitlines(), 1):
+        directive = _DIRECTIVE.match(line)
+        if directive:
+            kind = directive.group(1)
+            if kind in ("elif", "else", "endif"):
+                assert len(depth) > 1, f"line {number}: #{kind} without #if"
+                if depth[-1]:
+                    problems.append(f"line {starts[-1]}: an arm ending on line {number} leaves {depth[-1]:+d} braces")
+                depth.pop()
+                starts.pop()
+            if kind != "endif":
+                depth.append(0)
+                starts.append(number)
+            continue
+        depth[-1] += line.count("{") - line.count("}")
+    assert len(depth) == 1, "unterminated #if"
+    if depth[0]:
+        problems.append(f"the file leaves {depth[0]:+d} braces")
+    return problems
+
+
+def test_kernel_files_are_short_and_no_conditional_arm_splits_a_brace():
+    sources = sorted(KERNELS.glob("*.cl"))
+    assert {"xgemm_rt.cl", "xgemm_rt_checks.cl", "xgemm_rt_copy.cl", "xgemm_rt_compute.cl", "xgemm_rt_mma.cl",
+            "xgemm_rt_pipe.cl", "xgemm_rt_streamk.cl"} <= {path.name for path in sources}
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        assert len(text.splitlines()) <= 400, path.name
+        assert unbalanced_arms(text) == [], path.name
+
+
+def test_the_brace_check_finds_a_brace_opened_in_one_arm_and_closed_after_it():
+    assert unbalanced_arms("#if A\n  {\n#else\n  {\n#endif\n}\n") == [
+        "line 1: an arm ending on line 3 leaves +1 braces", "line 3: an arm ending on line 5 leaves +1 braces",
+        "the file leaves -1 braces"]
+    assert unbalanced_arms('#if A\n  x = "{"; // {\n#elif B\n  { }\n#endif\n') == []
+    assert unbalanced_arms("#ifndef A\n#define B { \\\n  }\n#endif\n") == []
