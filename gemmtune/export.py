@@ -137,11 +137,12 @@ OTHER one. Every block defines the kernel parameters and
   GEMMTUNE_KERNEL_SOURCE  its file in gemmtune's kernels/, e.g. "xgemm_k5.cl"
   GEMMTUNE_TUNED          1 for a tuned configuration, 0 for a default.
 In the OpenCL source, put the #include before the text of GEMMTUNE_KERNEL_SOURCE (which
-includes common.cl and pad.cl): these #defines take the place of its #ifndef defaults. The
+includes common.cl and pad.cl, and xgemm_rt.cl its parts xgemm_rt_*.cl): these #defines take
+the place of its #ifndef defaults. The
 host launches that kernel with the geometry the parameters imply (see the comments at the
 top of the file). Per device and precision the block holds the best configuration of the
 largest shape tuned (m*n*k); a configuration is valid for every shape, since operands are
-padded to tile multiples. xgemm_rt's PIPE 5-7 copy with NVIDIA's cp.async only where the
+padded to tile multiples. xgemm_rt's PIPE 5 and 6 copy with NVIDIA's cp.async only where the
 OpenCL build defines CP_ASYNC=1 (compute capability 8.0 and later, as gemmtune's own builds
 do); without it they copy with loads and stores, correct but slower. Its MMA 1 multiplies
 with NVIDIA's FP64 matrix instructions only where the build defines MMA_F64=1 (compute

@@ -1,7 +1,7 @@
 """The register-tiled kernel family xgemm_rt: its constraints (pure Python), its results on the
 PoCL CPU device against numpy, and `gemmtune space --explain` for it.
 
-The constraint rules are written again here from the comments of kernels/xgemm_rt.cl and the
+The constraint rules are written again here from the comments of kernels/xgemm_rt_checks.cl and the
 table in docs/kernels.md, independently of gemmtune.families. Each constraint test loads a small space
 file in which some configurations break that constraint and no other, so that dropping or
 changing the constraint in the library changes the valid set or the counts of `explain`.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -61,7 +62,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
     stage, tw, mma = p["STAGE"], p.get("TRANSPOSEW", 1), p.get("MMA", 0)
     wis = dev.max_work_item_sizes
     wgs = mdimc * ndimc
-    nbuf = pipe - 3 if pipe >= 5 else 2 if pipe >= 2 else 1   # PIPE 5, 6, 7: asynchronous copies, 2, 3, 4 buffers
+    nbuf = pipe - 3 if pipe >= 5 else 2 if pipe >= 2 else 1   # PIPE 5, 6: asynchronous copies, 2, 3 buffers
     return {
         1: {"MWG % MDIMC": mwg % mdimc == 0, "NWG % NDIMC": nwg % ndimc == 0},
         2: {"dim0": mdimc <= wis[0], "dim1": ndimc <= wis[1], "total": wgs <= dev.max_work_group_size},
@@ -72,8 +73,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
         4: {"WPTM % VLM": mwg % (mdimc * vlm) == 0, "WPTN % VLN": nwg % (ndimc * vln) == 0,
             "PADL % VWG": padl % vwg == 0, "PADL % VLM": padl % vlm == 0, "PADL % VLN": padl % vln == 0},
         5: {"local": stage * nbuf * kwg * ((mwg + padl) + (nwg + padl)) * nbytes <= dev.local_mem_bytes},
-        6: {"KWG % UNROLL": kwg % unroll == 0, "UNROLL 1 if PIPE 4": pipe != 4 or unroll == 1,
-            "KWG even if PIPE 4": pipe != 4 or kwg % 2 == 0},
+        6: {"KWG % UNROLL": kwg % unroll == 0},
         7: {"warp": warpm == 0 or (wgs % 32 == 0 and 32 % warpm == 0 and mdimc % warpm == 0
                                    and ndimc % (32 // warpm) == 0)},
         8: {"registers": (mwg // mdimc) * (nwg // ndimc) * nbytes <= 128 * 4},
@@ -81,11 +81,11 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
             "local": ty * tw * (tx + 1) * nbytes <= dev.local_mem_bytes},
         10: {"STAGE 0 or 1": stage in (0, 1), "PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
              "VWG 1 unstaged": stage == 1 or vwg == 1, "BKFAST 0 unstaged": stage == 1 or bkfast == 0},
-        11: {"PIPE <= 7": pipe <= 7, "BKFAST 0 or 1 if PIPE 5-7": pipe < 5 or bkfast != 2},
+        11: {"PIPE 0, 1, 2, 5 or 6": pipe in (0, 1, 2, 5, 6), "BKFAST 0 or 1 if PIPE 5 or 6": pipe < 5 or bkfast != 2},
         12: {"MMA 0 or 1": mma in (0, 1), "d or z": not mma or code in "dz", "device": not mma or dev.fp64_matrix,
              "8 x 4 groups": not mma or (mdimc % 8 == 0 and ndimc % 4 == 0),
              "whole blocks": not mma or ((mwg // mdimc) % 2 == 0 and (nwg // ndimc) % 2 == 0 and kwg % 8 == 0),
-             "staged": not mma or stage == 1, "not PIPE 4": not mma or pipe != 4,
+             "staged": not mma or stage == 1,
              "the rest fixed": not mma or (vlm == 1 and vln == 1 and unroll == 1 and warpm == 0)},
     }
 
@@ -244,7 +244,7 @@ def test_constraint_5_local_memory(tmp_path, code):
     # 9216 bytes = 32 * 72 floats: KWG * (MWG + NWG + 2 * PADL) with 32 x 32 tiles and PADL = 4
     # fits exactly, single-buffered, for KWG = 32, 16, 16, 8 in s, d, c, z.
     dev = make_device(local_mem_bytes=9216)
-    table = {**BASE, "MWG": [16, 32], "NWG": [16, 32], "KWG": [8, 16, 32], "PIPE": [0, 1, 2, 3, 5, 6],
+    table = {**BASE, "MWG": [16, 32], "NWG": [16, 32], "KWG": [8, 16, 32], "PIPE": [0, 1, 2, 5, 6],
              "PADL": [0, 4], "MDIMC": [8], "NDIMC": [8]}
     alone = run_constraint_case(tmp_path, table, dev, code, 5)
     nbytes = BYTES[code]
@@ -254,10 +254,8 @@ def test_constraint_5_local_memory(tmp_path, code):
     assert key(exact) in valid                               # the limit is inclusive
     assert key({**exact, "PIPE": 1}) in valid                # a register prefetch needs no more
     assert key({**exact, "PIPE": 2}) not in valid            # double buffers need twice as much
-    assert key({**exact, "PIPE": 3}) not in valid            # and so do they written out
     if exact["KWG"] > 8:
-        for pipe in (2, 3):
-            assert key({**exact, "PIPE": pipe, "KWG": exact["KWG"] // 2}) in valid   # half as deep: fits again
+        assert key({**exact, "PIPE": 2, "KWG": exact["KWG"] // 2}) in valid   # half as deep: fits again
     assert key({**exact, "PADL": 0, "PIPE": 0}) in valid
     # Asynchronous copies need 2 (PIPE 5) or 3 (PIPE 6) buffers: 2 fit at half the depth, 3 do not.
     assert key({**exact, "PIPE": 5}) not in valid
@@ -314,18 +312,15 @@ def test_constraint_7_warp_sub_tile(tmp_path):
     assert len(alone) >= 3
 
 
-def test_constraint_6_pipe_4_unrolls_itself(tmp_path):
-    table = {**BASE, "KWG": [4, 6, 7, 8], "PIPE": [2, 4], "UNROLL": [1, 2]}
+def test_constraint_6_holds_for_every_pipeline(tmp_path):
+    # PIPE 4, which unrolled the slice itself, is gone: UNROLL divides KWG whatever the schedule.
+    table = {**BASE, "KWG": [4, 6, 7, 8], "PIPE": [0, 2, 6], "UNROLL": [1, 2]}
     alone = run_constraint_case(tmp_path, table, GPU_LIKE, "s", 6)
-    parts = [failing_parts(p, GPU_LIKE, "s", 6) for p in alone]
-    for part in ("KWG % UNROLL", "UNROLL 1 if PIPE 4", "KWG even if PIPE 4"):
-        assert [part] in parts, part
+    assert {(p["KWG"], p["UNROLL"]) for p in alone} == {(7, 2)}
     valid = valid_keys(tmp_path, table, GPU_LIKE, "s")
-    assert key(point(table, KWG=6, PIPE=4, UNROLL=1)) in valid
-    assert key(point(table, KWG=6, PIPE=4, UNROLL=2)) not in valid     # PIPE 2 would take it
-    assert key(point(table, KWG=6, PIPE=2, UNROLL=2)) in valid
-    assert key(point(table, KWG=7, PIPE=4, UNROLL=1)) not in valid
-    assert key(point(table, KWG=7, PIPE=2, UNROLL=1)) in valid
+    for pipe in (0, 2, 6):
+        assert key(point(table, KWG=6, PIPE=pipe, UNROLL=2)) in valid
+        assert key(point(table, KWG=7, PIPE=pipe, UNROLL=1)) in valid
 
 
 def test_constraint_10_staging(tmp_path):
@@ -345,29 +340,31 @@ def test_constraint_10_staging(tmp_path):
 
 
 def test_constraint_11_asynchronous_copies(tmp_path):
-    table = {**BASE, "PIPE": [0, 1, 2, 4, 5, 6, 7, 8], "BKFAST": [0, 1, 2]}
+    table = {**BASE, "PIPE": [0, 1, 2, 3, 4, 5, 6, 7, 8], "BKFAST": [0, 1, 2]}
     alone = run_constraint_case(tmp_path, table, GPU_LIKE, "s", 11)
     parts = [failing_parts(p, GPU_LIKE, "s", 11) for p in alone]
-    for part in ("PIPE <= 7", "BKFAST 0 or 1 if PIPE 5-7"):
+    for part in ("PIPE 0, 1, 2, 5 or 6", "BKFAST 0 or 1 if PIPE 5 or 6"):
         assert [part] in parts, part
     valid = valid_keys(tmp_path, table, GPU_LIKE, "s")
-    for pipe in (5, 6, 7):
+    for pipe in (3, 4, 7):   # never best, so no longer in the kernel
+        assert key(point(table, PIPE=pipe)) not in valid
+    for pipe in (5, 6):
         # B as given goes through registers a vector at a time; BKFAST 2's blocks are not built for it
         assert key(point(table, PIPE=pipe)) in valid and key(point(table, PIPE=pipe, BKFAST=1)) in valid
         assert key(point(table, PIPE=pipe, BKFAST=2)) not in valid
     assert key(point(table, PIPE=8)) not in valid
-    assert key(point(table, PIPE=2, BKFAST=1)) in valid and key(point(table, PIPE=4, BKFAST=2)) in valid
+    assert key(point(table, PIPE=2, BKFAST=1)) in valid and key(point(table, PIPE=2, BKFAST=2)) in valid
 
 
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
 def test_constraint_12_matrix_instructions(tmp_path, code):
     mma_device = make_device(fp64_matrix=True)
     table = {**BASE, "MWG": [16, 24, 32], "NWG": [8, 16], "KWG": [8, 12], "MDIMC": [4, 8], "NDIMC": [2, 4],
-             "VLM": [1, 2], "PIPE": [0, 2, 4], "UNROLL": [1, 2], "WARPM": [0, 4], "STAGE": [0, 1], "MMA": [0, 1, 2]}
+             "VLM": [1, 2], "PIPE": [0, 2, 6], "UNROLL": [1, 2], "WARPM": [0, 4], "STAGE": [0, 1], "MMA": [0, 1, 2]}
     if code in "dz":
         alone = run_constraint_case(tmp_path, table, mma_device, code, 12)
         parts = [failing_parts(p, mma_device, code, 12) for p in alone]
-        for part in ("MMA 0 or 1", "8 x 4 groups", "whole blocks", "staged", "not PIPE 4", "the rest fixed"):
+        for part in ("MMA 0 or 1", "8 x 4 groups", "whole blocks", "staged", "the rest fixed"):
             assert [part] in parts, part
     valid = valid_keys(tmp_path, table, mma_device, code)
     # One group of 32 as 8 x 4 work-items, each holding 2 x 2 results of one 16 x 8 block.
@@ -460,26 +457,23 @@ CONFIGS = {
     # two 8 x 4 sub-tiles.
     "c": dict(MWG=16, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=2, VLM=2, VLN=1, PIPE=1, PADL=0, UNROLL=1,
               BKFAST=1, WARPM=8, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=16),
-    # B k-fastest in 2 x 2 blocks transposed in registers, double-buffered with the loop written
-    # out for both buffers (K = 129 and 300 give an odd and an even number of slices), 2-wide
+    # B k-fastest in 2 x 2 blocks transposed in registers, double-buffered (K = 129 and 300 give
+    # an odd and an even number of slices), 2-wide
     # loads, A strided, B in chunks of 2 (WPTN = 4), padded; transposes move 3 elements per work-item.
-    "z": dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=2, VLM=1, VLN=2, PIPE=3, PADL=4, UNROLL=1,
+    "z": dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=2, VLM=1, VLN=2, PIPE=2, PADL=4, UNROLL=1,
               BKFAST=2, WARPM=0, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=3),
 }
-# Three extra builds: the c configuration with B read n-fastest instead, for BKFAST's effect; the
-# s configuration with operands read a step ahead (PIPE 4), for PIPE's; the d configuration
-# reading its operands from global memory (STAGE 0), for STAGE's.
+# Two extra builds: the c configuration with B read n-fastest instead, for BKFAST's effect; the d
+# configuration reading its operands from global memory (STAGE 0), for STAGE's.
 FLIPPED = ("c", {**CONFIGS["c"], "BKFAST": 0})
-AHEAD = ("s", {**CONFIGS["s"], "PIPE": 4})
 UNSTAGED = ("d", {**CONFIGS["d"], "STAGE": 0})
 # Two more with asynchronous copies into 3 and 2 local buffers (PIPE 6 and 5) (on PoCL a load and a store each, so
 # what they test is the rotation of the buffers: K = 1 and 3 leave the prologue short of slices).
 ASYNC3 = ("d", {**CONFIGS["d"], "PIPE": 6})
 ASYNC2 = ("c", {**FLIPPED[1], "PIPE": 5})
 # And B as given (BKFAST = 1), through registers one slice ahead into the k-major slice while A
-# goes by asynchronous copies: s into 4 buffers (PIPE 7), z (16-byte elements) into 2, and s into
-# 3 with stream-K (pieces that start part-way along K read B from there).
-ASYNC4_KFAST = ("s", {**CONFIGS["s"], "PIPE": 7})
+# goes by asynchronous copies: z (16-byte elements) into 2 buffers, and s into 3 with stream-K
+# (pieces that start part-way along K read B from there).
 ASYNC2_KFAST = ("z", {**CONFIGS["z"], "BKFAST": 1, "PIPE": 5})
 ASYNC3_KFAST_SHARED = ("s", {**CONFIGS["s"], "PIPE": 6, "STREAMK": 2})
 # Stream-K: the last round's tiles, in rounds of 3 work-groups per compute unit (2 for c, with
@@ -487,11 +481,11 @@ ASYNC3_KFAST_SHARED = ("s", {**CONFIGS["s"], "PIPE": 6, "STREAMK": 2})
 # of a single K-slice ((1, 1, 1) and (130, 2, 3)) is split, on any number of compute units.
 SHARED = ("s", {**CONFIGS["s"], "STREAMK": 3})
 SHARED_ASYNC = ("c", {**FLIPPED[1], "PIPE": 5, "STREAMK": 2})
-CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, AHEAD, UNSTAGED, ASYNC3, ASYNC2,
-                                                                ASYNC4_KFAST, ASYNC2_KFAST, ASYNC3_KFAST_SHARED,
+CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, UNSTAGED, ASYNC3, ASYNC2,
+                                                                ASYNC2_KFAST, ASYNC3_KFAST_SHARED,
                                                                 SHARED, SHARED_ASYNC]
-CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast2-pipe3", "c-bkfast0-pipe1",
-            "s-bkfast1-pipe4", "d-unstaged", "d-async3", "c-async2", "s-bkfast1-async4",
+CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast2-pipe2", "c-bkfast0-pipe1",
+            "d-unstaged", "d-async3", "c-async2",
             "z-bkfast1-async2", "s-bkfast1-async3-streamk2", "s-streamk3", "c-async2-streamk2"]
 
 # (m, n, k): C is m x n. (32, 32, 32) is a multiple of every tile above, so operands that are
@@ -521,7 +515,7 @@ def test_test_configurations_cover_the_features():
     def seen(name):
         return {c[name] for c in configs}
 
-    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 3, 4, 5, 6, 7} and seen("WARPM") == {0, 8}
+    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 5, 6} and seen("WARPM") == {0, 8}
     assert seen("PADL") == {0, 4} and seen("VWG") == {1, 2, 4} and seen("STAGE") == {0, 1}
     assert {c.get("STREAMK", 0) for c in configs} == {0, 2, 3}
     # TRANSPOSEW left out (a configuration recorded before it existed) is one element per work-item
@@ -834,3 +828,56 @@ def test_space_explain_of_the_shipped_space_counts_both_families():
     assert doc["valid"] == count(["--precision", "d"])
     rt_removed = sum(r["removed"] for r in doc["constraints"] if r["kernel"] == "xgemm_rt")
     assert 0 < rt_removed < load_space().family("xgemm_rt").size
+
+
+# ---------------------------------------------------------------- the kernel sources' shape
+
+KERNELS = Path(__file__).resolve().parents[1] / "kernels"
+_CODE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.DOTALL)
+_DIRECTIVE = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b")
+
+
+def unbalanced_arms(text: str) -> list[str]:
+    """Each conditional arm (and the file outside them) whose `{` and `}` do not pair up, as
+    "line N: ...": comments and string literals (PTX templates have braces) are left out."""
+    text = _CODE.sub(lambda m: "\n" * m.group().count("\n"), text)
+    depth = [0]                 # brace balance of the file, then of each open arm
+    starts = [1]
+    problems = []
+    for number, line in enumerate(text.splitlines(), 1):
+        directive = _DIRECTIVE.match(line)
+        if directive:
+            kind = directive.group(1)
+            if kind in ("elif", "else", "endif"):
+                assert len(depth) > 1, f"line {number}: #{kind} without #if"
+                if depth[-1]:
+                    problems.append(f"line {starts[-1]}: an arm ending on line {number} leaves {depth[-1]:+d} braces")
+                depth.pop()
+                starts.pop()
+            if kind != "endif":
+                depth.append(0)
+                starts.append(number)
+            continue
+        depth[-1] += line.count("{") - line.count("}")
+    assert len(depth) == 1, "unterminated #if"
+    if depth[0]:
+        problems.append(f"the file leaves {depth[0]:+d} braces")
+    return problems
+
+
+def test_kernel_files_are_short_and_no_conditional_arm_splits_a_brace():
+    sources = sorted(KERNELS.glob("*.cl"))
+    assert {"xgemm_rt.cl", "xgemm_rt_checks.cl", "xgemm_rt_copy.cl", "xgemm_rt_compute.cl", "xgemm_rt_mma.cl",
+            "xgemm_rt_pipe.cl", "xgemm_rt_streamk.cl"} <= {path.name for path in sources}
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        assert len(text.splitlines()) <= 400, path.name
+        assert unbalanced_arms(text) == [], path.name
+
+
+def test_the_brace_check_finds_a_brace_opened_in_one_arm_and_closed_after_it():
+    assert unbalanced_arms("#if A\n  {\n#else\n  {\n#endif\n}\n") == [
+        "line 1: an arm ending on line 3 leaves +1 braces", "line 3: an arm ending on line 5 leaves +1 braces",
+        "the file leaves -1 braces"]
+    assert unbalanced_arms('#if A\n  x = "{"; // {\n#elif B\n  { }\n#endif\n') == []
+    assert unbalanced_arms("#ifndef A\n#define B { \\\n  }\n#endif\n") == []

@@ -16,7 +16,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 SHIPPED = ["gemmtune/kernel_sources/xgemm_k5.cl", "gemmtune/kernel_sources/common.cl",
-           "gemmtune/kernel_sources/pad.cl", "gemmtune/configs/space.toml", "gemmtune/configs/defaults.toml"]
+           "gemmtune/kernel_sources/pad.cl", "gemmtune/configs/space.toml", "gemmtune/configs/defaults.toml",
+           # xgemm_rt.cl and the parts it includes
+           *(f"gemmtune/kernel_sources/xgemm_rt{part}.cl"
+             for part in ("", "_checks", "_copy", "_compute", "_mma", "_pipe", "_streamk"))]
 
 # Runs in a fresh interpreter whose only gemmtune is the one installed from the wheel.
 CHECK_INSTALLED = textwrap.dedent("""
@@ -34,6 +37,8 @@ CHECK_INSTALLED = textwrap.dedent("""
     assert Path(str(resources.configs_dir())).resolve().is_relative_to(site)
     source = resources.load_kernel_source("xgemm_k5.cl")
     assert "__kernel" in source and "pad_transpose" in source and '#include "' not in source
+    source = resources.load_kernel_source("xgemm_rt.cl")
+    assert "xgemm_fixup" in source and "pipe_async" in source and '#include "' not in source
     space = load_space()
     assert space.family("xgemm_k5").size > 1
     rng = np.random.default_rng(1)

@@ -127,7 +127,7 @@ class RegisterTiled(Padded):
 
     def local_mem_bytes(self, p, prec):
         pipe = p["PIPE"]
-        buffers = 1 + (pipe >= 2) + (pipe >= 5) * (pipe - 5)   # PIPE 2-4: 2; 5, 6, 7: 2, 3, 4
+        buffers = 1 + (pipe >= 2) + (pipe >= 5) * (pipe - 5)   # PIPE 2: 2; 5, 6: 2, 3
         return p["STAGE"] * buffers * p["KWG"] * (p["MWG"] + p["NWG"] + 2 * p["PADL"]) * prec.bytes
 
     def store_conflicts(self, p, prec):
@@ -140,7 +140,9 @@ def _rt_unstaged(p: Params):
 
 
 def _rt_async(p: Params):
-    return (p["PIPE"] <= 7) & ((p["PIPE"] < 5) | (p["BKFAST"] != 2))
+    pipe = p["PIPE"]
+    known = (pipe == 0) | (pipe == 1) | (pipe == 2) | (pipe == 5) | (pipe == 6)
+    return known & ((pipe < 5) | (p["BKFAST"] != 2))
 
 
 def _rt_vectors(p: Params):
@@ -170,7 +172,7 @@ def _rt_matrix(p: Params, dev: DeviceInfo, prec: Precision):
     wptm, wptn = p["MWG"] // _safe(p["MDIMC"]), p["NWG"] // _safe(p["NDIMC"])
     fits = (bool(prec.needs_double and dev.fp64_matrix)
             & (p["MDIMC"] % 8 == 0) & (p["NDIMC"] % 4 == 0) & (wptm % 2 == 0) & (wptn % 2 == 0)
-            & (p["KWG"] % 8 == 0) & (p["STAGE"] == 1) & (p["PIPE"] != 4)
+            & (p["KWG"] % 8 == 0) & (p["STAGE"] == 1)
             & (p["VLM"] == 1) & (p["VLN"] == 1) & (p["UNROLL"] == 1) & (p["WARPM"] == 0))
     return (p["MMA"] == 0) | ((p["MMA"] == 1) & fits)
 
@@ -194,10 +196,8 @@ XGEMM_RT = RegisterTiled(
         Constraint(5, "local memory", "STAGE * (PIPE - 3 if PIPE >= 5 else 2 if PIPE >= 2 else 1) * KWG * "
                    "(MWG + NWG + 2 * PADL) * bytes per element <= local memory size",
                    lambda p, dev, prec: XGEMM_RT.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
-        Constraint(6, "unroll", "KWG % UNROLL == 0; PIPE 4 unrolls the slice itself: UNROLL == 1 and KWG "
-                   "even (two alternating operand sets)",
-                   lambda p, dev, prec: (p["KWG"] % p["UNROLL"] == 0)
-                   & ((p["PIPE"] != 4) | ((p["UNROLL"] == 1) & (p["KWG"] % 2 == 0)))),
+        Constraint(6, "unroll", "KWG % UNROLL == 0",
+                   lambda p, dev, prec: p["KWG"] % p["UNROLL"] == 0),
         Constraint(7, "warp sub-tile", "WARPM == 0, or MDIMC * NDIMC % 32 == 0 and WARPM divides 32 "
                    "and MDIMC, and 32 / WARPM divides NDIMC", lambda p, dev, prec: _rt_warp(p)),
         Constraint(8, "registers", "WPTM * WPTN * bytes per element / 4 <= 128: the accumulators "
@@ -207,13 +207,13 @@ XGEMM_RT = RegisterTiled(
         Constraint(10, "staging", "STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and "
                    "BKFAST == 0: unstaged, those do not apply, and B is read n-fastest",
                    lambda p, dev, prec: _rt_unstaged(p)),
-        Constraint(11, "asynchronous copies", "PIPE <= 7, and BKFAST 0 or 1 with PIPE 5-7: B goes by "
-                   "asynchronous copies as it is in global memory, or through registers a vector of a "
+        Constraint(11, "asynchronous copies", "PIPE is 0, 1, 2, 5 or 6, and BKFAST 0 or 1 with PIPE 5 or 6: B "
+                   "goes by asynchronous copies as it is in global memory, or through registers a vector of a "
                    "column at a time (BKFAST 1), not in BKFAST 2's blocks",
                    lambda p, dev, prec: _rt_async(p)),
         Constraint(12, "matrix instructions", "MMA == 0, or MMA == 1 with: d or z on a device with FP64 matrix "
                    "instructions, MDIMC % 8 == 0 and NDIMC % 4 == 0 (8 x 4 work-items per group of 32), "
-                   "WPTM and WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8 blocks), STAGE == 1, PIPE != 4, "
+                   "WPTM and WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8 blocks), STAGE == 1, "
                    "and VLM == VLN == UNROLL == 1, WARPM == 0, which do not apply to it",
                    _rt_matrix),
     ),

@@ -1,0 +1,94 @@
+// xgemm_rt with MMA = 1: multiply_slice by matrix instructions. Included by xgemm_rt.cl in
+// place of xgemm_rt_compute.cl, which has the same function for one work-item's own results.
+//
+// Each group of 32 work-items (a warp) owns an (8 WPTM) x (4 WPTN) block of the tile, made of
+// WPTM/2 x WPTN/2 blocks of 16 x 8, and multiplies them 8 values of k at a time with one matrix
+// instruction per block: lane (g, q) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2q
+// and 2q + 1 of each block's results as acc[2i + h][2j + c], and for each block of 8 k supplies
+// A at rows g, g + 8 and k = q, q + 4, and B at column g and k = q, q + 4. The warp's block
+// starts at row MMA_WM(tid) and column MMA_WN(tid) of the tile.
+#define MMA_G(tid) (((tid) % 32) / 4)
+#define MMA_Q(tid) (((tid) % 32) % 4)
+#define MMA_WM(tid) ((((tid) / 32) % (MDIMC / 8)) * (8 * WPTM))
+#define MMA_WN(tid) ((((tid) / 32) / (MDIMC / 8)) * (4 * WPTN))
+// Where work-item tid (or tx, ty: unused here) keeps result i along M and j along N of the tile.
+#define MROW(tid, tx, i) (MMA_WM(tid) + ((i) / 2) * 16 + ((i) % 2) * 8 + MMA_G(tid))
+#define NCOL(tid, ty, j) (MMA_WN(tid) + ((j) / 2) * 8 + 2 * MMA_Q(tid) + (j) % 2)
+#if MMA_F64
+  // d0..d3 += a0..a3 (16 x 8) * b0, b1 (8 x 8), the registers as above (fa_, fb_, g and q are
+  // for the spelled-out instruction below).
+  #define MMA16X8X8(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, fa_, fb_, g, q) { \
+        double c0 = (d0), c1 = (d1), c2 = (d2), c3 = (d3); \
+        __asm__ __volatile__("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, " \
+                             "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" \
+                             : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3) \
+                             : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(b0), "d"(b1)); \
+        (d0) = c0; (d1) = c1; (d2) = c2; (d3) = c3; \
+      }
+#else
+  // The same instruction, spelled out: the warp's fragments go through local memory (fa_ and
+  // fb_, the warp's 16 x 8 and 8 x 8 doubles) as the matrices they are, and each lane sums its
+  // four results. Every work-item reaches every multiply, so the barriers are safe; on such
+  // devices this path is for tests.
+  #define MMA16X8X8(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, fa_, fb_, g, q) { \
+        fa_[g * 8 + q] = (a0); fa_[(g + 8) * 8 + q] = (a1); \
+        fa_[g * 8 + q + 4] = (a2); fa_[(g + 8) * 8 + q + 4] = (a3); \
+        fb_[g * 8 + q] = (b0); fb_[g * 8 + q + 4] = (b1); \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        for (int k = 0; k < 8; k++) { \
+          (d0) += fa_[g * 8 + k] * fb_[2 * q * 8 + k]; (d1) += fa_[g * 8 + k] * fb_[(2 * q + 1) * 8 + k]; \
+          (d2) += fa_[(g + 8) * 8 + k] * fb_[2 * q * 8 + k]; (d3) += fa_[(g + 8) * 8 + k] * fb_[(2 * q + 1) * 8 + k]; \
+        } \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+      }
+#endif
+// fa and fb: the fragments of A and B for one block of 8 values of k, from the slices at aslice
+// and bslice (rows of lda and ldb elements, one row per k).
+#define LOAD_FRAGMENTS(fa, fb, aslice, lda, bslice, ldb, wm, wn, g, q, kk) { \
+    const __local real* alo = (aslice) + ((kk) + q) * (lda) + wm + g; \
+    const __local real* blo = (bslice) + ((kk) + q) * (ldb) + wn + g; \
+    for (int i = 0; i < WPTM / 2; i++) { \
+      fa[i][0] = alo[16 * i]; fa[i][1] = alo[16 * i + 8]; \
+      fa[i][2] = alo[4 * (lda) + 16 * i]; fa[i][3] = alo[4 * (lda) + 16 * i + 8]; \
+    } \
+    for (int j = 0; j < WPTN / 2; j++) { fb[j][0] = blo[8 * j]; fb[j][1] = blo[4 * (ldb) + 8 * j]; } \
+  }
+#define BLOCK_MMA(acc, fa_, fb_, g, q, i, j, P, a, b) \
+  MMA16X8X8(acc[2 * (i)][2 * (j)]P, acc[2 * (i)][2 * (j) + 1]P, acc[2 * (i) + 1][2 * (j)]P, \
+            acc[2 * (i) + 1][2 * (j) + 1]P, a[0], a[1], a[2], a[3], b[0], b[1], fa_, fb_, g, q)
+#if IS_COMPLEX
+  // (ar + i ai)(br + i bi): four real products, ai negated once for the real part.
+  #define MULTIPLY_FRAGMENTS(acc, fa, fb, fa_, fb_, g, q) \
+    for (int i = 0; i < WPTM / 2; i++) { \
+      const double ar[4] = {fa[i][0].x, fa[i][1].x, fa[i][2].x, fa[i][3].x}; \
+      const double ai[4] = {fa[i][0].y, fa[i][1].y, fa[i][2].y, fa[i][3].y}; \
+      const double an[4] = {-ai[0], -ai[1], -ai[2], -ai[3]}; \
+      for (int j = 0; j < WPTN / 2; j++) { \
+        const double br[2] = {fb[j][0].x, fb[j][1].x}, bi[2] = {fb[j][0].y, fb[j][1].y}; \
+        BLOCK_MMA(acc, fa_, fb_, g, q, i, j, .x, ar, br) BLOCK_MMA(acc, fa_, fb_, g, q, i, j, .x, an, bi) \
+        BLOCK_MMA(acc, fa_, fb_, g, q, i, j, .y, ar, bi) BLOCK_MMA(acc, fa_, fb_, g, q, i, j, .y, ai, br) \
+      } \
+    }
+#else
+  #define MULTIPLY_FRAGMENTS(acc, fa, fb, fa_, fb_, g, q) \
+    for (int i = 0; i < WPTM / 2; i++) { \
+      for (int j = 0; j < WPTN / 2; j++) { BLOCK_MMA(acc, fa_, fb_, g, q, i, j, , fa[i], fb[j]) } \
+    }
+#endif
+
+// acc += the slice at aslice (KWG rows of lda elements along M) times the one at bslice (rows of
+// ldb along N). frag is the warp's scratch of the spelled-out instruction, unused with MMA_F64;
+// tx and ty are not used: the lanes of a warp are laid out by tid.
+INLINE_FUNC void multiply_slice(real acc[WPTM][WPTN], const OPERANDS real* aslice, const int lda,
+                           const OPERANDS real* bslice, const int ldb, const int tid, const int tx, const int ty,
+                           __local real* frag) {
+  const int g = MMA_G(tid), q = MMA_Q(tid), wm = MMA_WM(tid), wn = MMA_WN(tid);
+  __local double* const fa_ = (__local double*)frag;
+  __local double* const fb_ = fa_ + 16 * 8;
+  real fa[WPTM / 2][4], fb[WPTN / 2][2];
+  PRAGMA(unroll)
+  for (int kk = 0; kk < KWG; kk += 8) {
+    LOAD_FRAGMENTS(fa, fb, aslice, lda, bslice, ldb, wm, wn, g, q, kk)
+    MULTIPLY_FRAGMENTS(acc, fa, fb, fa_, fb_, g, q)
+  }
+}

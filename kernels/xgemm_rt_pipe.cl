@@ -1,0 +1,102 @@
+// xgemm_rt: the pipeline schedules, one function each, chosen by STAGE and PIPE. Each multiplies
+// one tile's K-slices 0 to tiles - 1 (global memory at Ablock and Bblock, leading dimensions lda
+// and ldb) into acc, by multiply_slice (xgemm_rt_compute.cl or xgemm_rt_mma.cl). Alm and Blm are
+// the work-group's NBUF local buffers per slice; tid, tx and ty the work-item's place; frag the
+// scratch of the spelled-out matrix instruction (MMA without MMA_F64). Included by xgemm_rt.cl.
+
+// multiply_slice on local buffer buf.
+#define COMPUTE(acc, Alm, Blm, buf, tid, tx, ty, frag) \
+  multiply_slice(acc, (Alm) + (buf) * KWG * LDAL, LDAL, (Blm) + (buf) * KWG * LDBL, LDBL, tid, tx, ty, frag)
+
+#if STAGE == 0
+// Every work-item reads what it multiplies; the cache, not local memory, shares it.
+INLINE_FUNC void pipe_unstaged(real acc[WPTM][WPTN], const __global real* const Ablock, const int lda,
+                          const __global real* const Bblock, const int ldb, const int tiles,
+                          const int tid, const int tx, const int ty, __local real* frag) {
+  for (int t = 0; t < tiles; t++) {
+    multiply_slice(acc, Ablock + t * KWG * lda, lda, Bblock + t * KWG * ldb, ldb, tid, tx, ty, frag);
+  }
+}
+
+#elif ABUF
+// ABUF - 1 slices in flight while one is computed, one barrier per slice. Every step commits a
+// group, empty near the end, so that waiting for all but the newest ABUF - 2 groups always
+// means: slice t has landed. The loop is written out ABUF times so that every buffer index
+// is a constant (in s on the H200, PIPE 6 went from 46,475 to 48,729 GFLOP/s by it).
+#define ABUF_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tx, ty, frag, tiles, t, i) \
+  if (t + (i) < tiles) { \
+    WAIT_OLDEST();                  /* this work-item's copies of slice t + i have landed */ \
+    barrier(CLK_LOCAL_MEM_FENCE);   /* everyone's have, and everyone is done with the slice before */ \
+    if (t + (i) + ABUF - 1 < tiles) { \
+      COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, ((i) + ABUF - 1) % ABUF, t + (i) + ABUF - 1) \
+    } \
+    COMMIT(); \
+    COMPUTE(acc, Alm, Blm, i, tid, tx, ty, frag); \
+  }
+INLINE_FUNC void pipe_async(real acc[WPTM][WPTN], __local real* Alm, __local real* Blm,
+                       const __global real* const Ablock, const int lda, const __global real* const Bblock,
+                       const int ldb, const int tiles, const int tid, const int tx, const int ty,
+                       __local real* frag) {
+  gunion rb[LPTB];   // with BKFAST, B's next slice on its way through registers
+  ASRC(asrc, Ablock, lda, tid)
+  BSRC(bsrc, rb, Bblock, ldb, tid, tiles)
+  for (int s = 0; s < ABUF - 1; s++) {
+    if (s < tiles) { COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, s, s) }
+    COMMIT();
+  }
+  for (int t = 0; t < tiles; t += ABUF) {
+    ABUF_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tx, ty, frag, tiles, t, 0)
+    ABUF_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tx, ty, frag, tiles, t, 1)
+#if ABUF == 3
+    ABUF_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tx, ty, frag, tiles, t, 2)
+#endif
+  }
+}
+
+#elif PIPE == 0
+INLINE_FUNC void pipe_0(real acc[WPTM][WPTN], __local real* Alm, __local real* Blm,
+                   const __global real* const Ablock, const int lda, const __global real* const Bblock,
+                   const int ldb, const int tiles, const int tid, const int tx, const int ty, __local real* frag) {
+  gunion ra[LPTA], rb[LPTB];
+  for (int t = 0; t < tiles; t++) {
+    LOAD_GLOBAL(ra, rb, Ablock, lda, Bblock, ldb, tid, t * KWG)
+    STORE_LOCAL(Alm, Blm, ra, rb, tid, 0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    COMPUTE(acc, Alm, Blm, 0, tid, tx, ty, frag);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+}
+
+#elif PIPE == 1
+// The next slice's global loads are in flight while this slice is computed.
+INLINE_FUNC void pipe_1(real acc[WPTM][WPTN], __local real* Alm, __local real* Blm,
+                   const __global real* const Ablock, const int lda, const __global real* const Bblock,
+                   const int ldb, const int tiles, const int tid, const int tx, const int ty, __local real* frag) {
+  gunion ra[LPTA], rb[LPTB];
+  LOAD_GLOBAL(ra, rb, Ablock, lda, Bblock, ldb, tid, 0)
+  for (int t = 0; t < tiles; t++) {
+    STORE_LOCAL(Alm, Blm, ra, rb, tid, 0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t + 1 < tiles) { LOAD_GLOBAL(ra, rb, Ablock, lda, Bblock, ldb, tid, (t + 1) * KWG) }
+    COMPUTE(acc, Alm, Blm, 0, tid, tx, ty, frag);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+}
+
+#else
+// Two local buffers: the next slice is stored into the other one, one barrier per slice.
+INLINE_FUNC void pipe_2(real acc[WPTM][WPTN], __local real* Alm, __local real* Blm,
+                   const __global real* const Ablock, const int lda, const __global real* const Bblock,
+                   const int ldb, const int tiles, const int tid, const int tx, const int ty, __local real* frag) {
+  gunion ra[LPTA], rb[LPTB];
+  LOAD_GLOBAL(ra, rb, Ablock, lda, Bblock, ldb, tid, 0)
+  STORE_LOCAL(Alm, Blm, ra, rb, tid, 0)
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int t = 0; t < tiles; t++) {
+    if (t + 1 < tiles) { LOAD_GLOBAL(ra, rb, Ablock, lda, Bblock, ldb, tid, (t + 1) * KWG) }
+    COMPUTE(acc, Alm, Blm, t & 1, tid, tx, ty, frag);
+    if (t + 1 < tiles) { STORE_LOCAL(Alm, Blm, ra, rb, tid, (t + 1) & 1) }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+}
+#endif
