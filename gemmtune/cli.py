@@ -95,7 +95,8 @@ def format_option(*choices):
 
 def space_option(f):
     return click.option("--space", "space_file", type=click.Path(dir_okay=False), default=None,
-                        help="Search-space TOML file (default: the shipped configs/space.toml).")(f)
+                        help="Search-space TOML file (default: the shipped space of the device's type: "
+                        "configs/space-cpu.toml on a CPU, configs/space.toml elsewhere).")(f)
 
 
 def emit(rows: list[dict], fmt: str) -> None:
@@ -147,7 +148,7 @@ def space(device, precision, shape, space_file, fmt, count, explain):
 
     dev = resolve_device(device)
     prec = get_precision(precision)
-    the_space = sp.load_space(space_file)
+    the_space = sp.load_space(space_file, device=dev)
     if explain:
         counts = sp.explain(the_space, dev, prec)
         rows = [{"kernel": c.kernel, "constraint": c.constraint.number, "name": c.constraint.name,
