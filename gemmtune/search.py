@@ -82,6 +82,7 @@ class Progress:
     last_gflops: float | None = None
     device: DeviceInfo | None = None     # the device that measured ``last`` (None: it failed to build)
     study: str | None = None
+    left: float | None = None            # seconds of the time budget left (None: no budget)
 
 
 @dataclass
@@ -283,6 +284,7 @@ class _Lane:
                                              {*self.measured, self.baseline_key})
 
         self.budget = req.trials
+        self.timeout = req.timeout
         if req.sampler == "grid":
             left = len(self.proposer.unmeasured())
             self.budget = left if self.budget is None else min(self.budget, left)
@@ -548,9 +550,11 @@ class _Lane:
         self.flying.pop(trial._trial_id, None)
         self.done += 1
         if progress:
+            elapsed = time.monotonic() - self.start
+            left = None if self.timeout is None else max(0.0, self.timeout - elapsed)
             progress(Progress(self.done, self.budget, self.best, sum(self.failures.values()),
-                              time.monotonic() - self.start, outcome, config,
-                              value if outcome.status == "ok" else None, dev, self.name))
+                              elapsed, outcome, config, value if outcome.status == "ok" else None, dev,
+                              self.name, left))
 
     def heartbeat(self) -> None:
         for trial_id in self.flying:
