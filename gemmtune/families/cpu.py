@@ -45,6 +45,11 @@ class Cpu(Family):
     def local_mem_bytes(self, p, prec):
         return 0
 
+    def tile(self, p):
+        # a work-item's block of C, MR x NR (WGS work-items per group, side by side along M for
+        # the model), one step of K at a time
+        return _mr(p) * p["WGS"], p["NR"], 1
+
     def padded_shape(self, p, m, n, k):
         # The kernel reads the operands in place with edge guards: nothing is padded.
         return m, n, k
