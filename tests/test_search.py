@@ -572,8 +572,8 @@ def test_progress_shows_the_time_left(capsys):
     from gemmtune.search import Progress
 
     line = _ProgressLine(quiet=False)
-    line(Progress(3, None, 120.5, 0, 61.2, left=178.8))
-    line(Progress(3, 30, 120.5, 1, 61.2))
+    line(Progress(3, None, 120.5, 0, 61.2, last_gflops=99.0, left=178.8))
+    line(Progress(3, 30, 120.5, 1, 61.2, last_gflops=99.0))
     first, second = capsys.readouterr().err.splitlines()
     assert first.startswith("trial 3  best 120.5 GFLOP/s") and "61 s, 179 s left" in first
     assert second.startswith("trial 3/30 ") and "left" not in second
@@ -584,7 +584,7 @@ def test_search_on_a_cpu_takes_the_cpu_space_unless_given_one(tmp_path, tiny_spa
     assert dev.type == "CPU"
     db = tmp_path / "cpu.db"
     out = json.loads(search("--size", "24", "--trials", "2", "--no-seed", "--format", "json", db=db).stdout)
-    assert out[0]["valid_configurations"] == len(valid_configs(load_space(device=dev), dev, get_precision("s")))
+    assert out["valid_configurations"] == len(valid_configs(load_space(device=dev), dev, get_precision("s")))
     assert {r["kernel"] for r in rows(db)} == {"xgemm_cpu"}
     given = tmp_path / "given.db"
     search("--size", "24", "--trials", "2", "--no-seed", "--space", str(tiny_space), db=given)
