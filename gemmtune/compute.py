@@ -52,8 +52,14 @@ def resolve_config(config, info: DeviceInfo, prec: Precision) -> Config:
     else:
         given = dict(config)
         kernel = given.pop("KERNEL", None)
-        # Without KERNEL, the first family of the device's space; with one, any shipped family.
-        resolved = make_config(shipped_families() if kernel else load_space(device=info), kernel, given)
+        if kernel is None:
+            # The first family, of the device's space and then of the other shipped ones, that
+            # has every parameter given (TSM=... names xgemm_k5 on a CPU too); else the device's
+            # first, which names the unknown parameter.
+            spaces = (*load_space(device=info).families, *shipped_families().families)
+            kernel = next((fs.family.name for fs in spaces if set(given) <= set(fs.defaults)),
+                          spaces[0].family.name)
+        resolved = make_config(shipped_families(), kernel, given)
     check_config(resolved, info, prec)
     return resolved
 
