@@ -443,9 +443,10 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
     from gemmtune.search import SearchRequest, run_search  # after the checks: a second of imports
     from gemmtune.timing import TimingPolicy
 
+    if timeout is None and trials is None and sampler != "grid":
+        timeout = DEFAULT_TIMEOUT
     req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2],
-                        trials=trials, timeout=timeout if timeout is not None or trials is not None
-                        or sampler == "grid" else DEFAULT_TIMEOUT, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
+                        trials=trials, timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
                         db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap),
                         jobs=jobs, early_stop=early_stop or None, seeds=0 if no_seed else 10, grace=grace)
     line = _ProgressLine(quiet)
