@@ -399,11 +399,12 @@ def print_summary(d: dict) -> None:
 @precision_option
 @shape_options
 @click.option("--trials", type=int, default=None,
-              help="New trials to measure (default: as many as --timeout allows; with --sampler grid, "
-                   "the whole space).")
+              help="New trials to measure (default: as many as --timeout allows; with --shapes and no "
+                   "--timeout, 30 per problem; with --sampler grid, the whole space).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help=f"Stop starting trials after this many seconds (default {DEFAULT_TIMEOUT:g} when --trials "
-                   "is not given either, and not with --sampler grid; trials in flight then finish).")
+              help=f"Stop starting trials after this many seconds (default {DEFAULT_TIMEOUT:g} for one problem "
+                   "when --trials is not given either, and not with --sampler grid; trials in flight then "
+                   "finish).")
 @click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
               show_default=True, help="Seconds one trial (build, verify, time) may take.")
 @click.option("--sampler", type=click.Choice(["tpe", "random", "grid"]), default="tpe", show_default=True)
@@ -443,10 +444,13 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
     from gemmtune.search import SearchRequest, run_search  # after the checks: a second of imports
     from gemmtune.timing import TimingPolicy
 
-    if timeout is None and trials is None and sampler != "grid":
-        timeout = DEFAULT_TIMEOUT
+    if timeout is None and trials is None and sampler != "grid" and shapes is None:
+        timeout = DEFAULT_TIMEOUT   # the Quick start: ends by itself, however many trials fit
+    # Under a time budget a search (each problem of a workload) runs until its share is spent.
+    unbounded = sampler == "grid" or timeout is not None
     req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2],
-                        trials=trials, timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
+                        trials=trials if trials is not None or unbounded else 30,
+                        timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
                         db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap),
                         jobs=jobs, early_stop=early_stop or None, seeds=0 if no_seed else 10, grace=grace)
     line = _ProgressLine(quiet)
@@ -459,7 +463,8 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
             if not quiet:
                 line.close()
                 budget = "" if s.seconds is None else f", {s.seconds:,.0f} s of the budget"
-                click.echo(f"[{s.index}/{s.total}] {s.shape}: searching{budget}, starting from "
+                again = " again (second pass, where the first paid)" if s.second else ""
+                click.echo(f"[{s.index}/{s.total}] {s.shape}: searching{again}{budget}, starting from "
                            f"{s.nearby} configuration(s) of nearby shapes", err=True)
         summaries, left = run_workload(req, shapes, line, step)
     line.close()
@@ -524,7 +529,9 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
     from gemmtune import report as rp
 
     if plot_file:
-        rp.require_matplotlib()
+        from gemmtune.report_plot import require_matplotlib
+
+        require_matplotlib()
     found = rp.load(db, filters)
     if found.skipped_note():
         click.echo(found.skipped_note(), err=True)
@@ -542,7 +549,9 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
             click.echo(note, err=True)
     click.echo(rp.render(frame, fmt), nl=False)
     if plot_file:
-        rp.plot(found.rows, plot_file)
+        from gemmtune.report_plot import plot
+
+        plot(found.rows, plot_file)
         click.echo(f"Plot written to {plot_file}.", err=True)
     return 0
 

@@ -14,21 +14,29 @@ from gemmtune.resources import configs_dir
 from gemmtune.space import Config, load_space, make_config, require_precision
 
 
-# Where nothing was tuned, a problem gets the default of its shape's class. Small problems and
-# problems thin in M or N are served best by one launch of the direct family, without the
-# preparation passes and large tiles of the tiled ones (docs/performance.md, shapes).
-SMALL_VOLUME = 2**27   # m * n * k at most this: "small"
-SKINNY = 64            # m or n at most this, with K at least LONG_K: "skinny" (K may be cut into parts)
+# Where nothing was tuned, a problem gets the default of its shape's class (defaults.toml says
+# which configurations serve which class, and docs/performance.md what they were measured on).
+SMALL_VOLUME = 2**27    # m * n * k at most this: "small"
+MEDIUM_VOLUME = 2**31   # at most this: "medium"; above: "large"
+SKINNY = 64             # m (or n) at most this with K at least LONG_K: "skinny_m" ("skinny_n")
 LONG_K = 1024
-SHAPE_CLASSES = ("large", "small", "skinny")
+# A class without an entry of its own takes this one's.
+FALLBACK = {"small": "medium", "medium": "large", "skinny_m": "medium", "skinny_n": "medium"}
+SHAPE_CLASSES = ("large", "small", "medium", "skinny_m", "skinny_n", "views")
 
 
 def shape_class(m: int, n: int, k: int) -> str:
-    if min(m, n) <= SKINNY:
-        return "skinny" if k >= LONG_K else "small"
-    if m * n * k <= SMALL_VOLUME:
-        return "small"
-    return "large"
+    if min(m, n) <= SKINNY and k >= LONG_K:
+        return "skinny_m" if m <= n else "skinny_n"
+    volume = m * n * k
+    return "small" if volume <= SMALL_VOLUME else "medium" if volume <= MEDIUM_VOLUME else "large"
+
+
+def class_entry(found: dict, cls: str):
+    """The configuration of class ``cls`` among ``found``, or of the class it falls back to."""
+    while cls not in found:
+        cls = FALLBACK.get(cls, "large")
+    return found[cls]
 
 
 @lru_cache(maxsize=1)
@@ -39,7 +47,7 @@ def _table() -> dict:
 def shipped_defaults(device_type: str, prec: Precision) -> dict[str, Config]:
     """Per shape class, the configuration defaults.toml gives for a device type, before any
     validity check. ``[TYPE.p]`` is the large class; its sub-tables ``[TYPE.p.CLASS]`` the
-    others (a class without one takes the large default)."""
+    others (see ``class_entry`` for a class without one)."""
     table = _table()
     entry = dict(table.get(device_type, table["OTHER"])[prec.code])
     classes = {name: entry.pop(name) for name in SHAPE_CLASSES[1:] if name in entry}
@@ -53,8 +61,7 @@ def shipped_defaults(device_type: str, prec: Precision) -> dict[str, Config]:
 
 def shipped_default(device_type: str, prec: Precision, cls: str = "large") -> Config:
     """The configuration defaults.toml gives for a device type and shape class."""
-    found = shipped_defaults(device_type, prec)
-    return found.get(cls, found["large"])
+    return class_entry(shipped_defaults(device_type, prec), cls)
 
 
 def distance(a: Config, b: Config) -> float:
@@ -72,9 +79,9 @@ def default_config(dev: DeviceInfo, prec: Precision, shape: tuple[int, int, int]
     it (in log2 steps per parameter). ``views``: of a family that reads operands at offsets."""
     require_precision(dev, prec)
     found = shipped_defaults(dev.type, prec)
-    config = found.get(shape_class(*shape) if shape else "large", found["large"])
+    config = class_entry(found, shape_class(*shape) if shape else "large")
     if views and not FAMILIES[config.kernel].takes_views:
-        config = next(c for c in found.values() if FAMILIES[c.kernel].takes_views)
+        config = found["views"]
     # Repaired within its family; where nothing of that family fits the device, the nearest
     # configuration of the other classes' families.
     for candidate in (config, *(c for c in found.values() if c.kernel != config.kernel)):

@@ -134,6 +134,23 @@ def _add_new_columns(conn) -> None:
             conn.execute(sa.text(f'ALTER TABLE results ADD COLUMN "{column.name}" {kind}'))
 
 
+def _open_tables(engine: sa.engine.Engine, create: bool) -> None:
+    """Connect (an unusable database fails here, in the constructor) and, with ``create``,
+    create the tables or add the columns they lack."""
+    for attempt in range(3):
+        try:
+            with engine.begin() as conn:
+                if create:
+                    metadata.create_all(conn)
+                    _add_new_columns(conn)
+            return
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+            # Processes starting together on a server race to create the tables.
+            if attempt == 2:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+
+
 class Store:
     """Read and append rows of the ``results`` table. Each append is its own transaction."""
 
@@ -153,18 +170,7 @@ class Store:
         try:
             self.engine = _engine(self.url, parsed)
             self.logged = create and fast_sqlite(self.engine)
-            for attempt in range(3):
-                try:
-                    with self.engine.begin() as conn:
-                        if create:
-                            metadata.create_all(conn)
-                            _add_new_columns(conn)
-                    break
-                except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
-                    # Processes starting together on a server race to create the tables.
-                    if attempt == 2:
-                        raise
-                    time.sleep(0.5 * (attempt + 1))
+            _open_tables(self.engine, create)
         except (sa.exc.SQLAlchemyError, ModuleNotFoundError) as e:
             raise _open_error(e, self.url) from None
 

@@ -1,8 +1,9 @@
 """``gemmtune search --shapes``: tune every problem of a workload under one time budget.
 
 Each problem is searched in a study of its own (so a second run resumes each where it
-stopped), in the order given. The budget left is shared equally among the problems left, so
-time a problem does not use (it ran out of trials, or its space) goes to the ones after it.
+stopped), in the order given. A time budget goes out in two passes: part of it evenly, the rest
+where the first pass paid (see ``run_workload``); time a problem does not use (it ran out of
+trials, or of its space) goes to the ones after it.
 Each search starts from its baseline and then the best configurations already recorded for
 the nearest other problems of the device and precision (nearest in log size), before the
 performance model's picks and the sampler: tilings carry over between neighbouring shapes.
@@ -18,6 +19,8 @@ from gemmtune.shapes import Shape
 
 NEARBY = 5           # configurations of the nearest tuned shapes measured first
 MIN_SECONDS = 5.0    # a problem gets at least this much of the budget, or is left for a later run
+FIRST_SHARE = 0.4    # of a time budget, spread evenly over the problems first
+GAIN_FLOOR = 0.05    # the least weight a problem's first pass earns it in the second
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class Step:
     shape: Shape
     seconds: float | None   # its share of the budget; None without --timeout
     nearby: int             # configurations of nearby shapes it starts from
+    second: bool = False    # the second pass, where the first paid
 
 
 def nearby_configs(url: str, dev, prec, shape: Shape, count: int = NEARBY) -> list:
@@ -43,8 +47,12 @@ def nearby_configs(url: str, dev, prec, shape: Shape, count: int = NEARBY) -> li
 
 def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Step], None] | None = None):
     """One search per problem of ``shapes`` (each with its precision) under ``req``'s budget:
-    ``req.timeout`` for the whole workload, ``req.trials`` per problem. Returns the searches'
-    summaries and the problems left for lack of time."""
+    ``req.timeout`` for the whole workload, ``req.trials`` per problem and pass. Returns one
+    summary per problem searched and the problems left for lack of time.
+
+    With a time budget and several problems the budget goes out in two passes: FIRST_SHARE of it
+    evenly, then the rest in proportion to what each problem's first pass gained over its
+    baseline (at least GAIN_FLOOR), so that time goes where searching paid."""
     from gemmtune.device import resolve_device
     from gemmtune.precision import get_precision
     from gemmtune.search import run_search
@@ -53,23 +61,43 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     url = database_url(req.db)
     dev = resolve_device(req.device)
     deadline = None if req.timeout is None else time.monotonic() + req.timeout
-    summaries, left = [], []
-    for i, shape in enumerate(shapes):
-        seconds = None
-        if deadline is not None:
-            seconds = (deadline - time.monotonic()) / (len(shapes) - i)
-            if seconds < MIN_SECONDS:
-                left = shapes[i:]
-                break
+    found: dict[Shape, object] = {}   # shape -> its summary so far (trials added up over passes)
+
+    def search(i: int, total: int, shape: Shape, seconds: float | None, second: bool = False) -> bool:
         prec = get_precision(shape.precision or req.precision)
         start = nearby_configs(url, dev, prec, shape)
         if on_step:
-            on_step(Step(i + 1, len(shapes), shape, seconds, len(start)))
+            on_step(Step(i, total, shape, seconds, len(start), second))
         sub = replace(req, precision=prec.code, m=shape.m, n=shape.n, k=shape.k, timeout=seconds,
                       start=tuple(start), study=None)
-        found = run_search(sub, progress)
-        summaries += found
-        if any(s.stopped_by == "interrupted" for s in found):
-            left = shapes[i + 1:]
-            break
-    return summaries, left
+        for s in run_search(sub, progress):
+            before = found.get(shape)
+            found[shape] = s if before is None else replace(
+                s, trials=before.trials + s.trials, elapsed=before.elapsed + s.elapsed,
+                failures=before.failures + s.failures)
+            if s.stopped_by == "interrupted":
+                return False
+        return True
+
+    # Two passes only where the first still gives every problem its minimum.
+    two_passes = (deadline is not None and len(shapes) > 1
+                  and FIRST_SHARE * req.timeout / len(shapes) >= MIN_SECONDS)
+    first_end = time.monotonic() + FIRST_SHARE * req.timeout if two_passes else deadline
+    for i, shape in enumerate(shapes):
+        seconds = None
+        if deadline is not None:
+            seconds = (first_end - time.monotonic()) / (len(shapes) - i)
+            if seconds < MIN_SECONDS:
+                return list(found.values()), shapes[i:]
+        if not search(i + 1, len(shapes), shape, seconds):
+            return list(found.values()), shapes[i + 1:]
+    if two_passes:
+        gains = {s: max((found[s].speedup or 1.0) - 1.0, GAIN_FLOOR) for s in shapes}
+        order = sorted(shapes, key=lambda s: -gains[s])
+        weight = sum(gains.values())
+        for i, shape in enumerate(order):
+            seconds = (deadline - time.monotonic()) * gains[shape] / weight
+            weight -= gains[shape]
+            if seconds >= MIN_SECONDS and not search(i + 1, len(order), shape, seconds, second=True):
+                break
+    return [found[s] for s in shapes if s in found], []

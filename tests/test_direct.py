@@ -245,21 +245,17 @@ def test_gemm_refuses_strided_rows(queue):
 
 
 @pytest.mark.usefixtures("no_tuned_results")
-def test_small_problems_take_the_direct_default_on_a_gpu_and_large_ones_the_tiled():
-    from gemmtune.defaults import default_config, shape_class
+def test_views_take_the_direct_default_where_the_class_default_cannot_read_them():
+    from gemmtune.defaults import default_config
 
-    dev = _pocl_info()
     s = get_precision("s")
-    assert shape_class(100, 100, 100) == "small" and shape_class(1, 4096, 4096) == "skinny"
-    assert shape_class(4096, 4096, 4096) == "large" and shape_class(6144, 6144, 128) == "large"
-    assert shape_class(64, 64, 64) == "small" and shape_class(4096, 8, 100) == "small"
-    assert shape_class(4096, 64, 1024) == "skinny" and shape_class(4096, 65, 1024) == "large"
-    # On a GPU: the direct family for small problems and views, a tiled one for large ones.
+    # A GPU's large default is tiled and reads operands at offset 0 only.
     gpu = make_device()
-    assert default_config(gpu, s, (100, 100, 100)).kernel == "xgemm_direct"
-    assert default_config(gpu, s, (4096, 4096, 4096)).kernel != "xgemm_direct"
+    large = default_config(gpu, s, (4096, 4096, 4096))
+    assert not FAMILIES[large.kernel].takes_views
     assert default_config(gpu, s, (4096, 4096, 4096), views=True).kernel == "xgemm_direct"
-    # On PoCL's CPU device xgemm_cpu serves them all: it reads views, and small problems ran
-    # 20-40 times faster with it than with the direct family.
+    # On PoCL's CPU device xgemm_cpu serves every class and views: it reads them itself, and
+    # small problems ran 20-40 times faster with it than with the direct family.
+    dev = _pocl_info()
     assert {default_config(dev, s, shape, views=views).kernel for shape in ((100, 100, 100), (4096, 4096, 4096))
             for views in (False, True)} == {"xgemm_cpu"}

@@ -90,16 +90,17 @@ def _gemm(queue, gpu, config, code, m, n, k, ta="N", tb="N", beta=0.0):
 
 
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
-@pytest.mark.parametrize("cls", ["large", "small", "skinny"])
+@pytest.mark.parametrize("cls", ["large", "small", "medium", "skinny_m", "skinny_n", "views"])
 def test_shipped_gpu_defaults_on_the_gpu(queue, gpu, code, cls):
-    """The shipped GPU defaults: s's cp.async pipeline and stream-K, d's and z's FP64 matrix
-    instructions where the device has them, and the direct family's small and skinny entries,
-    on shapes that are not tile multiples, transposed, and long enough for stream-K's pieces."""
+    """The shipped GPU defaults of every shape class: s's cp.async pipeline and stream-K, d's and
+    z's FP64 matrix instructions where the device has them, the direct family for views, on
+    shapes that are not tile multiples, transposed, and long enough for stream-K's pieces."""
     from gemmtune.defaults import default_config, shipped_default
 
     prec = get_precision(code)
-    config = default_config(gpu, prec, {"large": (2000, 1000, 700), "small": (200, 100, 300),
-                                        "skinny": (3, 900, 2000)}[cls])
+    shape = {"large": (2000, 1000, 1500), "small": (200, 100, 300), "medium": (700, 900, 800),
+             "skinny_m": (3, 900, 2000), "skinny_n": (900, 3, 2000), "views": (200, 100, 300)}[cls]
+    config = default_config(gpu, prec, shape, views=cls == "views")
     assert config == shipped_default("GPU", prec, cls) or not gpu.fp64_matrix
     for shape, ops in (((1000, 1000, 1000), ("N", "N")), ((997, 301, 509), ("T", "N")), ((64, 1500, 70), ("N", "T"))):
         _gemm(queue, gpu, config, code, *shape, *ops, beta=0.0)

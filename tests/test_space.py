@@ -24,7 +24,7 @@ from helpers_foundation import (  # noqa: E402
     product, toml_space,
 )
 
-from gemmtune.defaults import default_config, shipped_default  # noqa: E402
+from gemmtune.defaults import FALLBACK, default_config, shipped_default  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.families import FAMILIES, XGEMM_K5, kernel_parameters  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
@@ -341,7 +341,9 @@ def _entries():
 def _entry_config(device_type: str, code: str, cls: str = "large") -> Config:
     """The [TYPE.p] table (the large class), or its sub-table [TYPE.p.CLASS]."""
     entry = dict(_defaults_toml()[device_type][code])
-    if cls != "large" and cls in entry:   # a class without a sub-table takes the large entry
+    while cls != "large" and cls not in entry:   # as gemmtune.defaults.class_entry falls back
+        cls = FALLBACK.get(cls, "large")
+    if cls != "large":
         entry = dict(entry[cls])
     entry = {k: v for k, v in entry.items() if not isinstance(v, dict)}
     return make_config(load_space(device=device_type), entry.pop("KERNEL"), entry)
@@ -353,29 +355,51 @@ def test_defaults_file_covers_every_type_precision_and_shape_class():
     table = _defaults_toml()
     assert {"CPU", "GPU", "OTHER"} <= set(table)
     assert all(set(table[t]) == set("sdcz") for t in table)
-    # On a GPU every class has its own entry, and small problems and views get the direct
-    # family, which reads operands in place. On a CPU xgemm_cpu serves every class: it reads
-    # operands in place too, and ran 20-40 times faster than the direct family on small ones.
+    # Sub-tables name known classes only, and every type and precision has a family that reads
+    # operands in place for views: a "views" entry, or on a CPU the large entry itself: xgemm_cpu
+    # reads views and serves every class (20-40 times the direct family's speed on small ones).
     for t in table:
         for code in "sdcz":
             classes = {k for k, v in table[t][code].items() if isinstance(v, dict)}
+            assert classes <= set(SHAPE_CLASSES[1:]), (t, code, classes)
             if t == "CPU":
-                assert not classes and _entry_config(t, code, "small").kernel == "xgemm_cpu"
-                assert FAMILIES["xgemm_cpu"].takes_views
+                assert not classes and _entry_config(t, code).kernel == "xgemm_cpu"
             else:
-                assert classes == set(SHAPE_CLASSES[1:])
-                assert _entry_config(t, code, "small").kernel == "xgemm_direct"
+                assert "views" in classes, (t, code, classes)
+            assert FAMILIES[_entry_config(t, code, "views").kernel].takes_views
 
 
-@pytest.mark.parametrize("device_type, code", _entries())
-@pytest.mark.parametrize("cls", ["small", "skinny"])
+def _class_entries():
+    table = _defaults_toml()
+    return [(t, code, cls) for t in table for code in table[t]
+            for cls, v in table[t][code].items() if isinstance(v, dict)]
+
+
+@pytest.mark.parametrize("device_type, code, cls", _class_entries())
 def test_every_shape_class_default_is_valid_on_pocl_and_a_gpu(device_type, code, cls):
     from gemmtune.device import resolve_device
 
     config = _entry_config(device_type, code, cls)
     assert config == shipped_default(device_type, get_precision(code), cls)
-    for dev in (resolve_device(0), GPU_LIKE):
+    gpu = dataclasses.replace(GPU_LIKE, fp64_matrix=True)
+    for dev in (resolve_device(0), gpu):
+        if config.params.get("MMA") and not dev.fp64_matrix:
+            # The device's feature: without it, such an entry breaks constraint 12 alone.
+            assert FAMILIES[config.kernel].broken(config.params, dev, get_precision(code)).number == 12
+            continue
         assert not breaks(config, dev, code)
+
+
+def test_a_class_without_an_entry_takes_the_next_larger_ones():
+    from gemmtune.defaults import class_entry, shape_class, shipped_defaults
+
+    found = shipped_defaults("GPU", get_precision("d"))
+    assert "small" not in found and "skinny_m" not in found
+    assert class_entry(found, "small") == class_entry(found, "skinny_m") == found["medium"] != found["large"]
+    assert shape_class(100, 100, 100) == "small" and shape_class(768, 768, 768) == "medium"
+    assert shape_class(2048, 2048, 2048) == "large" and shape_class(6144, 6144, 128) == "large"
+    assert shape_class(1, 4096, 4096) == "skinny_m" and shape_class(4096, 64, 1024) == "skinny_n"
+    assert shape_class(4096, 65, 1024) == "medium" and shape_class(4096, 8, 100) == "small"
 
 
 def breaks(config: Config, dev, code: str) -> bool:

@@ -138,3 +138,51 @@ def test_search_shapes_refuses_a_single_problems_options(tmp_path, extra, match)
     result = search("--shapes", "24,24,24", "--db", f"sqlite:///{tmp_path / 'w.db'}", *extra, code=2)
     assert result.stderr.startswith("Error: --shapes names the problems") and match in result.stderr
     assert not (tmp_path / "w.db").exists()
+
+
+def test_a_time_budget_goes_out_evenly_first_then_where_the_first_pass_paid(monkeypatch):
+    """Three problems, 100 s: 40 s evenly, then the rest in proportion to each one's gain over its
+    baseline in the first pass (2.0, the floor of 0.05, and 0.5), largest gain first."""
+    from collections import Counter
+    from dataclasses import dataclass
+
+    from gemmtune import search as search_module
+    from gemmtune import workload
+    from gemmtune.search import SearchRequest
+
+    @dataclass
+    class Found:
+        trials: int
+        elapsed: float
+        failures: Counter
+        speedup: float
+        stopped_by: str = "timeout"
+
+    clock = [0.0]
+    speedups = {(1, 1, 1): 3.0, (2, 2, 2): 0.9, (3, 3, 3): 1.5}
+    given = []
+
+    def fake_search(req, progress=None):
+        given.append(((req.m, req.n, req.k), req.timeout, req.trials))
+        clock[0] += req.timeout   # each search spends its share
+        return [Found(2, req.timeout, Counter(crash=1), speedups[(req.m, req.n, req.k)])]
+
+    monkeypatch.setattr(workload.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(search_module, "run_search", fake_search)
+    monkeypatch.setattr(workload, "nearby_configs", lambda *args: [])
+    steps = []
+    shapes = [Shape(1, 1, 1), Shape(2, 2, 2), Shape(3, 3, 3)]
+    summaries, left = workload.run_workload(SearchRequest(device=0, timeout=100.0, trials=None), shapes,
+                                            on_step=steps.append)
+    assert left == []
+    first, second = given[:3], given[3:]
+    assert [g[0] for g in first] == [(1, 1, 1), (2, 2, 2), (3, 3, 3)]
+    assert [g[1] for g in first] == pytest.approx([40 / 3] * 3)
+    # 60 s left: 2.0 / 2.55 of it, then 0.5 / 0.55 of what is left; the last 1.2 s are below
+    # a search's minimum, so the problem whose first pass gained nothing gets no second.
+    assert [g[0] for g in second] == [(1, 1, 1), (3, 3, 3)]
+    assert [g[1] for g in second] == pytest.approx([60 * 2 / 2.55, 60 * 0.5 / 2.55])
+    assert [s.second for s in steps] == [False] * 3 + [True] * 2
+    # One summary per problem, its trials, time and failures added up over both passes.
+    assert [(s.trials, s.failures["crash"]) for s in summaries] == [(4, 2), (2, 1), (4, 2)]
+    assert all(g[2] is None for g in given)   # no trial cap: each searches until its share is spent

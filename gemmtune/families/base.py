@@ -59,6 +59,26 @@ def fits_work_group(x, y, dev):
     return (x <= dev.max_work_item_sizes[0]) & (y <= dev.max_work_item_sizes[1]) & (x * y <= dev.max_work_group_size)
 
 
+def work_per_item(number: int) -> Constraint:
+    """MWG x NWG tiles over MDIMC x NDIMC work-items, each a whole number of results."""
+    return Constraint(number, "work per thread", "MWG % MDIMC == 0 and NWG % NDIMC == 0",
+                      lambda p, dev, prec: (p["MWG"] % p["MDIMC"] == 0) & (p["NWG"] % p["NDIMC"] == 0))
+
+
+def work_group_fits(number: int) -> Constraint:
+    return Constraint(number, "work-group", "MDIMC <= max work-item size[0], NDIMC <= max work-item size[1], "
+                      "MDIMC * NDIMC <= max work-group size",
+                      lambda p, dev, prec: fits_work_group(p["MDIMC"], p["NDIMC"], dev))
+
+
+def register_budget(number: int) -> Constraint:
+    """The accumulators of (MWG / MDIMC) x (NWG / NDIMC) results leave room in 255 registers."""
+    return Constraint(number, "registers", "WPTM * WPTN * bytes per element / 4 <= 128: the accumulators "
+                      "leave room in a 255-register budget",
+                      lambda p, dev, prec: (p["MWG"] // _safe(p["MDIMC"])) * (p["NWG"] // _safe(p["NDIMC"]))
+                      * prec.bytes // 4 <= 128)
+
+
 def _safe(x):
     """x, or 1 where x is 0: a divisor that cannot fail (the rule that needs x > 0 says so)."""
     return np.maximum(x, 1)

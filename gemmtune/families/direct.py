@@ -4,7 +4,8 @@ leading dimension and offset, bounds-checked tiles, one launch (two where K is c
 from __future__ import annotations
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.families.base import Constraint, Family, Params, _roundup, _safe, fits_work_group
+from gemmtune.families.base import (Constraint, Family, Params, _roundup, _safe, register_budget, work_group_fits,
+                                    work_per_item)
 from gemmtune.families.padded import copy_tile
 from gemmtune.launch import A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch
 from gemmtune.precision import Precision
@@ -70,20 +71,14 @@ XGEMM_DIRECT = Direct(
     kernel_name="xgemm_direct",
     tile_params=("MWG", "NWG", "KWG"),
     constraints=(
-        Constraint(1, "work per thread", "MWG % MDIMC == 0 and NWG % NDIMC == 0",
-                   lambda p, dev, prec: (p["MWG"] % p["MDIMC"] == 0) & (p["NWG"] % p["NDIMC"] == 0)),
-        Constraint(2, "work-group", "MDIMC <= max work-item size[0], NDIMC <= max work-item size[1], "
-                   "MDIMC * NDIMC <= max work-group size",
-                   lambda p, dev, prec: fits_work_group(p["MDIMC"], p["NDIMC"], dev)),
+        work_per_item(1),
+        work_group_fits(2),
         Constraint(3, "slices per thread", "KWG * MWG and KWG * NWG multiples of MDIMC * NDIMC",
                    lambda p, dev, prec: ((p["KWG"] * p["MWG"]) % _safe(_wgs(p)) == 0)
                    & ((p["KWG"] * p["NWG"]) % _safe(_wgs(p)) == 0)),
         Constraint(4, "local memory", "KWG * (MWG + NWG + 2 * PADL) * bytes per element <= local memory size",
                    lambda p, dev, prec: XGEMM_DIRECT.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
-        Constraint(5, "registers", "WPTM * WPTN * bytes per element / 4 <= 128: the accumulators leave room "
-                   "in a 255-register budget",
-                   lambda p, dev, prec: (p["MWG"] // _safe(p["MDIMC"])) * (p["NWG"] // _safe(p["NDIMC"]))
-                   * prec.bytes // 4 <= 128),
+        register_budget(5),
     ),
     may_be_zero=frozenset({"PADL"}),
     takes_views=True,

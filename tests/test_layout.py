@@ -1,0 +1,103 @@
+"""The codebase stays one a newcomer can read: small modules and classes, no import cycles,
+Optuna's private names in one adapter, kernel files of readable size, nothing in results/.
+
+Each check names the offenders, so a failure says what to split or move.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "gemmtune"
+MODULE_LINES = 400
+CLASS_LINES = 150
+KERNEL_LINES = 400
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.is_symlink() or any(p.is_symlink() for p in path.parents if PACKAGE in p.parents):
+            continue
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def test_no_module_over_400_lines_and_no_class_over_150():
+    long_modules = {n: len(p.read_text().splitlines()) for n, p in modules().items()}
+    long_modules = {n: count for n, count in long_modules.items() if count > MODULE_LINES}
+    long_classes = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_LINES:
+                long_classes[f"{name}.{node.name}"] = node.end_lineno - node.lineno + 1
+    assert not long_modules and not long_classes, (long_modules, long_classes)
+
+
+def _imports_at_load(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that ``name`` imports when it is loaded (module level, not inside
+    functions, not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for sub in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) else ():
+            if isinstance(sub, ast.Import):
+                found |= {a.name for a in sub.names}
+            elif isinstance(sub, ast.ImportFrom):
+                base = sub.module or ""
+                if sub.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - sub.level + 1] + ([base] if base else []))
+                found.add(base)
+                found |= {f"{base}.{a.name}" for a in sub.names}
+    return {m for m in found if m in known and m != name}
+
+
+def test_no_import_cycle_inside_the_package():
+    found = modules()
+    graph = {name: _imports_at_load(name, path, set(found)) for name, path in found.items()}
+    # A package's __init__ re-exporting its own modules is not a cycle of the code's layers.
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(node, stack):
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, cycles
+
+
+def test_optunas_private_names_live_in_one_module_at_most():
+    private = re.compile(r"\.(_get_trials|_storage|_rdb|_create_scoped_session|_trial_id|_study_id|_cached_frozen_trial)\b"
+                         r"|optuna\.storages\._|from optuna\.\w+\._")
+    users = sorted(name for name, path in modules().items() if private.search(path.read_text()))
+    assert len(users) <= 1, users
+
+
+def test_kernel_files_are_of_readable_size():
+    long_files = {p.name: n for p in sorted((REPO / "kernels").glob("*.cl"))
+                  if (n := len(p.read_text().splitlines())) > KERNEL_LINES}
+    assert not long_files, long_files
+
+
+def test_results_holds_no_tracked_file_but_its_placeholder():
+    tracked = subprocess.run(["git", "ls-files", "results"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    assert tracked in ([], ["results/.gitkeep"]), tracked
