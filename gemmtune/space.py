@@ -1,6 +1,7 @@
 """The search space: parameter values from a TOML file, filtered by the families' constraints.
 
-``configs/space.toml`` (or any file given with ``--space``) has one table per kernel family,
+The shipped space of a device (``configs/space-cpu.toml`` on a CPU, ``configs/space.toml``
+elsewhere), or any file given with ``--space``, has one table per kernel family,
 mapping each tunable parameter to the list of values it may take; a parameter left out stays
 at the default its ``.cl`` file declares. A table may also name another ``source`` file, for
 kernel development. The valid configurations are the Cartesian product of those lists, filtered
