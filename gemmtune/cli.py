@@ -13,6 +13,10 @@ from gemmtune.config_text import parse_config
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import PRECISIONS, get_precision
 
+# The time budget of a search given neither --trials nor --timeout: on a 2-core CPU, about 60
+# trials of the CPU space, and the whole command within 5 minutes.
+DEFAULT_TIMEOUT = 240.0
+
 
 class Cli(click.Group):
     """Every error ends as one line on stderr: exit 2 for bad input, 130 for Ctrl-C."""
@@ -95,7 +99,8 @@ def format_option(*choices):
 
 def space_option(f):
     return click.option("--space", "space_file", type=click.Path(dir_okay=False), default=None,
-                        help="Search-space TOML file (default: the shipped configs/space.toml).")(f)
+                        help="Search-space TOML file (default: the shipped space of the device's type: "
+                        "configs/space-cpu.toml on a CPU, configs/space.toml elsewhere).")(f)
 
 
 def emit(rows: list[dict], fmt: str) -> None:
@@ -147,7 +152,7 @@ def space(device, precision, shape, space_file, fmt, count, explain):
 
     dev = resolve_device(device)
     prec = get_precision(precision)
-    the_space = sp.load_space(space_file)
+    the_space = sp.load_space(space_file, device=dev)
     if explain:
         counts = sp.explain(the_space, dev, prec)
         rows = [{"kernel": c.kernel, "constraint": c.constraint.number, "name": c.constraint.name,
@@ -320,8 +325,10 @@ class _ProgressLine:
         best = "-" if p.best_gflops is None else f"{p.best_gflops:,.1f}"
         last = p.last.status if p.last_gflops is None else f"{p.last_gflops:,.1f} GFLOP/s"
         where = "" if p.device is None else f"device {p.device.index}: "
-        line = (f"trial {p.done}/{total}  best {best} GFLOP/s  failed {p.failures}  "
-                f"{p.elapsed:,.0f} s  | {where}{p.last_config} -> {last}")
+        trial = f"trial {p.done}" if p.total is None else f"trial {p.done}/{total}"
+        left = "" if p.left is None else f", {p.left:,.0f} s left"
+        line = (f"{trial}  best {best} GFLOP/s  failed {p.failures}  "
+                f"{p.elapsed:,.0f} s{left}  | {where}{p.last_config} -> {last}")
         if self.tty:
             click.echo("\r\033[K" + line[: click.get_terminal_size()[0] - 1], nl=False, err=True)
         else:
@@ -392,9 +399,12 @@ def print_summary(d: dict) -> None:
 @precision_option
 @shape_options
 @click.option("--trials", type=int, default=None,
-              help="New trials to measure (default 30; with --sampler grid, the whole space).")
+              help="New trials to measure (default: as many as --timeout allows; with --shapes and no "
+                   "--timeout, 30 per problem; with --sampler grid, the whole space).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Stop starting trials after this many seconds.")
+              help=f"Stop starting trials after this many seconds (default {DEFAULT_TIMEOUT:g} for one problem "
+                   "when --trials is not given either, and not with --sampler grid; trials in flight then "
+                   "finish).")
 @click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
               show_default=True, help="Seconds one trial (build, verify, time) may take.")
 @click.option("--sampler", type=click.Choice(["tpe", "random", "grid"]), default="tpe", show_default=True)
@@ -434,8 +444,10 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
     from gemmtune.search import SearchRequest, run_search  # after the checks: a second of imports
     from gemmtune.timing import TimingPolicy
 
-    # A workload under a time budget searches each problem until its share of the time is spent.
-    unbounded = sampler == "grid" or (shapes is not None and timeout is not None)
+    if timeout is None and trials is None and sampler != "grid" and shapes is None:
+        timeout = DEFAULT_TIMEOUT   # the Quick start: ends by itself, however many trials fit
+    # Under a time budget a search (each problem of a workload) runs until its share is spent.
+    unbounded = sampler == "grid" or timeout is not None
     req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2],
                         trials=trials if trials is not None or unbounded else 30,
                         timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,

@@ -18,7 +18,7 @@ from gemmtune.kernels import GemmOperation, normalize_op
 from gemmtune.launch import Problem
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import Precision, get_precision, precision_of
-from gemmtune.space import Config, check_config, load_space, make_config, require_precision
+from gemmtune.space import Config, check_config, load_space, make_config, require_precision, shipped_families
 from gemmtune.tuned import best_config
 from gemmtune.verify import Check, Reference, compare, random_matrix
 
@@ -52,7 +52,14 @@ def resolve_config(config, info: DeviceInfo, prec: Precision) -> Config:
     else:
         given = dict(config)
         kernel = given.pop("KERNEL", None)
-        resolved = make_config(load_space(), kernel, given)
+        if kernel is None:
+            # The first family, of the device's space and then of the other shipped ones, that
+            # has every parameter given (TSM=... names xgemm_k5 on a CPU too); else the device's
+            # first, which names the unknown parameter.
+            spaces = (*load_space(device=info).families, *shipped_families().families)
+            kernel = next((fs.family.name for fs in spaces if set(given) <= set(fs.defaults)),
+                          spaces[0].family.name)
+        resolved = make_config(shipped_families(), kernel, given)
     check_config(resolved, info, prec)
     return resolved
 
@@ -123,7 +130,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     # The tuned shape is that column-major one, the problem the kernel actually runs.
     cfg = (best_config(n, m, ka, prec, device=dev.info, db=db).config if config is None
            else resolve_config(config, dev.info, prec))
-    fs = load_space().family(cfg.kernel)
+    fs = shipped_families().family(cfg.kernel)
     op = operation(dev, cfg, fs.source, prec, n, m, ka, tb, ta)
     mf = cl.mem_flags
     ctx, queue = dev.context, dev.queue
@@ -245,7 +252,7 @@ class Gemm:
             if self.config is not None:
                 raise ValueError(f"{cfg.kernel} reads operands at offset 0 only, and a, b or c is a view with an offset")
             cfg = default_config(self.info, self.precision, (n, m, ka), views=True)
-        return GemmOperation(self.queue, cfg, load_space().family(cfg.kernel).source, self.precision,
+        return GemmOperation(self.queue, cfg, shipped_families().family(cfg.kernel).source, self.precision,
                              n, m, ka, problem=problem)
 
     def __call__(self, a, b, c, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):

@@ -55,7 +55,7 @@ def shipped_defaults(device_type: str, prec: Precision) -> dict[str, Config]:
     for name, e in (("large", entry), *classes.items()):
         e = dict(e)
         kernel = e.pop("KERNEL")
-        found[name] = make_config(load_space(), kernel, e)
+        found[name] = make_config(load_space(device=device_type), kernel, e)
     return found
 
 
@@ -89,7 +89,7 @@ def default_config(dev: DeviceInfo, prec: Precision, shape: tuple[int, int, int]
             continue
         if FAMILIES[candidate.kernel].broken(candidate.params, dev, prec) is None:
             return candidate
-        valid = load_space().family(candidate.kernel).valid(dev, prec)
+        valid = load_space(device=dev).family(candidate.kernel).valid(dev, prec)
         if valid:
             return min(valid, key=lambda c: distance(candidate, c))
     raise GemmtuneError(f"no configuration of the shipped space is valid on device {dev.index} ({dev.name}) "

@@ -41,7 +41,7 @@ from gemmtune.defaults import shipped_default
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.precision import PRECISIONS
-from gemmtune.space import load_space
+from gemmtune.space import shipped_families
 from gemmtune.tuned import shipped_config
 from gemmtune.urls import shown
 
@@ -51,7 +51,7 @@ DEFAULT_TYPES = ("GPU", "CPU")   # defaults.toml's types besides OTHER, selectab
 def best_entries(rows: pd.DataFrame) -> list[dict]:
     """The best ok row of each (device, precision, m, n, k) among shipped-family configurations,
     as JSON entries, sorted by device, precision and shape."""
-    space = load_space()
+    space = shipped_families()
     ok = rows[rows.status == "ok"].sort_values(["gflops", "id"], ascending=[False, True])
     entries: dict[tuple, dict] = {}
     for row in ok.itertuples():

@@ -1,12 +1,12 @@
 """A performance model of one configured GEMM: what it moves, what it computes, how long it takes.
 
-Pure Python, no OpenCL: it reads the configuration through its kernel family (``tile_params``,
+Pure Python, no OpenCL: it reads the configuration through its kernel family (``tile``,
 ``padded_shape``, ``local_size``, ``local_mem_bytes``, ``pass_elements``, ``matrix_instructions``, ``shared_tiles``) and the device through its
 ``DeviceInfo``, so it can rank a whole space before anything is built. Only the ranking of
 configurations on one device, precision and shape is meant to be right; absolute times are
 rough. Shapes are column-major (C is m x n, inner dimension k), as in the ``results`` table.
 
-Notation: p the parameters; (TM, TN, TK) the values of the family's ``tile_params``;
+Notation: p the parameters; (TM, TN, TK) the family's ``tile`` (by default its ``tile_params``' values);
 (Mp, Np, Kp) the shape padded to their multiples; e the bytes of one element (4, 8, 8, 16 for
 s, d, c, z); (lx, ly) the work-group's ``local_size``; CU the device's compute units.
 
@@ -186,7 +186,7 @@ def predict(config: Config, dev: DeviceInfo, prec: Precision, m: int, n: int, k:
     family = FAMILIES[config.kernel]
     p = config.params
     e = prec.bytes
-    tm, tn, _ = (p[name] for name in family.tile_params)
+    tm, tn, _ = family.tile(p)
     mp, np_, kp = family.padded_shape(p, m, n, k)
 
     moved = family.pass_elements(p, Problem(m, n, k, trans_a, trans_b))

@@ -7,6 +7,8 @@ Two OpenCL microbenchmarks (``kernels/peak.cl``), run in this process:
   as many in a complex one (a complex multiply-add is four real ones: the launches take about
   as long); flops = items · 16 · multiply-adds per chain · 2 (real) or · 8 (complex), as GEMM
   GFLOP/s counts them;
+  on a CPU, ``kernels/peak_cpu.cl`` instead (``measure_madd_cpu``): explicit vectors in
+  registers, which PoCL's vectoriser of scalar work-items does not reach;
 * bandwidth: a device-to-device copy of ``copy_mib`` MiB, 16 bytes per work-item; GB/s counts
   the bytes read plus the bytes written (2 · size), 1 GB = 10⁹ bytes.
 
@@ -38,6 +40,11 @@ from gemmtune.urls import shown
 CHAINS = 16            # must match the CHAINS the kernel is built with
 LOCAL_SIZE = 256       # work-items per work-group of both kernels (or the device's maximum)
 COPY_ITEM_BYTES = 16   # one float4 per work-item
+# On a CPU (kernels/peak_cpu.cl): 12 chains cover the multiply-add latency of two FMA pipes
+# (4 cycles each) and fit 16 vector registers; the vector widths tried, in bytes (SSE, AVX2,
+# AVX-512): PoCL splits a vector wider than the ISA's, so the best of them is the ISA's.
+CPU_CHAINS = 12
+CPU_VECTOR_BYTES = (16, 32, 64)
 
 
 @dataclass(frozen=True)
@@ -120,8 +127,46 @@ def _peak(quantity: str, amount: float, unit: str, samples: list[float]) -> Peak
     return Peak(quantity, amount / (median * 1e-3) / 1e9, unit, median, len(samples))
 
 
+def cpu_madd_flops(items: int, vecw: int, iterations: int) -> int:
+    """Flops of one launch of peak_cpu.cl's madd_vec: per work-item CPU_CHAINS vectors of
+    ``vecw`` lanes, each lane ``iterations`` multiply-adds of 2 flops."""
+    return items * CPU_CHAINS * vecw * iterations * 2
+
+
+def measure_madd_cpu(queue: cl.CommandQueue, dev: DeviceInfo, prec: Precision, sizes: PeakSizes) -> Peak:
+    """Multiply-add throughput of a CPU's vector units (kernels/peak_cpu.cl), the best of
+    vectors of 16, 32 and 64 bytes. Work-groups of one work-item, 8 per compute unit, so PoCL
+    runs each as one loop with its chains in registers, and a core another process shares
+    unevenly does not leave the other idle. A complex precision is measured as its real type:
+    a complex multiply-add is four real ones, no faster per flop."""
+    items = dev.compute_units * 8
+    # 4 times the iterations: a launch of the default would take well under a millisecond
+    iterations = sizes.iterations * 4
+    base = np.float32 if prec.code in "sc" else np.float64
+    out = cl.Buffer(queue.context, cl.mem_flags.WRITE_ONLY, items * np.dtype(base).itemsize)
+    best = None
+    for width_bytes in CPU_VECTOR_BYTES:
+        vecw = width_bytes // np.dtype(base).itemsize
+        options = [*BUILD_OPTIONS, f"-DPRECISION={prec.cl_define}", f"-DVECW={vecw}", f"-DCHAINS={CPU_CHAINS}"]
+        try:
+            program = cl.Program(queue.context, load_kernel_source("peak_cpu.cl")).build(options=options)
+        except cl.RuntimeError as e:
+            raise GemmtuneError(f"the CPU peak kernel does not build for precision {prec.code}: "
+                                f"{str(e).splitlines()[0]}") from None
+        kernel = cl.Kernel(program, "madd_vec")
+        # a < 1 and b small: every lane converges to a normal number (no denormal slow path)
+        samples = _time(lambda: kernel(queue, (items,), (1,), np.int32(iterations), base(0.999), base(1e-3), out),
+                        sizes.policy)
+        peak = _peak(prec.code, cpu_madd_flops(items, vecw, iterations), "GFLOP/s", samples)
+        if best is None or peak.value > best.value:
+            best = peak
+    return best
+
+
 def measure_madd(queue: cl.CommandQueue, dev: DeviceInfo, prec: Precision, sizes: PeakSizes) -> Peak:
     """Multiply-add throughput of one precision, GFLOP/s."""
+    if dev.type == "CPU":
+        return measure_madd_cpu(queue, dev, prec, sizes)
     local = min(LOCAL_SIZE, dev.max_work_group_size)
     items = -(-sizes.madd_items(dev) // local) * local
     kernel = cl.Kernel(_program(queue.context, prec), "madd")

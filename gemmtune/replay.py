@@ -50,7 +50,7 @@ from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
 from gemmtune.proposer import Proposals, Proposer, config_key, make_sampler
-from gemmtune.space import Config, FamilySpace, Space, load_space
+from gemmtune.space import Config, FamilySpace, Space, load_space, shipped_families
 from gemmtune.store import Store, database_url
 from gemmtune.urls import shown
 
@@ -89,7 +89,7 @@ def _recorded_space(rows: pd.DataFrame, study: str) -> Space:
     """Each family's recorded values. A parameter the kernel gained after the rows were written
     takes its source default, which is what the kernel did then (``FamilySpace.complete``); rows
     that name a parameter the source no longer has are left out, as everywhere."""
-    shipped, families = load_space(), []
+    shipped, families = shipped_families(), []
     for name in [f for f in FAMILIES if f in set(rows.kernel)]:
         source = shipped.family(name)
         written = [json.loads(p) for p in rows.params[rows.kernel == name]]

@@ -59,7 +59,7 @@ def config_of(kernel, params, space=None):
     """The ``gemmtune.space.Config`` of a recorded kernel and parameters (a dict or its JSON
     text), completed with the source's defaults for parameters added since; else the reason it
     is not a configuration of a shipped family, as a string."""
-    from gemmtune.space import Config, load_space
+    from gemmtune.space import Config, shipped_families
 
     if isinstance(params, str):
         try:
@@ -70,7 +70,7 @@ def config_of(kernel, params, space=None):
         return "with parameters that are not a JSON object"
     if not isinstance(kernel, str) or kernel not in FAMILIES:
         return "of an unknown kernel"
-    space = space or load_space()
+    space = space or shipped_families()
     family = next((fs for fs in space.families if fs.family.name == kernel), None)
     if family is None:
         return "of a kernel not in the shipped space"
@@ -129,11 +129,11 @@ def _typed(rows: pd.DataFrame) -> pd.DataFrame:
 def screen(rows: pd.DataFrame, space=None) -> Screened:
     """``rows`` (of ``results``, as ``Store.frame`` reads them) without those no reader may
     use, and the reasons for skipping them. Shapes become integers."""
-    from gemmtune.space import load_space
+    from gemmtune.space import shipped_families
 
     if rows.empty:
         return Screened(rows)
-    space = space or load_space()
+    space = space or shipped_families()
     rows = _typed(rows)
     skipped: Counter = Counter()
     keep = []

@@ -82,6 +82,7 @@ class Progress:
     last_gflops: float | None = None
     device: DeviceInfo | None = None     # the device that measured ``last`` (None: it failed to build)
     study: str | None = None
+    left: float | None = None            # seconds of the time budget left (None: no budget)
 
 
 @dataclass
@@ -125,7 +126,9 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
         raise GemmtuneError(f"--heartbeat-grace must be at least 1 second, got {req.grace:g}")
     check_seed(req.seed)
     check_study_name(req.study)
-    space = load_space(req.space_file)
+    # A given space file is read (and refused) now; without one, each device gets the shipped
+    # space of its type once it is open.
+    space = load_space(req.space_file) if req.space_file is not None else None
     from gemmtune.device import device_specs, resolve_device
 
     specs = device_specs(req.device)
@@ -142,7 +145,7 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
             early_lock.close()
 
 
-def _run(req: SearchRequest, prec: Precision, space: Space, specs: list[str], early_lock,
+def _run(req: SearchRequest, prec: Precision, space: Space | None, specs: list[str], early_lock,
          progress) -> list[Summary]:
     # Several timing workers share the host: each gets cores of its own, and the compilers the
     # rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times as long
@@ -167,19 +170,20 @@ def _run(req: SearchRequest, prec: Precision, space: Space, specs: list[str], ea
         plans = []
         for group in groups.values():
             dev = group[0].device
-            valid = ValidConfigs(space, dev, prec)   # drawn from and counted, never listed whole
+            searched = space or load_space(device=dev)
+            valid = ValidConfigs(searched, dev, prec)   # drawn from and counted, never listed whole
             if not valid:
-                raise GemmtuneError(f"no configuration of {space.origin} is valid on device {dev.index} "
+                raise GemmtuneError(f"no configuration of {searched.origin} is valid on device {dev.index} "
                                     f"for precision {prec.code} (see gemmtune space --explain)")
-            plans.append((group, valid))
+            plans.append((group, searched, valid))
         store = Store(database_url(req.db))  # opened last: bad input above leaves no database behind
         lock = early_lock or store.lock()
         try:
             jobs = default_jobs(compiler_cores) if req.jobs is None else req.jobs
-            for group, valid in plans:
+            for group, searched, valid in plans:
                 compilers = Compilers(group[0].spec, max(1, jobs // len(plans)), req.trial_timeout,
                                       cores=compiler_cores or None) if jobs else None
-                lanes.append(_Lane(req, prec, space, valid, group, compilers, store))
+                lanes.append(_Lane(req, prec, searched, valid, group, compilers, store))
             return _search(lanes, req, progress)
         finally:
             for lane in lanes:
@@ -280,6 +284,7 @@ class _Lane:
                                              {*self.measured, self.baseline_key})
 
         self.budget = req.trials
+        self.timeout = req.timeout
         if req.sampler == "grid":
             left = len(self.proposer.unmeasured())
             self.budget = left if self.budget is None else min(self.budget, left)
@@ -545,9 +550,11 @@ class _Lane:
         self.flying.pop(trial._trial_id, None)
         self.done += 1
         if progress:
+            elapsed = time.monotonic() - self.start
+            left = None if self.timeout is None else max(0.0, self.timeout - elapsed)
             progress(Progress(self.done, self.budget, self.best, sum(self.failures.values()),
-                              time.monotonic() - self.start, outcome, config,
-                              value if outcome.status == "ok" else None, dev, self.name))
+                              elapsed, outcome, config, value if outcome.status == "ok" else None, dev,
+                              self.name, left))
 
     def heartbeat(self) -> None:
         for trial_id in self.flying:

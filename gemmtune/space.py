@@ -1,6 +1,7 @@
 """The search space: parameter values from a TOML file, filtered by the families' constraints.
 
-``configs/space.toml`` (or any file given with ``--space``) has one table per kernel family,
+The shipped space of a device (``configs/space-cpu.toml`` on a CPU, ``configs/space.toml``
+elsewhere), or any file given with ``--space``, has one table per kernel family,
 mapping each tunable parameter to the list of values it may take; a parameter left out stays
 at the default its ``.cl`` file declares. A table may also name another ``source`` file, for
 kernel development. The valid configurations are the Cartesian product of those lists, filtered
@@ -16,7 +17,7 @@ import random
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -244,16 +245,47 @@ def parse_space(text: str, origin: str, base: Path | None = None) -> Space:
     return Space(families, origin)
 
 
-def load_space(path: str | Path | None = None) -> Space:
-    """The shipped space, or the one in ``path``."""
+# The shipped space of each device type: what pays on a CPU (wide vectors, large register
+# blocks, no local memory) has nothing in common with what pays on a GPU. Types not named here
+# (GPU, ACCELERATOR, OTHER) get space.toml.
+SHIPPED_SPACES = {"CPU": "space-cpu.toml"}
+DEFAULT_SPACE = "space.toml"
+
+
+def shipped_space_file(device=None) -> str:
+    """The name of the shipped space file for ``device`` (a DeviceInfo, a device type, or None
+    for code that has no device: the GPU space)."""
+    kind = device if isinstance(device, str) or device is None else device.type
+    return SHIPPED_SPACES.get(kind, DEFAULT_SPACE)
+
+
+@lru_cache(maxsize=None)
+def _shipped(name: str) -> Space:
+    return parse_space((configs_dir() / name).read_text(encoding="utf-8"), f"configs/{name}")
+
+
+def load_space(path: str | Path | None = None, device=None) -> Space:
+    """The space in ``path``; without one, the shipped space of ``device`` (a DeviceInfo or a
+    device type; None: the GPU space, configs/space.toml)."""
     if path is None:
-        return parse_space((configs_dir() / "space.toml").read_text(encoding="utf-8"), "configs/space.toml")
+        return _shipped(shipped_space_file(device))
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise GemmtuneError(f"cannot read space file {path}: {getattr(e, 'strerror', None) or e}") from None
     return parse_space(text, str(path), path.parent)
+
+
+@lru_cache(maxsize=1)
+def shipped_families() -> Space:
+    """Every family of the shipped spaces, each as the first space that holds it names it: for
+    reading records of any device type (their sources and defaults), not for searching."""
+    families: dict[str, FamilySpace] = {}
+    for name in (DEFAULT_SPACE, *SHIPPED_SPACES.values()):
+        for fs in _shipped(name).families:
+            families.setdefault(fs.family.name, fs)
+    return Space(list(families.values()), "the shipped spaces")
 
 
 def require_precision(dev: DeviceInfo, prec: Precision) -> None:

@@ -35,7 +35,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
-from gemmtune.space import Config, Space, load_space, require_precision
+from gemmtune.space import Config, Space, require_precision, shipped_families
 from gemmtune.store import Store, database_url
 
 SOURCES = ("tuned", "nearest", "default")
@@ -128,7 +128,7 @@ def tuned_shapes(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
         rows = store.frame(device=dev.key, precision=prec.code, status="ok")
     finally:
         store.close()
-    space = load_space()
+    space = shipped_families()   # records of any shipped family, if valid here
     rows = screen(rows, space).rows
     best: dict[tuple[int, int, int], _Tuned] = {}
     for row in rows.sort_values(["gflops", "id"], ascending=[False, True]).itertuples():

@@ -1,8 +1,10 @@
 // gemmtune kernel family "xgemm_cpu": GEMM for CPUs under PoCL.
 //
 // C (M x N) <- alpha * op(A) * op(B) + beta * C, column-major as BLAS stores it:
-//   op(A) is M x K: A(i, p) = A[offA + i + p * lda] (TRANSA 0), or A[offA + p + i * lda] (TRANSA 1)
-//   op(B) is K x N: B(p, j) = B[offB + p + j * ldb] (TRANSB 0), or B[offB + j + p * ldb] (TRANSB 1)
+//   op(A) is M x K: A(i, p) = A[offA + i + p * lda] (TRANSA 0), or A[offA + p + i * lda] (TRANSA 1;
+//                   2 conjugates it too)
+//   op(B) is K x N: B(p, j) = B[offB + p + j * ldb] (TRANSB 0), or B[offB + j + p * ldb] (TRANSB 1;
+//                   2 conjugates it too)
 //   C(i, j) = C[offC + i + j * ldc]
 // Any M, N, K >= 0; nothing outside the matrices is read, and C is read only when beta != 0.
 //
@@ -48,11 +50,22 @@
 #ifndef ORDER
 #define ORDER 0     // dimension 0 walks 0: column blocks (neighbours share A's panel); 1: row blocks (B's)
 #endif
-#ifndef TRANSA
-#define TRANSA 0    // 0: A is M x K column-major; 1: A is given as K x M (op(A) = A^T)
+// Set by the host from the problem, not tuned (so not read as parameters)
+#if !defined(TRANSA)
+  #define TRANSA 0  // 0: A is M x K column-major; 1: A is given as K x M (op(A) = A^T); 2: op(A) = A^H
 #endif
-#ifndef TRANSB
-#define TRANSB 0    // 0: B is K x N column-major; 1: B is given as N x K (op(B) = B^T)
+#if !defined(TRANSB)
+  #define TRANSB 0  // 0: B is K x N column-major; 1: B is given as N x K (op(B) = B^T); 2: op(B) = B^H
+#endif
+#if TRANSA == 2
+  #define CONJ_A(v) CONJ(v)
+#else
+  #define CONJ_A(v) (v)
+#endif
+#if TRANSB == 2
+  #define CONJ_B(v) CONJ(v)
+#else
+  #define CONJ_B(v) (v)
 #endif
 #ifndef PACKA
 #define PACKA 1     // 1: xgemm_pack_a first copies op(A) into MR-row panels, contiguous along K
@@ -110,12 +123,12 @@
 #if TRANSA == 0
   #define A_AT(i, p) A[(size_t)(i) + (size_t)(p) * lda]
 #else
-  #define A_AT(i, p) A[(size_t)(p) + (size_t)(i) * lda]
+  #define A_AT(i, p) CONJ_A(A[(size_t)(p) + (size_t)(i) * lda])
 #endif
 #if TRANSB == 0
   #define B_AT(p, j) B[(size_t)(p) + (size_t)(j) * ldb]
 #else
-  #define B_AT(p, j) B[(size_t)(j) + (size_t)(p) * ldb]
+  #define B_AT(p, j) CONJ_B(B[(size_t)(j) + (size_t)(p) * ldb])
 #endif
 
 // Operands are walked by pointers that move KU steps of K per iteration, so every load of an
@@ -136,7 +149,7 @@
   // op(A)'s column is strided when A is given transposed: one element per lane
   inline realV load_a_rows(const __global real* restrict a, const int lda, const int i) {
     realV r;
-    _Pragma("unroll") for (int l = 0; l < VW; l++) { ((real*)&r)[l] = a[(size_t)(i + l) * lda]; }
+    _Pragma("unroll") for (int l = 0; l < VW; l++) { ((real*)&r)[l] = CONJ_A(a[(size_t)(i + l) * lda]); }
     return r;
   }
 #endif
@@ -148,7 +161,7 @@
   #define B_ELEM(u, j) b_ptr[boff[j] + (u)]
 #else
   #define B_STEP ldb
-  #define B_ELEM(u, j) b_ptr[(size_t)(u) * ldb + boff[j]]
+  #define B_ELEM(u, j) CONJ_B(b_ptr[(size_t)(u) * ldb + boff[j]])
 #endif
 
 // The last block of rows (when A is not packed): rows past M read row M - 1 instead (never out
@@ -160,7 +173,7 @@
 #endif
 inline realV load_a_edge(const __global real* restrict a, const int stride, const int rows, const int i) {
   realV r;
-  _Pragma("unroll") for (int l = 0; l < VW; l++) { ((real*)&r)[l] = a[(size_t)min(i + l, rows - 1) * stride]; }
+  _Pragma("unroll") for (int l = 0; l < VW; l++) { ((real*)&r)[l] = CONJ_A(a[(size_t)min(i + l, rows - 1) * stride]); }
   return r;
 }
 

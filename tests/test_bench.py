@@ -160,7 +160,8 @@ def test_bench_shapes_measure_each_problem_with_its_precision_and_ops(empty_db, 
     assert got == [(s, c, s[0]) for s in ("s7x13x5 TN", "z33x9x17 CT", "d1x40x24") for c in ("gemmtune", "numpy")]
     for r in rows:
         if r["contender"] == "gemmtune":
-            assert r["verified"] is True and r["config"].startswith("xgemm_direct")
+            # PoCL's CPU device: xgemm_cpu serves small problems (the direct family does on a GPU)
+            assert r["verified"] is True and r["config"].startswith("xgemm_cpu")
             check_timed(r, r)
 
 

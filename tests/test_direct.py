@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
-from helpers_foundation import DTYPES, uniform  # noqa: E402
+from helpers_foundation import DTYPES, make_device, uniform  # noqa: E402
 
 from gemmtune.families import FAMILIES, XGEMM_DIRECT, XGEMM_K5, XGEMM_RT  # noqa: E402
 from gemmtune.launch import Problem  # noqa: E402
@@ -248,8 +248,14 @@ def test_gemm_refuses_strided_rows(queue):
 def test_views_take_the_direct_default_where_the_class_default_cannot_read_them():
     from gemmtune.defaults import default_config
 
-    dev = _pocl_info()
     s = get_precision("s")
-    large = default_config(dev, s, (4096, 4096, 4096))
+    # A GPU's large default is tiled and reads operands at offset 0 only.
+    gpu = make_device()
+    large = default_config(gpu, s, (4096, 4096, 4096))
     assert not FAMILIES[large.kernel].takes_views
-    assert default_config(dev, s, (4096, 4096, 4096), views=True).kernel == "xgemm_direct"
+    assert default_config(gpu, s, (4096, 4096, 4096), views=True).kernel == "xgemm_direct"
+    # On PoCL's CPU device xgemm_cpu serves every class and views: it reads them itself, and
+    # small problems ran 20-40 times faster with it than with the direct family.
+    dev = _pocl_info()
+    assert {default_config(dev, s, shape, views=views).kernel for shape in ((100, 100, 100), (4096, 4096, 4096))
+            for views in (False, True)} == {"xgemm_cpu"}

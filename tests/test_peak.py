@@ -178,3 +178,26 @@ def test_the_madd_kernel_computes_the_multiply_adds_it_is_credited_with(code):
         acc = acc * a + b
     expected = acc.sum(axis=1)
     assert np.allclose(got, expected, rtol=1e-4 if code in "sc" else 1e-12, atol=0)
+
+
+def test_cpu_peak_counts_the_flops_of_its_vector_kernel(monkeypatch):
+    """On a CPU, peak runs kernels/peak_cpu.cl: compute units x 8 work-items, 12 chains of
+    vectors, 4 x the iterations, 2 flops per lane and iteration. With every launch timed at
+    2 ms, the widest vector (64 bytes) does the most flops in that time and gives the figure."""
+    import pyopencl as cl
+
+    from gemmtune import peak as pk
+    from gemmtune.device import open_device
+
+    info, dev = open_device(0)
+    if info.type != "CPU":
+        pytest.skip("device 0 is not a CPU")
+    queue = cl.CommandQueue(cl.Context([dev]), properties=cl.command_queue_properties.PROFILING_ENABLE)
+    monkeypatch.setattr(pk, "_time", lambda launch, policy: [launch().wait() or 2.0])
+    sizes = pk.PeakSizes(iterations=64)
+    for code, lanes in (("s", 16), ("d", 8)):
+        got = pk.measure_madd(queue, info, get_precision(code), sizes)
+        flops = info.compute_units * 8 * 12 * lanes * (64 * 4) * 2
+        assert got.value == pytest.approx(flops / 2e-3 / 1e9)
+        assert pk.cpu_madd_flops(info.compute_units * 8, lanes, 256) == flops
+        assert got.median_ms == 2.0 and got.repeats == 1

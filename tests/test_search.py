@@ -548,3 +548,44 @@ def test_a_large_space_is_searched_without_listing_it(tmp_path, monkeypatch):
     assert all(json.dumps(json.loads(r["params"])) in valid for r in got)
     assert len({r["params"] for r in got}) == 3
     assert out["valid_configurations"] == len(valid)
+
+
+@pytest.mark.parametrize("args, trials, timeout", [
+    ([], None, 240.0),                                # the Quick start: a time budget, any number of trials
+    (["--trials", "5"], 5, None),
+    (["--timeout", "10"], None, 10.0),
+    (["--trials", "5", "--timeout", "10"], 5, 10.0),
+    (["--sampler", "grid"], None, None),              # grid: the whole space, however long it takes
+])
+def test_search_without_trials_or_timeout_has_a_time_budget(monkeypatch, tmp_path, args, trials, timeout):
+    import gemmtune.search
+
+    asked = []
+    monkeypatch.setattr(gemmtune.search, "run_search", lambda req, line: asked.append(req) or [])
+    result = CliRunner().invoke(cli, ["search", "--db", f"sqlite:///{tmp_path / 'b.db'}", "-q", *args])
+    assert result.exit_code == 0, result.output
+    assert (asked[0].trials, asked[0].timeout) == (trials, timeout)
+
+
+def test_progress_shows_the_time_left(capsys):
+    from gemmtune.cli import _ProgressLine
+    from gemmtune.search import Progress
+
+    line = _ProgressLine(quiet=False)
+    line(Progress(3, None, 120.5, 0, 61.2, last_gflops=99.0, left=178.8))
+    line(Progress(3, 30, 120.5, 1, 61.2, last_gflops=99.0))
+    first, second = capsys.readouterr().err.splitlines()
+    assert first.startswith("trial 3  best 120.5 GFLOP/s") and "61 s, 179 s left" in first
+    assert second.startswith("trial 3/30 ") and "left" not in second
+
+
+def test_search_on_a_cpu_takes_the_cpu_space_unless_given_one(tmp_path, tiny_space):
+    dev = resolve_device(0)
+    assert dev.type == "CPU"
+    db = tmp_path / "cpu.db"
+    out = json.loads(search("--size", "24", "--trials", "2", "--no-seed", "--format", "json", db=db).stdout)
+    assert out["valid_configurations"] == len(valid_configs(load_space(device=dev), dev, get_precision("s")))
+    assert {r["kernel"] for r in rows(db)} == {"xgemm_cpu"}
+    given = tmp_path / "given.db"
+    search("--size", "24", "--trials", "2", "--no-seed", "--space", str(tiny_space), db=given)
+    assert {r["kernel"] for r in rows(given)} == {"xgemm_k5"}

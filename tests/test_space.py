@@ -24,7 +24,7 @@ from helpers_foundation import (  # noqa: E402
     product, toml_space,
 )
 
-from gemmtune.defaults import default_config, shipped_default  # noqa: E402
+from gemmtune.defaults import FALLBACK, default_config, shipped_default  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.families import FAMILIES, XGEMM_K5, kernel_parameters  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
@@ -32,7 +32,7 @@ from gemmtune.resources import load_kernel_source  # noqa: E402
 import gemmtune.space as space_module  # noqa: E402
 from gemmtune.space import (  # noqa: E402
     Config, ValidConfigs, check_config, count_valid, explain, iter_valid_configs, load_space, make_config,
-    parse_space, sample_valid, valid_configs,
+    parse_space, sample_valid, shipped_families, valid_configs,
 )
 
 # Every parameter at a small value that breaks nothing on the devices below; each test widens
@@ -341,10 +341,12 @@ def _entries():
 def _entry_config(device_type: str, code: str, cls: str = "large") -> Config:
     """The [TYPE.p] table (the large class), or its sub-table [TYPE.p.CLASS]."""
     entry = dict(_defaults_toml()[device_type][code])
+    while cls != "large" and cls not in entry:   # as gemmtune.defaults.class_entry falls back
+        cls = FALLBACK.get(cls, "large")
     if cls != "large":
         entry = dict(entry[cls])
     entry = {k: v for k, v in entry.items() if not isinstance(v, dict)}
-    return make_config(load_space(), entry.pop("KERNEL"), entry)
+    return make_config(load_space(device=device_type), entry.pop("KERNEL"), entry)
 
 
 def test_defaults_file_covers_every_type_precision_and_shape_class():
@@ -354,11 +356,16 @@ def test_defaults_file_covers_every_type_precision_and_shape_class():
     assert {"CPU", "GPU", "OTHER"} <= set(table)
     assert all(set(table[t]) == set("sdcz") for t in table)
     # Sub-tables name known classes only, and every type and precision has a family that reads
-    # operands in place for views.
+    # operands in place for views: a "views" entry, or on a CPU the large entry itself: xgemm_cpu
+    # reads views and serves every class (20-40 times the direct family's speed on small ones).
     for t in table:
         for code in "sdcz":
             classes = {k for k, v in table[t][code].items() if isinstance(v, dict)}
-            assert classes <= set(SHAPE_CLASSES[1:]) and "views" in classes, (t, code, classes)
+            assert classes <= set(SHAPE_CLASSES[1:]), (t, code, classes)
+            if t == "CPU":
+                assert not classes and _entry_config(t, code).kernel == "xgemm_cpu"
+            else:
+                assert "views" in classes, (t, code, classes)
             assert FAMILIES[_entry_config(t, code, "views").kernel].takes_views
 
 
@@ -446,7 +453,7 @@ def test_default_config_picks_the_table_of_the_device_type(device_type, table):
 
 
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
-@pytest.mark.parametrize("device_type", ["GPU", "CPU", "OTHER"])
+@pytest.mark.parametrize("device_type", ["GPU", "OTHER"])
 def test_default_config_repairs_a_default_that_breaks_a_constraint(device_type, code):
     # 4 KiB of local memory and 64 work-items: too little for every shipped entry.
     dev = make_device(type=device_type, local_mem_bytes=4096, max_work_group_size=64,
@@ -455,7 +462,69 @@ def test_default_config_repairs_a_default_that_breaks_a_constraint(device_type, 
     config = default_config(dev, get_precision(code))
     assert not breaks(config, dev, code)
     check_config(config, dev, get_precision(code))
-    assert config in valid_configs(load_space(), dev, get_precision(code))
+    assert config in valid_configs(load_space(device=dev), dev, get_precision(code))
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_cpu_defaults_need_no_local_memory_nor_large_work_groups(code):
+    """xgemm_cpu's defaults fit a CPU device with next to nothing: one work-item per group,
+    no local memory. Its vectors are sized for AVX-512; a narrower CPU splits them, correctly."""
+    dev = make_device(type="CPU", local_mem_bytes=4096, max_work_group_size=1, max_work_item_sizes=(1, 1, 1))
+    config = default_config(dev, get_precision(code))
+    assert config == _entry_config("CPU", code) and config.kernel == "xgemm_cpu"
+    assert default_config(dev, get_precision(code), (100, 100, 100)) == config
+    assert default_config(dev, get_precision(code), (32, 4096, 4096), views=True) == config
+
+
+# ---------------------------------------------------------------- spaces per device type
+
+def test_each_device_type_gets_its_shipped_space():
+    from gemmtune.device import resolve_device
+
+    cpu = load_space(device=resolve_device(0))
+    assert resolve_device(0).type == "CPU"
+    assert cpu.origin == "configs/space-cpu.toml" and [f.family.name for f in cpu.families] == ["xgemm_cpu"]
+    assert load_space(device=POCL_LIKE).origin == "configs/space-cpu.toml"
+    gpu = load_space(device=GPU_LIKE)
+    assert gpu.origin == "configs/space.toml"
+    assert [f.family.name for f in gpu.families] == ["xgemm_k5", "xgemm_rt", "xgemm_direct"]
+    # without a device (or for a type of no space of its own), the GPU space
+    assert load_space().origin == load_space(device="ACCELERATOR").origin == "configs/space.toml"
+    # records of any shipped family stay readable whatever the device
+    assert {f.family.name for f in shipped_families().families} == set(FAMILIES)
+
+
+def test_the_cpu_space_follows_the_measurements():
+    from gemmtune.device import resolve_device
+
+    dev = resolve_device(0)
+    fs = load_space(device=dev).family("xgemm_cpu")
+    assert fs.values["PACKA"] == [1] and fs.values["WGS"] == [1]
+    for code, widths in (("s", {8, 16}), ("d", {4, 8}), ("c", {1}), ("z", {1})):
+        valid = fs.valid(dev, get_precision(code))
+        assert {c.params["VW"] for c in valid} == widths   # native and half, 1 for complex
+        assert all(c.params["PACKB"] == 1 for c in valid if c.params["ORDER"] == 1)
+        assert all((c.params["MV"] * c.params["NR"] + c.params["MV"] + 1) * -(-c.params["VW"] * BYTES[code] // 64)
+                   <= 32 for c in valid)
+
+
+def test_space_command_takes_the_device_space_unless_one_is_given(tmp_path, k5_space):
+    from click.testing import CliRunner
+
+    from gemmtune.cli import cli
+    from gemmtune.device import resolve_device
+
+    dev, prec = resolve_device(0), get_precision("d")
+    shipped = CliRunner().invoke(cli, ["space", "--precision", "d", "--count"])
+    assert shipped.exit_code == 0, shipped.output
+    assert int(shipped.output) == count_valid(load_space(device=dev), dev, prec) > 0
+    path = tmp_path / "k5.toml"
+    path.write_text(toml_space(k5_space[0]))
+    given = CliRunner().invoke(cli, ["space", "--precision", "d", "--count", "--space", str(path)])
+    assert given.exit_code == 0, given.output
+    assert int(given.output) == count_valid(k5_space[1], dev, prec) != int(shipped.output)
+    listed = CliRunner().invoke(cli, ["space", "--precision", "d", "--format", "csv"])
+    assert listed.exit_code == 0 and "xgemm_cpu" in listed.output and "xgemm_k5" not in listed.output
 
 
 # ---------------------------------------------------------------- counting, streaming, sampling

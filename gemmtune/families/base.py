@@ -147,8 +147,14 @@ class Family:
         32 banks of 4 bytes (1: none), for the performance model."""
         return 1, 1
 
-    def padded_shape(self, p: Params, m: int, n: int, k: int) -> tuple[int, int, int]:
+    def tile(self, p: Params) -> tuple[int, int, int]:
+        """The tile of C (TM x TN) a work-group computes, and its step along K (TK): the values
+        of ``tile_params``, unless the family's tile is a product of parameters."""
         tm, tn, tk = (p[name] for name in self.tile_params)
+        return tm, tn, tk
+
+    def padded_shape(self, p: Params, m: int, n: int, k: int) -> tuple[int, int, int]:
+        tm, tn, tk = self.tile(p)
         return _roundup(m, tm), _roundup(n, tn), _roundup(k, tk)
 
     def work_group_size(self, p: Params) -> int:

@@ -1,0 +1,126 @@
+"""The CPU family (kernels/xgemm_cpu.cl): each work-item keeps an MR x NR block of C in vector
+registers and walks K, like a CPU BLAS micro-kernel; no local memory, no barriers. Operands are
+read at any offset and leading dimension; op(A) and op(B) may first be packed into panels."""
+
+from __future__ import annotations
+
+from gemmtune.errors import GemmtuneError
+from gemmtune.families.base import Constraint, Family, Params
+from gemmtune.launch import A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch
+from gemmtune.precision import Precision
+
+OPS = {"N": 0, "T": 1, "C": 2}
+PACK_WG = 16          # the packing kernels' fixed work-group size (the kernel's PACK_WG)
+INDEX_LIMIT = 2**31   # offsets and leading dimensions are int arguments
+# The register budget assumed: 32 vector registers of 64 bytes (AVX-512). On a CPU with 16 of
+# 32 bytes (AVX2) such a block spills and runs slower, but stays correct.
+VECTOR_REGISTERS = 32
+REGISTER_BYTES = 64
+
+
+def _mr(p: Params):
+    return p["MV"] * p["VW"]
+
+
+def _registers(p: Params, prec: Precision):
+    """Vector registers the block needs: MV * NR accumulators, MV vectors of A, one broadcast
+    of B; a vector wider than a register takes several."""
+    per_vector = -(-(p["VW"] * prec.bytes) // REGISTER_BYTES)
+    return (p["MV"] * p["NR"] + p["MV"] + 1) * per_vector
+
+
+class Cpu(Family):
+    def local_size(self, p):
+        return p["WGS"], 1
+
+    def global_size(self, p, mp, np_, split=None):
+        """Work-items over an mp x np_ product (not rounded to tiles: the kernel guards edges)."""
+        rows = max(1, -(-mp // _mr(p)))
+        cols = max(1, -(-np_ // (p["NR"] * p["NB"])))
+        wgs = p["WGS"]
+        if p["ORDER"]:
+            return -(-rows // wgs) * wgs, cols
+        return -(-cols // wgs) * wgs, rows
+
+    def local_mem_bytes(self, p, prec):
+        return 0
+
+    def tile(self, p):
+        # a work-item's block of C, MR x NR (WGS work-items per group, side by side along M for
+        # the model), one step of K at a time
+        return _mr(p) * p["WGS"], p["NR"], 1
+
+    def padded_shape(self, p, m, n, k):
+        # The kernel reads the operands in place with edge guards: nothing is padded.
+        return m, n, k
+
+    def build_defines(self, p, prec, problem):
+        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b]}
+
+    def pass_elements(self, p, problem):
+        m, n, k = problem.m, problem.n, problem.k
+        mr, nr = _mr(p), p["NR"]
+        passes = []
+        if p["PACKA"]:
+            passes.append(m * k + -(-m // mr) * mr * k)
+        if p["PACKB"]:
+            passes.append(n * k + -(-n // nr) * nr * k)
+        return tuple(passes)
+
+    def plan(self, p, prec, problem, device, compute_units):
+        m, n, k = problem.m, problem.n, problem.k
+        stored = {"A": (m, k) if problem.trans_a == "N" else (k, m), "B": (k, n) if problem.trans_b == "N" else (n, k),
+                  "C": (m, n)}
+        for name, ld in (("A", problem.lda), ("B", problem.ldb), ("C", problem.ldc)):
+            rows, cols = stored[name]
+            if ld < rows:
+                raise ValueError(f"leading dimension of {name} ({ld}) is below its {rows} rows")
+            if ld >= INDEX_LIMIT:
+                raise GemmtuneError(f"leading dimension of {name} ({ld}) exceeds {INDEX_LIMIT - 1}")
+        mr, nr = _mr(p), p["NR"]
+        scratch, launches, packed = [], [], []
+        # Panels of MR rows of op(A) (NR columns of op(B)), contiguous along K, with zeros past
+        # M (N): ceil(M / MR) * MR * K elements (the kernel's launch notes).
+        for flag, name, kernel, rows, block, operand, offset, ld in (
+                ("PACKA", "Ap", "xgemm_pack_a", m, mr, A, OFFSET_A, problem.lda),
+                ("PACKB", "Bp", "xgemm_pack_b", n, nr, B, OFFSET_B, problem.ldb)):
+            if not p[flag]:
+                continue
+            blocks = max(1, -(-rows // block))
+            scratch.append(Scratch(name, prec.bytes * blocks * block * k))
+            packed.append(name)
+            if k > 0:
+                launches.append(Launch(kernel, (-(-k // PACK_WG) * PACK_WG, blocks), (PACK_WG, 1),
+                                       (rows, k, operand, offset, ld, name), gemm=False))
+        launches.append(Launch(self.kernel_name, self.global_size(p, m, n), self.local_size(p),
+                               (m, n, k, ALPHA, BETA, A, OFFSET_A, problem.lda, B, OFFSET_B, problem.ldb,
+                                C, OFFSET_C, problem.ldc, *packed)))
+        return Plan(tuple(scratch), tuple(launches))
+
+
+XGEMM_CPU = Cpu(
+    name="xgemm_cpu",
+    source_file="xgemm_cpu.cl",
+    kernel_name="xgemm",
+    tile_params=("VW", "NR", "KU"),
+    constraints=(
+        Constraint(1, "vector width", "VW in {1, 2, 4, 8, 16}; VW == 1 for complex precisions",
+                   lambda p, dev, prec: ((p["VW"] & (p["VW"] - 1)) == 0) & (p["VW"] <= 16)
+                   & ((p["VW"] == 1) | (not prec.is_complex))),
+        Constraint(2, "registers", f"(MV * NR + MV + 1) * ceil(VW * bytes per element / {REGISTER_BYTES}) "
+                   f"<= {VECTOR_REGISTERS}: accumulators, A's vectors and B's broadcast fit AVX-512's registers",
+                   lambda p, dev, prec: _registers(p, prec) <= VECTOR_REGISTERS),
+        Constraint(3, "work-group", "WGS <= max work-group size and max work-item size[0]",
+                   lambda p, dev, prec: (p["WGS"] <= dev.max_work_group_size)
+                   & (p["WGS"] <= dev.max_work_item_sizes[0])),
+        Constraint(4, "grid order", "ORDER 1 needs PACKB 1: row blocks side by side read B in place "
+                   "with a stride of ldb (d 2048^3: 60 GFLOP/s against 135 with ORDER 0)",
+                   lambda p, dev, prec: (p["ORDER"] == 0) | (p["PACKB"] == 1)),
+        Constraint(5, "vector fill", "VW * bytes per element is 32 or 64 for real precisions: narrower "
+                   "vectors leave lanes idle, wider ones are no register of the ISA",
+                   lambda p, dev, prec: ((p["VW"] * prec.bytes == 32) | (p["VW"] * prec.bytes == 64))
+                   | bool(prec.is_complex)),
+    ),
+    may_be_zero=frozenset({"KC", "ORDER", "PACKA", "PACKB"}),
+    takes_views=True,
+)
