@@ -14,7 +14,8 @@ except PackageNotFoundError:  # running from a checkout that is not installed
     __version__ = "0.0.0"
 
 from gemmtune.errors import GemmtuneError  # noqa: E402
-from gemmtune.space import Config, load_space, valid_configs  # noqa: E402
+from gemmtune.space import Config, load_space  # noqa: E402
+from gemmtune.valid import valid_configs  # noqa: E402
 
 
 def __getattr__(name):

@@ -148,13 +148,14 @@ def devices(fmt):
 def space(device, precision, shape, space_file, fmt, count, explain):
     """Enumerate the valid kernel configurations for a device, precision and shape."""
     from gemmtune import space as sp
+    from gemmtune import valid
     from gemmtune.device import resolve_device
 
     dev = resolve_device(device)
     prec = get_precision(precision)
     the_space = sp.load_space(space_file, device=dev)
     if explain:
-        counts = sp.explain(the_space, dev, prec)
+        counts = valid.explain(the_space, dev, prec)
         rows = [{"kernel": c.kernel, "constraint": c.constraint.number, "name": c.constraint.name,
                  "rule": c.constraint.text,
                  "removed": c.removed, "broken": c.broken} for c in counts]
@@ -169,7 +170,7 @@ def space(device, precision, shape, space_file, fmt, count, explain):
                        f"each configuration under the first constraint it breaks.")
         return
     if count:
-        click.echo(sp.count_valid(the_space, dev, prec))
+        click.echo(valid.count_valid(the_space, dev, prec))
         return
     try:
         for text in space_rows(the_space, dev, prec, fmt):
@@ -189,7 +190,7 @@ def space_rows(the_space, dev, prec, fmt: str):
     """
     import numpy as np
 
-    from gemmtune.space import iter_valid_columns
+    from gemmtune.valid import iter_valid_columns
 
     families = the_space.families
     columns = list(dict.fromkeys(c for fs in families for c in [*fs.values, "kernel", "local_mem_bytes",

@@ -33,7 +33,8 @@ from gemmtune.inputs import check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
 from gemmtune.rows import screen
 from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
-from gemmtune.space import Config, Space, ValidConfigs, load_space
+from gemmtune.space import Config, Space, load_space
+from gemmtune.valid import ValidConfigs
 from gemmtune.store import Store, database_url, fast_sqlite, probe
 from gemmtune.proposer import SAMPLERS, Proposals, Proposer, config_key, make_sampler
 from gemmtune.study_storage import BatchedStorage

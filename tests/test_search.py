@@ -18,7 +18,8 @@ from gemmtune.cli import cli
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import get_precision
 from gemmtune.search import check_problem
-from gemmtune.space import load_space, valid_configs
+from gemmtune.space import load_space
+from gemmtune.valid import valid_configs
 from gemmtune.device import resolve_device
 
 from faults import write_fault_space

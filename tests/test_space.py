@@ -30,10 +30,11 @@ from gemmtune.families import FAMILIES, XGEMM_K5, kernel_parameters  # noqa: E40
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.resources import load_kernel_source  # noqa: E402
 import gemmtune.space as space_module  # noqa: E402
+import gemmtune.valid as valid_module  # noqa: E402
 from gemmtune.space import (  # noqa: E402
-    Config, ValidConfigs, check_config, count_valid, explain, iter_valid_configs, load_space, make_config,
-    parse_space, sample_valid, shipped_families, valid_configs,
-)
+    Config, check_config, load_space, make_config, parse_space, shipped_families)
+from gemmtune.valid import (  # noqa: E402
+    ValidConfigs, count_valid, explain, iter_valid_configs, sample_valid, valid_configs)
 
 # Every parameter at a small value that breaks nothing on the devices below; each test widens
 # only the parameters its constraint is about.
@@ -631,7 +632,7 @@ def test_sample_valid_where_few_points_are_valid(tmp_path):
     prec = get_precision("s")
     assert space.size > space_module.CHUNK_ROWS, "the space should be drawn from, not listed"
     listed = valid_configs(space, TIGHT, prec)
-    assert 0 < len(listed) * space_module.DRAWS_PER_PICK < space.size
+    assert 0 < len(listed) * valid_module.DRAWS_PER_PICK < space.size
     got = sample_valid(space, TIGHT, prec, len(listed) // 2, random.Random(1))
     assert len(got) == len(listed) // 2 == len(set(got)) and set(got) <= set(listed)
     assert sample_valid(space, TIGHT, prec, len(listed), random.Random(1)) == listed

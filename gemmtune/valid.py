@@ -1,0 +1,221 @@
+"""The valid set of a space on a device and precision: listed, streamed, counted, sampled and
+explained, chunk by chunk of the Cartesian product (constraints evaluated on numpy columns), so
+that nothing needs the whole list of millions of configurations. Nothing here imports OpenCL.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from gemmtune import space as space_module
+from gemmtune.families import FAMILIES, Constraint
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import Precision
+from gemmtune.space import Config, FamilySpace, Space, require_precision
+
+
+def valid_configs(space: Space, dev: DeviceInfo, prec: Precision) -> list[Config]:
+    """Every configuration of the space that breaks no constraint on this device and precision."""
+    require_precision(dev, prec)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return [c for fs in space.families for c in fs.valid(dev, prec)]
+
+
+def _quietly(chunks: Iterator) -> Iterator:
+    """The items of ``chunks``, each computed with numpy's division warnings off (the
+    constraints divide by parameters that other constraints require to be positive) and
+    handed on with the caller's settings."""
+    while True:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            item = next(chunks, None)
+        if item is None:
+            return
+        yield item
+
+
+def iter_valid_columns(space: Space, dev: DeviceInfo, prec: Precision) -> Iterator[tuple[FamilySpace, dict[str, np.ndarray]]]:
+    """The valid points as columns with their family, chunk by chunk, in ``valid_configs`` order."""
+    require_precision(dev, prec)
+    for fs in space.families:
+        for cols in _quietly(fs.valid_chunks(dev, prec)):
+            yield fs, cols
+
+
+def iter_valid_configs(space: Space, dev: DeviceInfo, prec: Precision) -> Iterator[Config]:
+    """``valid_configs`` one at a time: memory for one chunk of the product, not for the list."""
+    for fs, cols in iter_valid_columns(space, dev, prec):
+        yield from fs.to_configs(cols)
+
+
+def _chunk_counts(space: Space, dev: DeviceInfo, prec: Precision) -> list[tuple[FamilySpace, int, int]]:
+    """(family, chunk index, valid points) of every chunk of the product, in order."""
+    require_precision(dev, prec)
+    counts = []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for fs in space.families:
+            counts += [(fs, j, int(np.count_nonzero(fs.mask(cols, dev, prec))))
+                       for j, cols in enumerate(fs.chunks())]
+    return counts
+
+
+def count_valid(space: Space, dev: DeviceInfo, prec: Precision) -> int:
+    """``len(valid_configs(...))`` from the constraints' masks alone: no configuration is built."""
+    return sum(n for _, _, n in _chunk_counts(space, dev, prec))
+
+
+# Points of the product drawn per configuration wanted before sample_valid stops drawing and
+# enumerates: a space with less than one valid point in 64 is cheaper to walk.
+DRAWS_PER_PICK = 64
+
+
+def sample_valid(space: Space, dev: DeviceInfo, prec: Precision, n: int, rng: random.Random) -> list[Config]:
+    """``n`` distinct valid configurations drawn uniformly, in random order; every valid one, in
+    ``valid_configs`` order, where there are no more than ``n``.
+
+    Draws random points of the Cartesian product and keeps the valid ones, so that it costs
+    about ``n`` divided by the valid share of the product, not a pass over the whole space; a
+    space whose valid share is too small for that, or whose product is smaller than a chunk, is
+    enumerated instead. ``rng`` is left untouched where a small product has no more than ``n``.
+    """
+    require_precision(dev, prec)
+    if n <= 0:
+        return []
+    if space.size <= space_module.CHUNK_ROWS:
+        everything = valid_configs(space, dev, prec)
+        return everything if len(everything) <= n else rng.sample(everything, n)
+    starts = list(itertools.accumulate((fs.size for fs in space.families), initial=0))
+    gen = np.random.default_rng(rng.getrandbits(64))
+    seen: set[int] = set()
+    found: list[Config] = []
+    budget = max(DRAWS_PER_PICK * n, space_module.CHUNK_ROWS)
+    drawn_total = valid_total = 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while len(found) < n and budget > 0:
+            share = max(valid_total / drawn_total if drawn_total else 1.0, 1 / DRAWS_PER_PICK)
+            want = min(budget, space_module.CHUNK_ROWS, max(1024, math.ceil(1.2 * (n - len(found)) / share)))
+            budget -= want
+            drawn = gen.integers(0, space.size, size=want)
+            _, first = np.unique(drawn, return_index=True)
+            drawn = np.asarray([i for i in drawn[np.sort(first)].tolist() if i not in seen], dtype=np.int64)
+            seen.update(drawn.tolist())
+            batch: list[tuple[int, Config]] = []
+            for f, fs in enumerate(space.families):
+                where = np.flatnonzero((drawn >= starts[f]) & (drawn < starts[f + 1]))
+                if len(where):
+                    cols = fs.points(drawn[where] - starts[f])
+                    ok = fs.mask(cols, dev, prec)
+                    batch += zip(where[ok].tolist(), fs.to_configs({k: v[ok] for k, v in cols.items()}))
+            batch.sort(key=lambda t: t[0])   # in the order drawn, whatever the family
+            found += [c for _, c in batch]
+            drawn_total += len(drawn)
+            valid_total += len(batch)
+    if len(found) >= n:
+        return found[:n]
+    # Too few valid points to find by chance: one pass counts them, another picks them.
+    view = ValidConfigs(space, dev, prec)
+    if len(view) <= n:
+        return list(view)
+    return view.take(rng.sample(range(len(view)), n))
+
+
+class ValidConfigs(Sequence):
+    """The valid configurations of a space on a device and precision, as a sequence in
+    ``valid_configs`` order that is never held whole: ``len`` sums the constraints' masks (once),
+    indexing evaluates one chunk of the product, iteration goes chunk by chunk, and ``sample``
+    draws from the product.
+
+    A search proposes from it without building the 2.36 million configurations of the shipped
+    space for s on PoCL (10 s and 1 GB) before its first trial.
+    """
+
+    def __init__(self, space: Space, dev: DeviceInfo, prec: Precision):
+        require_precision(dev, prec)
+        self.space, self.dev, self.prec = space, dev, prec
+        self._counts: list[tuple[FamilySpace, int, int]] | None = None
+        self._ends: list[int] = []
+
+    def _index(self) -> list[int]:
+        if self._counts is None:
+            self._counts = _chunk_counts(self.space, self.dev, self.prec)
+            self._ends = list(itertools.accumulate(n for _, _, n in self._counts))
+        return self._ends
+
+    def __len__(self) -> int:
+        ends = self._index()
+        return ends[-1] if ends else 0
+
+    def __bool__(self) -> bool:
+        # one valid point drawn at random is enough, and far cheaper than counting them all
+        if self._counts is not None:
+            return len(self) > 0
+        return bool(sample_valid(self.space, self.dev, self.prec, 1, random.Random(0)))
+
+    def take(self, indices: list[int]) -> list[Config]:
+        """The configurations at these positions, in the order given, in one pass over the
+        chunks that hold them."""
+        ends, size = self._index(), len(self)
+        wanted: dict[int, list[int]] = {}   # chunk -> positions in it
+        for i in indices:
+            if not -size <= i < size:
+                raise IndexError("valid configuration index out of range")
+            i %= size
+            c = bisect.bisect_right(ends, i)
+            wanted.setdefault(c, []).append(i - (ends[c - 1] if c else 0))
+        got: dict[int, Config] = {}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for c, local in sorted(wanted.items()):
+                fs, j, _ = self._counts[c]
+                cols = fs.chunk(j)
+                rows = np.flatnonzero(fs.mask(cols, self.dev, self.prec))[local]
+                start = ends[c - 1] if c else 0
+                got.update(zip((start + r for r in local), fs.to_configs({k: v[rows] for k, v in cols.items()})))
+        return [got[i % size] for i in indices]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(list(range(*i.indices(len(self)))))
+        return self.take([i])[0]
+
+    def __iter__(self) -> Iterator[Config]:
+        return iter_valid_configs(self.space, self.dev, self.prec)
+
+    def __contains__(self, config) -> bool:
+        return (isinstance(config, Config) and self.space.allows(config)
+                and FAMILIES[config.kernel].broken(config.params, self.dev, self.prec) is None)
+
+    def sample(self, n: int, rng: random.Random) -> list[Config]:
+        return sample_valid(self.space, self.dev, self.prec, n, rng)
+
+
+
+@dataclass(frozen=True)
+class ConstraintCount:
+    kernel: str
+    constraint: Constraint
+    removed: int   # configurations for which this is the first constraint broken
+    broken: int    # configurations that break it, whatever else they break
+
+
+def explain(space: Space, dev: DeviceInfo, prec: Precision) -> list[ConstraintCount]:
+    require_precision(dev, prec)
+    counts = []
+    for fs in space.families:
+        removed = dict.fromkeys(fs.family.constraints, 0)
+        broken = dict.fromkeys(fs.family.constraints, 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for cols in fs.chunks():
+                alive = True  # obeys every constraint checked so far
+                for c, ok in fs.checks(cols, dev, prec):
+                    removed[c] += int((alive & ~ok).sum())
+                    broken[c] += int((~ok).sum())
+                    alive = alive & ok
+        counts += [ConstraintCount(fs.family.name, c, removed[c], broken[c]) for c in fs.family.constraints]
+    return counts
