@@ -192,7 +192,10 @@ def predict(config: Config, dev: DeviceInfo, prec: Precision, m: int, n: int, k:
     moved = family.pass_elements(p, Problem(m, n, k, trans_a, trans_b))
     passes, pass_elements = len(moved), sum(moved)
     c_elements = m * n * (2 if beta != 0 else 1)
-    main_bytes = e * (mp * kp * (np_ // tn) + np_ * kp * (mp // tm) + c_elements)
+    # Tiles of C along each side (a family that pads makes them exact; one that guards its edges
+    # runs a partial last tile).
+    tiles_m, tiles_n = -(-mp // tm), -(-np_ // tn)
+    main_bytes = e * (mp * kp * tiles_n + np_ * kp * tiles_m + c_elements)
     pass_bytes = e * pass_elements
 
     lx, ly = family.local_size(p)
@@ -200,7 +203,7 @@ def predict(config: Config, dev: DeviceInfo, prec: Precision, m: int, n: int, k:
     local = family.local_mem_bytes(p, prec)
     by_local = dev.local_mem_bytes // local if local > 0 else math.inf
     resident = max(1, int(min(by_local, dev.max_work_group_size // items)))
-    groups = (mp // tm) * (np_ // tn)
+    groups = tiles_m * tiles_n
     rounds = -(-groups // dev.compute_units)
 
     wm, wn = tm / lx, tn / ly

@@ -308,3 +308,16 @@ def test_split_tiles_leave_no_compute_unit_idle_in_the_model():
     p0, p2 = (model.predict(c, GPU, S, 320, 64, 1024) for c in (whole, split))
     assert p2.kernels == p0.kernels + 1 and p2.pass_bytes - p0.pass_bytes == 4 * 64 * 64 * (2 * (5 + 8) + 5)
     assert model.predict(split, GPU, S, 512, 64, 1024).kernels == model.predict(whole, GPU, S, 512, 64, 1024).kernels
+
+
+def test_a_problem_smaller_than_one_tile_of_a_family_that_does_not_pad_is_one_work_group():
+    """xgemm_cpu guards its edges instead of padding: 40 x 40 with a 48-row tile is one partial
+    tile along M, not none (a division by zero once)."""
+    from gemmtune.families import FAMILIES
+
+    cpu = FAMILIES["xgemm_cpu"]
+    config = Config.of("xgemm_cpu", {**cpu.defaults, "VW": 16, "MV": 3, "WGS": 1})
+    tm, tn, _ = cpu.tile(config.params)
+    assert tm > 40
+    p = model.predict(config, GPU, S, 40, 40, 40)
+    assert p.groups == -(-40 // tn) and p.time_s > 0

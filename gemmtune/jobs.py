@@ -1,0 +1,55 @@
+"""The messages between a search and its worker processes: what to build or time, and what came back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gemmtune.space import Config
+from gemmtune.timing import Timing, TimingPolicy
+from gemmtune.verify import Check
+
+
+@dataclass(frozen=True)
+class Job:
+    config: Config
+    source: str               # kernel source with includes inlined
+    precision: str
+    m: int
+    n: int
+    k: int
+    policy: TimingPolicy = field(default_factory=TimingPolicy)
+    binary: bytes | None = None          # built by a compiler process; None: build here
+    stop_above_ms: float | None = None   # stop timing, status "slow", once the time's interval is above this
+
+
+@dataclass(frozen=True)
+class StopAbove:
+    """A new early-stop threshold for a timing worker's jobs, the running one and those waiting:
+    the search found a faster candidate since they were submitted."""
+    ms: float
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    config: Config
+    source: str
+    precision: str
+
+
+@dataclass(frozen=True)
+class Built:
+    status: str                       # ok, compile_error or crash (a compiler that fails a job)
+    binary: bytes | None = None
+    digest: str | None = None         # sha256 of the binary: equal digests, one measurement
+    compile_s: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str                       # ok, compile_error, launch_error, crash, timeout, wrong_result
+    timing: Timing | None = None
+    check: Check | None = None
+    compile_s: float | None = None
+    trial_s: float | None = None
+    detail: str = ""

@@ -1,0 +1,282 @@
+"""The worker processes' side (OpenCL): a timing worker builds or loads, verifies and times one
+job at a time; a compiler builds programs and returns their binaries. Started and watched by
+gemmtune.runner, which is why a crash or a hang here costs one trial, never the search.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+from gemmtune.errors import GemmtuneError
+from gemmtune.jobs import Built, Job, Outcome, StopAbove
+from gemmtune.timing import Timing, converged, median_ci
+
+DETAIL_LIMIT = 8000       # characters of build log or error text kept per trial
+EARLY_STOP_SAMPLES = 6    # the fewest samples whose median has a 95 % interval
+BATCH_MS = 1.0            # device time a sample's batch of calls fills, at least (see _time)
+MAX_BATCH = 64
+
+
+
+
+class _Problem:
+    """Random operands and their reference, kept per shape for the worker's life: the
+    float64 reference of a large product costs more than most trials."""
+
+    def __init__(self, cl, ctx, prec, m, n, k, rng):
+        import numpy as np
+
+        from gemmtune.verify import Reference, random_matrix
+
+        # Column-major A (m x k), B (k x n), C (m x n) are, in numpy's row-major terms,
+        # arrays of shape (k, m), (n, k) and (n, m), and C's memory equals b @ a.
+        self.a = random_matrix(prec, (k, m), rng)
+        self.b = random_matrix(prec, (n, k), rng)
+        self.reference = Reference.compute(prec, self.b, self.a, None, 1.0, 0.0)
+        self.nan = np.full(1, np.nan, dtype=prec.dtype)   # the pattern C is filled with
+        self.shape = (n, m)
+        mf = cl.mem_flags
+        self.a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=self.a)
+        self.b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=self.b)
+        self.c_buf = cl.Buffer(ctx, mf.READ_WRITE, n * m * prec.bytes)
+
+
+def _trial(cl, queue, problems, job: Job) -> Outcome:
+    import numpy as np
+
+    from gemmtune.kernels import BuildError, GemmOperation
+    from gemmtune.precision import get_precision
+    from gemmtune.verify import compare
+
+    prec = get_precision(job.precision)
+    key = (job.precision, job.m, job.n, job.k)
+    if key not in problems:
+        problems.clear()
+        problems[key] = _Problem(cl, queue.context, prec, job.m, job.n, job.k, np.random.default_rng())
+    pb = problems[key]
+
+    t0 = time.perf_counter()
+    try:
+        op = GemmOperation(queue, job.config, job.source, prec, job.m, job.n, job.k, binary=job.binary)
+    except BuildError as e:
+        return Outcome("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
+    compile_s = time.perf_counter() - t0
+
+    def run():
+        return op.enqueue(pb.a_buf, pb.b_buf, pb.c_buf, 1.0, 0.0)
+
+    # Verify first, on an output poisoned with NaN, so unwritten elements cannot pass. On a
+    # device other than the host's CPU the comparison runs on the host (numpy releases the GIL)
+    # while the device is timed: at large sizes it costs as much as the timing. A wrong result
+    # then discards the timing. On a CPU device it would disturb the timing, so it goes first.
+    cl.enqueue_fill_buffer(queue, pb.c_buf, pb.nan, 0, pb.c_buf.size)  # on the device: no host copy
+    run()
+    result = np.empty(pb.shape, dtype=prec.dtype)
+    cl.enqueue_copy(queue, result, pb.c_buf)
+    checking = _CHECKER.submit(compare, result, pb.reference, prec)
+    timed = None
+    if queue.device.type & cl.device_type.CPU:
+        checking.result()
+    try:
+        if not checking.done() or checking.result().passed:
+            timed = _time(cl, queue, run, job, op.kernel_events)
+    finally:
+        check = checking.result()
+    if not check.passed:
+        return Outcome("wrong_result", check=check, compile_s=compile_s,
+                       detail=f"componentwise error {check.componentwise_error:.3g} > tolerance "
+                              f"{check.tolerance:.3g}; max relative {check.max_rel_error:.3g}, "
+                              f"normwise {check.norm_rel_error:.3g}")
+    status, timing, detail = timed
+    return Outcome(status, timing, check, compile_s, detail=detail)
+
+
+_CHECKER = ThreadPoolExecutor(max_workers=1)
+
+
+_STOP_ABOVE: list[float | None] = [None]   # in a timing worker: the latest StopAbove received
+
+
+def _stop_above(job: Job) -> float | None:
+    limits = [ms for ms in (job.stop_above_ms, _STOP_ABOVE[0]) if ms is not None]
+    return min(limits) if limits else None
+
+
+def batch_size(device_ms: float) -> int:
+    """Calls per sample: enough back-to-back calls to fill BATCH_MS of device time."""
+    return max(1, min(MAX_BATCH, int(BATCH_MS / max(device_ms, 1e-6))))
+
+
+def _time(cl, queue, run, job: Job, kernel_events: int = 1) -> tuple[str, Timing, str]:
+    """Warm up, then time until the interval is tight, the time cap is spent, or (early stop)
+    the candidate is surely slower than ``job.stop_above_ms`` or a later StopAbove.
+
+    A sample is what a caller pays per call: the wall-clock time from enqueuing a batch of
+    back-to-back calls of the whole operation to its end, divided by the calls. A small
+    problem's call costs whichever is longer of the host's enqueue and the device's work, plus
+    the gaps between launches, which device time alone would leave out; a large problem's
+    batch is one call, and its wait adds little to the device time. The device time of the
+    last call's kernels is kept beside it."""
+    from gemmtune.kernels import device_time_ms
+
+    policy = job.policy
+    for _ in range(policy.warmup):
+        events = run()
+    events[-1].wait()
+    batch = batch_size(device_time_ms(events))
+    total, kernel, device, spent = [], [], [], 0.0
+    while len(total) < policy.max_repeats:
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            events = run()
+        events[-1].wait()
+        wall = (time.perf_counter() - t0) * 1e3
+        total.append(wall / batch)
+        device.append(device_time_ms(events))
+        kernel.append(device_time_ms(events[-kernel_events:]))
+        spent += wall * 1e-3
+        if spent >= policy.max_seconds or converged(total, policy):
+            break
+        limit = _stop_above(job)
+        if limit is not None and len(total) >= EARLY_STOP_SAMPLES and median_ci(total)[0] > limit:
+            return ("slow", Timing(tuple(total), tuple(kernel), tuple(device)),
+                    f"stopped after {len(total)} samples: time interval above {limit:.4g} ms")
+    return "ok", Timing(tuple(total), tuple(kernel), tuple(device)), ""
+
+
+def _watch_parent(parent: int) -> None:
+    # A worker whose parent died (kill -9) must not run on, holding the device.
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def _pin(cores) -> None:
+    # Threads started before this (numpy's BLAS pool, at import) keep their own affinity: each
+    # is set by its thread id, which Linux lists under /proc/self/task.
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def _open(conn, device, parent: int, quiet: bool, cores):
+    """Common start of every worker: cores, signals, watchdog, device; None if it could not start."""
+    if cores:  # first, so that every thread started below (the driver's too) inherits them
+        _pin(cores)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if quiet:
+        # Drivers print build diagnostics on stderr; each trial's own log is kept in its row.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    try:
+        import pyopencl as cl
+
+        from gemmtune.device import open_device
+
+        info, dev = open_device(device)
+        ctx = cl.Context([dev])
+    except GemmtuneError as e:
+        conn.send(("error", str(e)))
+        return None
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(("error", f"cannot open device {device}: {e}"))
+        return None
+    conn.send(("ready", info))
+    return cl, ctx
+
+
+def _jobs(conn):
+    """The jobs, in order. A thread takes each off the pipe as it comes, so that the parent can
+    queue the next job while this one runs without blocking on a full pipe (a job carries a
+    program binary, larger than a pipe's buffer)."""
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read():
+        while True:
+            try:
+                job = conn.recv()
+            except (EOFError, OSError):
+                job = None
+            if isinstance(job, StopAbove):
+                _STOP_ABOVE[0] = job.ms
+                continue
+            inbox.put(job)
+            if job is None:
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    while (job := inbox.get()) is not None:
+        yield job
+
+
+def _worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
+    """The timing worker: builds (or loads a binary), verifies and times one job at a time."""
+    opened = _open(conn, device, parent, quiet, cores)
+    if opened is None:
+        return
+    cl, ctx = opened
+    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    problems: dict = {}
+    for job in _jobs(conn):
+        t0 = time.perf_counter()
+        try:
+            outcome = _trial(cl, queue, problems, job)
+        except cl.Error as e:
+            outcome = Outcome("launch_error", detail=f"{type(e).__name__}: {e}"[:DETAIL_LIMIT])
+        except Exception:  # noqa: BLE001 - any other failure of the trial is reported as a crash
+            outcome = Outcome("crash", detail=traceback.format_exc()[-DETAIL_LIMIT:])
+        outcome = Outcome(outcome.status, outcome.timing, outcome.check, outcome.compile_s,
+                          time.perf_counter() - t0, outcome.detail)
+        conn.send(outcome)
+
+
+def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
+    """A compiler: builds one program at a time in a context of its own and returns its binary.
+
+    Binaries, not a shared driver cache, carry the work to the timing worker: both PoCL
+    (its own binary format) and NVIDIA (PTX, which the driver turns into machine code in a
+    fraction of the front end's time) load a program from a binary, while only PoCL would find
+    a source build of another process in its on-disk cache. NVIDIA's driver does cache the
+    machine code it makes from a PTX binary on load (~/.nv/ComputeCache), so on a GPU the
+    compiler loads its binary once too, and the timing worker's load is a cache hit.
+    """
+    import hashlib
+
+    opened = _open(conn, device, parent, quiet, cores)
+    if opened is None:
+        return
+    cl, ctx = opened
+    from gemmtune.kernels import BuildError, build, defines, load_binary, program_binary
+    from gemmtune.precision import get_precision
+
+    preload = not ctx.devices[0].type & cl.device_type.CPU
+    for job in _jobs(conn):
+        t0 = time.perf_counter()
+        try:
+            defs = defines(job.config, get_precision(job.precision))
+            binary = program_binary(build(ctx, job.source, defs))
+            if preload:
+                try:
+                    load_binary(ctx, binary, defs)
+                except cl.Error:  # the timing worker will find out for itself, and say why
+                    pass
+            result = Built("ok", binary, hashlib.sha256(binary).hexdigest(), time.perf_counter() - t0)
+        except BuildError as e:
+            result = Built("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
+        except Exception:  # noqa: BLE001 - the compiler itself broke: one candidate's loss
+            result = Built("crash", compile_s=time.perf_counter() - t0, detail=traceback.format_exc()[-DETAIL_LIMIT:])
+        conn.send(result)
