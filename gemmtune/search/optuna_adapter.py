@@ -1,5 +1,12 @@
-"""Optuna's relational storage, with a trial's parameters written in one transaction, and the
-trials that died before their first heartbeat found.
+"""Every use of Optuna's private names, in one place: Optuna's public API has no way to do what
+these do, and a change of Optuna's internals should break one module (``tests/test_optuna_adapter.py``
+exercises each use against the installed Optuna).
+
+* ``BatchedStorage``: Optuna's relational storage, with a trial's parameters written in one
+  transaction, and the trials that died before their first heartbeat found.
+* ``one_read``: the study's trials read once for a whole proposal.
+* ``start_running_trial``: a running trial created with its parameters in one write.
+* ``trial_id``: the storage's id of a trial, which heartbeats and stale-trial checks take.
 
 Optuna commits every ``suggest_*`` on its own: a gemmtune configuration has a dozen parameters,
 so a proposal cost a dozen transactions, and with the devices waiting on the search process
@@ -12,6 +19,7 @@ written at once (the block ends before the trial is told or handed to a device).
 from __future__ import annotations
 
 import contextlib
+import copy
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
@@ -19,6 +27,52 @@ import optuna
 from optuna.storages._rdb import models
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
+
+
+def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
+    """The storage's id of a trial (``number`` counts within the study; the storage's heartbeat
+    and state calls take the id)."""
+    return trial._trial_id
+
+
+def start_running_trial(study: optuna.Study, params: dict, distributions: dict) -> optuna.Trial:
+    """A running trial with ``params``, written with them in one transaction. enqueue_trial, ask
+    and the suggestions take five, and ask a scan for waiting trials besides: with devices
+    measuring several candidates a second, that was the search process's largest cost per trial.
+    ``study.add_trial`` takes such a template but does not say which trial it made. The sampler
+    sees the trial as it sees an enqueued one."""
+    template = optuna.trial.create_trial(state=TrialState.RUNNING, params=params, distributions=distributions)
+    return optuna.Trial(study, study._storage.create_new_trial(study._study_id, template_trial=template))
+
+
+@contextlib.contextmanager
+def one_read(study: optuna.Study):
+    """The study's trials read once for the whole block (one ask and its suggestions).
+
+    With the constant liar, Optuna's TPE reads every trial of the study afresh for each group of
+    parameters it samples, so that it sees the latest running ones: five reads per gemmtune
+    proposal (three groups, and the search space), each a round of queries, and the largest
+    cost of the search process per trial. Within one proposal nothing else is told or asked,
+    so one read serves them all."""
+    read = study._get_trials
+    trials: list | None = None
+
+    def get_trials(deepcopy: bool = True, states=None, use_cache: bool = False):
+        nonlocal trials
+        if trials is None:
+            trials = read(deepcopy=False, use_cache=False)
+        picked = trials if states is None else [t for t in trials if t.state in states]
+        return copy.deepcopy(picked) if deepcopy else picked
+
+    outer = vars(study).get("_get_trials")   # inside another one_read: leave that one in place
+    study._get_trials = get_trials
+    try:
+        yield
+    finally:
+        if outer is None:
+            del study._get_trials
+        else:
+            study._get_trials = outer
 
 
 class BatchedStorage(optuna.storages.RDBStorage):
