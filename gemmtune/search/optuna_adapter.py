@@ -1,6 +1,9 @@
 """Every use of Optuna's private names, in one place: Optuna's public API has no way to do what
 these do, and a change of Optuna's internals should break one module (``tests/test_optuna_adapter.py``
-exercises each use against the installed Optuna).
+exercises each use against the installed Optuna). They hold from Optuna 4.7 to 5.0; pyproject.toml
+allows 4.9 on, where RDBStorage first takes ``heartbeat_stale_trial_callback``. Before 4.7 the
+batched writes do not hold (Optuna 4.0's RDBStorage has neither ``_set_trial_param`` nor
+``_set_trial_attr_without_commit``).
 
 * ``BatchedStorage``: Optuna's relational storage, with a trial's parameters written in one
   transaction, and the trials that died before their first heartbeat found.
@@ -117,10 +120,20 @@ class BatchedStorage(optuna.storages.RDBStorage):
     def unbeaten_trial_ids(self, study_id: int, grace: float) -> list[int]:
         """Trials RUNNING for more than ``grace`` seconds that never sent a heartbeat: their process
         died between creating them and the first beat (a few milliseconds, but a kill can land
-        there). Optuna's stale-trial check passes over them, so nothing else would ever end them.
-        Optuna 5 stores a trial's start in UTC, from the creating machine's clock."""
-        since = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=grace)
+        there). Optuna's stale-trial check passes over them, so nothing else would ever end them."""
+        started, now = _trial_start()
+        since = now - timedelta(seconds=grace)
         with _create_scoped_session(self.scoped_session) as session:
             return [trial_id for (trial_id,) in session.query(models.TrialModel.trial_id).filter(
                 models.TrialModel.study_id == study_id, models.TrialModel.state == TrialState.RUNNING,
-                models.TrialModel._datetime_start_utc < since, ~models.TrialModel.heartbeats.any())]
+                started < since, ~models.TrialModel.heartbeats.any())]
+
+
+def _trial_start():
+    """The column of a trial's start, and the time now as it is written there. Optuna 5 writes
+    the start in UTC (``_datetime_start_utc``), Optuna 4 in the creating machine's local time
+    (``datetime_start``); both without a time zone."""
+    utc = getattr(models.TrialModel, "_datetime_start_utc", None)
+    if utc is not None:
+        return utc, datetime.now(timezone.utc).replace(tzinfo=None)
+    return models.TrialModel.datetime_start, datetime.now()
