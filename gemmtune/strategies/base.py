@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 # optuna is imported where a sampler is made: the command line reads this registry, and most
 # commands never search.
-
-
 if TYPE_CHECKING:
     import optuna
 
