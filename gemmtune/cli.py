@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from gemmtune import strategies
 from gemmtune.config_text import parse_config
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import PRECISIONS, get_precision
@@ -408,7 +409,7 @@ def print_summary(d: dict) -> None:
                    "finish).")
 @click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
               show_default=True, help="Seconds one trial (build, verify, time) may take.")
-@click.option("--sampler", type=click.Choice(["tpe", "random", "grid"]), default="tpe", show_default=True)
+@click.option("--sampler", type=click.Choice(strategies.names("search")), default="tpe", show_default=True)
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=None, help="Seed of the sampler (0 to 2**32 - 1).")
 @db_option
 @click.option("--study", default=None, help="Study name (default: from device, precision and shape).")
@@ -663,8 +664,9 @@ def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
 @cli.command()
 @db_option
 @click.option("--study", required=True, help="The exhaustive (grid) study to replay.")
-@click.option("--samplers", default="tpe,random,tpe-seeded", show_default=True, metavar="S1,S2,...",
-              help="Samplers to compare: tpe, random, tpe-seeded (TPE after the model's best predictions).")
+@click.option("--samplers", default=",".join(strategies.names("replay")), show_default=True, metavar="S1,S2,...",
+              help=f"Samplers to compare: {', '.join(strategies.names('replay'))} (tpe-seeded: TPE after the "
+                   "model's best predictions).")
 @click.option("--seeds", type=click.IntRange(min=1), default=20, show_default=True,
               help="Replays per sampler, with sampler seeds 0 .. SEEDS-1.")
 @click.option("--target", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
@@ -684,14 +686,15 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
     from gemmtune import replay as rp
 
     names = [s.strip() for s in samplers.split(",") if s.strip()]
+    seeded = [n for n in names if n in strategies.STRATEGIES and strategies.STRATEGIES[n].model_seeded]
     land = rp.load_landscape(db, study, space_file)
     if land.skipped:
         click.echo(land.skipped, err=True)
-    device = rp.device_for(land, device_info) if "tpe-seeded" in names or device_info else None
-    if "tpe-seeded" in names and device is None:
-        raise GemmtuneError(f"tpe-seeded needs the study's device ({land.device_name}) for the model; neither the "
+    device = rp.device_for(land, device_info) if seeded or device_info else None
+    if seeded and device is None:
+        raise GemmtuneError(f"{seeded[0]} needs the study's device ({land.device_name}) for the model; neither the "
                             "database nor this machine describes it: pass --device-info FILE (saved with "
-                            "`gemmtune devices --format json` on its machine) or leave tpe-seeded out of --samplers")
+                            f"`gemmtune devices --format json` on its machine) or leave {seeded[0]} out of --samplers")
     result = rp.replay(land, names, seeds, target, model_seeds, device)
     d = result.to_json()
     if fmt == "json":
@@ -701,7 +704,7 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
     click.echo(f"problem  {d['precision']}gemm {d['m']}x{d['n']}x{d['k']} on {d['device_name']}: "
                f"{d['recorded']} configurations recorded ({d['ok']} ok), best {d['best_gflops']:,.1f} GFLOP/s")
     click.echo(f"measured trials to reach {target:g} x best, over {seeds} seeds"
-               + (f" (tpe-seeded: the model's {model_seeds} best first)" if "tpe-seeded" in names else "") + ":")
+               + (f" ({', '.join(seeded)}: the model's {model_seeds} best first)" if seeded else "") + ":")
     emit(result.table().to_dict(orient="records"), "table")
     if d["model_spearman"] is not None:
         click.echo(f"model    Spearman rank correlation of predicted and measured times: {d['model_spearman']:.3f}")

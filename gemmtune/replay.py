@@ -3,14 +3,14 @@
 A ``grid`` study measured every valid configuration once; its rows of ``results`` (read through
 ``gemmtune.store``, never Optuna's tables) are a lookup table from configuration to GFLOP/s. A
 replay drives an in-memory Optuna study with ask/tell over the same parameter space, exactly as
-``gemmtune.search`` does, but a proposal's value is looked up instead of measured:
+``gemmtune.search`` does (through its ``session.Proposer``), but a proposal's value is looked up instead of measured:
 
 * a configuration the study did not record is taken as invalid: told PRUNED, not counted;
 * the first proposal of a recorded configuration is a measured trial: told its recorded GFLOP/s
   (for ``slow``, the estimate search recorded and told), or FAIL for a failure (compile_error,
   wrong_result, ...); it counts;
 * a proposal measured before in this replay is told the same again and does not count;
-* after ``proposer.MAX_FREE_PROPOSALS`` proposals in a row that did not count, a random
+* after ``strategies.MAX_FREE_PROPOSALS`` proposals in a row that did not count, a random
   unmeasured recorded configuration is enqueued (as search does with the valid space);
 * the study's baseline configuration (its row with ``baseline`` = 1), if any, is the first
   trial, as in search; ``tpe-seeded`` then enqueues the model's K seeds (``model.seeds``: the
@@ -34,27 +34,25 @@ from __future__ import annotations
 
 import json
 import random
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import optuna
 import pandas as pd
-from optuna.trial import TrialState
 
 from gemmtune import model
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
-from gemmtune.proposer import Proposals, Proposer, config_key, make_sampler
+from gemmtune.search.session import Proposals, Proposer, config_key, memory_study, quiet_optuna
 from gemmtune.space import Config, FamilySpace, Space, load_space, shipped_families
 from gemmtune.store import Store, database_url
+from gemmtune.strategies import STRATEGIES, names
 from gemmtune.urls import shown
 
-SAMPLERS = ("tpe", "random", "tpe-seeded")
+SAMPLERS = tuple(names("replay"))
 
 
 @dataclass(frozen=True)
@@ -161,41 +159,37 @@ class ReplayRun:
 
     trials: int | None            # None only if the best was never reached (cannot happen: it is recorded)
     measured: list[Config]        # in order
-    study: optuna.Study           # the in-memory study, every ask and tell in it
+    study: object                 # the in-memory Optuna study, every ask and tell in it
 
 
 def replay_once(land: Landscape, sampler: str, seed: int, target: float,
                 first: Sequence[Config] = ()) -> ReplayRun:
-    """One search of ``land`` with ``sampler`` (tpe or random; tpe-seeded is tpe with the
-    model's picks as ``first``, enqueued after the baseline), stopping at the first measured
-    ``ok`` trial that reaches ``target`` x the best."""
+    """One search of ``land`` with the strategy ``sampler``, stopping at the first measured ``ok``
+    trial that reaches ``target`` x the best. ``first`` (the model's picks, for a model-seeded
+    strategy) are enqueued after the baseline."""
     threshold = target * land.best
-    proposals = Proposals(land.space)
-    rng = random.Random(seed)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # multivariate TPE
-        study = optuna.create_study(storage=None, direction="maximize",
-                                    sampler=make_sampler("random" if sampler == "random" else "tpe", seed))
-        pending = [land.baseline] if land.baseline is not None else []
-        pending += [c for c in first if c not in pending]
-        measured: dict[tuple, tuple[str, float | None]] = {}
-        order: list[Config] = []
-        # The search's own proposer: configurations not recorded count as invalid.
-        proposer = Proposer(study, proposals, land.configs, measured, rng, pending, uniform=sampler == "random")
-        while True:
-            proposal = proposer.next()
-            if proposal is None:
-                return ReplayRun(None, order, study)
-            trial, config, key = proposal
-            status, value = measured[key] = land.values[key]
-            order.append(config)
-            if value is not None:
-                study.tell(trial, value)
-            else:
-                study.tell(trial, state=TrialState.FAIL)
-            if status == "ok" and value >= threshold:
-                return ReplayRun(len(order), order, study)
+    strategy = STRATEGIES[sampler](seed)
+    with quiet_optuna():
+        return _replay(land, strategy, memory_study(strategy), random.Random(seed), threshold, first)
+
+
+def _replay(land: Landscape, strategy, study, rng: random.Random, threshold: float, first) -> ReplayRun:
+    pending = [land.baseline] if land.baseline is not None else []
+    pending += [c for c in first if c not in pending]
+    measured: dict[tuple, tuple[str, float | None]] = {}
+    order: list[Config] = []
+    # The search's own proposer: configurations not recorded count as invalid.
+    proposer = Proposer(study, Proposals(land.space), land.configs, measured, strategy, rng, pending)
+    while True:
+        proposal = proposer.next()
+        if proposal is None:
+            return ReplayRun(None, order, study)
+        trial, config, key = proposal
+        status, value = measured[key] = land.values[key]
+        order.append(config)
+        proposer.tell(trial, config, value)
+        if status == "ok" and value >= threshold:
+            return ReplayRun(len(order), order, study)
 
 
 @dataclass
@@ -258,8 +252,9 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
         raise GemmtuneError(f"--target must be in (0, 1], got {target}")
     if seed_count < 1:
         raise GemmtuneError(f"--model-seeds must be at least 1, got {seed_count}")
-    if "tpe-seeded" in samplers and device is None:
-        raise GemmtuneError(f"tpe-seeded needs a description of the study's device ({land.device_name}) "
+    seeded = [s for s in samplers if STRATEGIES[s].model_seeded]
+    if seeded and device is None:
+        raise GemmtuneError(f"{seeded[0]} needs a description of the study's device ({land.device_name}) "
                             "for the model")
     result = ReplayResult(land, target, seed_count)
     top = []
@@ -267,8 +262,8 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
         top = model_seeds(land, device, seed_count)
         result.model_spearman = model_spearman(land, device)
     for sampler in samplers:
-        runs = [replay_once(land, sampler, s, target, top if sampler == "tpe-seeded" else ())
-                for s in range(seeds)]
+        first = top if STRATEGIES[sampler].model_seeded else ()
+        runs = [replay_once(land, sampler, s, target, first) for s in range(seeds)]
         result.trials[sampler] = [r.trials for r in runs]
     return result
 

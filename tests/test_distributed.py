@@ -90,7 +90,8 @@ def test_two_devices_of_one_model_search_one_study_together(tmp_path, space):
 
 
 def test_timing_workers_of_several_devices_run_on_cores_of_their_own(tmp_path, space, monkeypatch):
-    from gemmtune import device, info, search as S
+    from gemmtune import device, info
+    from gemmtune.search import loop as S
     from gemmtune.timing import TimingPolicy
 
     seen: dict[str, dict[int, set]] = {}
@@ -142,7 +143,7 @@ def test_timing_workers_of_several_devices_run_on_cores_of_their_own(tmp_path, s
 
 
 def test_default_jobs_are_one_per_core_the_compilers_may_use(monkeypatch):
-    from gemmtune import search as S
+    from gemmtune.search import loop as S
 
     monkeypatch.setattr(S, "host_cores", lambda: 32)
     assert S.default_jobs() == 31                          # one core for the parent and the worker

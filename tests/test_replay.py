@@ -18,7 +18,7 @@ from gemmtune import model, replay as rp
 from gemmtune.cli import cli
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import get_precision
-from gemmtune.proposer import MAX_FREE_PROPOSALS
+from gemmtune.strategies import MAX_FREE_PROPOSALS
 from gemmtune.space import Config
 from gemmtune.store import Store
 

@@ -324,7 +324,7 @@ def test_candidates_with_an_identical_binary_launched_alike_are_measured_once(tm
     # the same code for them (PAD changes neither the work-group nor the padded problem).
     from dataclasses import replace
 
-    import gemmtune.search as search_module
+    import gemmtune.search.loop as search_module
     from gemmtune.runner import Compilers
 
     class PadBlind(Compilers):
@@ -360,19 +360,19 @@ def test_candidates_with_an_identical_binary_launched_alike_are_measured_once(tm
 def test_builds_run_ahead_only_as_far_as_the_devices_consume_them():
     from types import SimpleNamespace
 
-    from gemmtune.search import _Lane, _running_mean
+    from gemmtune.search.pipeline import Pipeline, running_mean
 
     lane = SimpleNamespace(runners=[object()], compilers=SimpleNamespace(workers=[object()] * 15),
                            build_s=None, device_s=None)
-    assert _Lane.build_ahead(lane) == 15 + 2  # nothing measured yet: every compiler, two ready
+    assert Pipeline.build_ahead(lane) == 15 + 2  # nothing measured yet: every compiler, two ready
     lane.build_s, lane.device_s = 0.36, 0.053  # builds take 6.8 trials of device time: 7, twice
-    assert _Lane.build_ahead(lane) == 2 + 2 * 7
+    assert Pipeline.build_ahead(lane) == 2 + 2 * 7
     lane.runners = [object(), object()]
-    assert _Lane.build_ahead(lane) == 2 * (2 + 2 * 7)
+    assert Pipeline.build_ahead(lane) == 2 * (2 + 2 * 7)
     lane.build_s, lane.device_s = 0.5, 1.0  # device-bound: two building and two ready per device
-    assert _Lane.build_ahead(lane) == 2 * 4
-    assert _running_mean(None, 2.0) == 2.0 and _running_mean(2.0, None) == 2.0
-    assert _running_mean(2.0, 4.0) == pytest.approx(2.4)
+    assert Pipeline.build_ahead(lane) == 2 * 4
+    assert running_mean(None, 2.0) == 2.0 and running_mean(2.0, None) == 2.0
+    assert running_mean(2.0, 4.0) == pytest.approx(2.4)
 
 
 def test_a_job_waiting_behind_a_crash_or_a_hang_runs_on_the_fresh_worker(tmp_path):
@@ -413,8 +413,9 @@ def test_a_chosen_candidate_is_one_running_trial_written_at_once_that_samplers_a
     import sqlalchemy as sa
     from optuna.trial import TrialState
 
-    from gemmtune.proposer import Proposals, make_sampler
-    from gemmtune.study_storage import BatchedStorage
+    from gemmtune.search.optuna_adapter import BatchedStorage
+    from gemmtune.search.session import Proposals
+    from gemmtune.strategies import make_strategy
 
     space = load_space(None)   # the shipped space: three families, so KERNEL is a parameter too
     dev, prec = resolve_device(0), get_precision("s")
@@ -425,7 +426,7 @@ def test_a_chosen_candidate_is_one_running_trial_written_at_once_that_samplers_a
     try:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(storage=storage, study_name="x", direction="maximize",
-                                    sampler=make_sampler("tpe", 1, constant_liar=True))
+                                    sampler=make_strategy("tpe", 1).sampler(constant_liar=True))
         proposals = Proposals(space)
         commits = []
         sa.event.listen(storage.engine, "commit", lambda conn: commits.append(1))
@@ -466,8 +467,9 @@ def test_one_read_serves_a_whole_tpe_proposal_and_changes_no_proposal(tmp_path):
 
     import optuna
 
-    from gemmtune.proposer import Proposals, make_sampler, one_read
-    from gemmtune.study_storage import BatchedStorage
+    from gemmtune.search.optuna_adapter import BatchedStorage, one_read
+    from gemmtune.search.session import Proposals
+    from gemmtune.strategies import make_strategy
 
     space = load_space(None)   # three families: TPE samples a group per family and KERNEL
 
@@ -476,7 +478,7 @@ def test_one_read_serves_a_whole_tpe_proposal_and_changes_no_proposal(tmp_path):
         try:
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             study = optuna.create_study(storage=storage, study_name="x", direction="maximize",
-                                        sampler=make_sampler("tpe", 3, constant_liar=True))
+                                        sampler=make_strategy("tpe", 3).sampler(constant_liar=True))
             reads = []
             real = study._storage.get_all_trials
             study._storage.get_all_trials = lambda *a, **k: (reads.append(1), real(*a, **k))[1]
@@ -506,7 +508,7 @@ def test_one_read_serves_a_whole_tpe_proposal_and_changes_no_proposal(tmp_path):
 def test_one_read_blocks_nest_and_leave_the_study_as_it_was(tmp_path):
     import optuna
 
-    from gemmtune.proposer import one_read
+    from gemmtune.search.optuna_adapter import one_read
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
@@ -525,7 +527,7 @@ def test_a_large_space_is_searched_without_listing_it(tmp_path, monkeypatch):
     # 131,072 points, more than a chunk: the search draws its seeds from the product and counts
     # the valid ones at the end; the shipped space's 2.36 million took 15 s to list before the
     # first trial.
-    from gemmtune.proposer import Proposer
+    from gemmtune.search.session import Proposer
     from gemmtune.space import CHUNK_ROWS, FamilySpace
 
     space_file = tmp_path / "large.toml"

@@ -1,0 +1,188 @@
+"""A lane: one study, searched here by the devices of one device key (same model and driver).
+It ties the Optuna session (what to measure), the pipeline (build and measure) and the results
+rows (what was measured, here or by another process) together."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import replace
+
+from gemmtune.defaults import default_config, distance
+from gemmtune.families import FAMILIES
+from gemmtune.info import DeviceInfo
+from gemmtune.launch import Problem
+from gemmtune.precision import Precision
+from gemmtune.runner import Compilers, Outcome, Runner
+from gemmtune.search.pipeline import Pipeline
+from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
+from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
+from gemmtune.search.session import Proposals, Proposer, StudySession, config_key, quiet_heartbeat
+from gemmtune.space import Config, Space
+from gemmtune.valid import ValidConfigs
+from gemmtune.store import Store
+from gemmtune.strategies import make_strategy
+
+MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole space may be 10^5
+
+
+def model_seeds(valid: ValidConfigs, count: int, dev, prec, m, n, k, store: Store, rng: random.Random,
+                skip: set) -> list[Config]:
+    """The best-predicted configurations not in ``skip``, one per distinct prediction (of a random
+    sample, when the space is large), with the device's measured peaks where `gemmtune peak`
+    stored them."""
+    from gemmtune.model import seeds
+
+    sample = valid.sample(MODEL_SAMPLE, rng)   # drawn from the product: the space is never listed
+    sample = [c for c in sample if config_key(c.kernel, c.params) not in skip]
+    return seeds(sample, dev, prec, m, n, k, count, store.latest_peaks(dev.key))
+
+
+class Lane:
+    """Other processes (``--db postgresql://...``) may search the same study: Optuna shares the
+    trials, the claims table makes sure each configuration is measured once, and the results
+    rows tell each process what the others found. A trial whose process stops sending
+    heartbeats is failed by whichever process notices, and recorded as ``lost``."""
+
+    def __init__(self, req: SearchRequest, prec: Precision, space: Space, valid: ValidConfigs,
+                 runners: list[Runner], compilers: Compilers | None, store: Store):
+        self.req, self.prec, self.space, self.valid, self.store = req, prec, space, valid, store
+        self.dev = dev = runners[0].device
+        m, n, k = req.m, req.n, req.k
+        self.flops = prec.flops(m, n, k)
+        self.name = name = req.study or default_study_name(dev, prec, m, n, k)
+        strategy = make_strategy(req.sampler, req.seed)
+        self.session = StudySession(store.url, name, strategy, req.grace, self._lost)
+        store.save_device(dev)
+        self.measured: dict[tuple, tuple[str, float | None]] = {}
+        self.seen_id = 0
+        self.refresh()
+        self.proposals = Proposals(space)
+        rng = random.Random(req.seed)
+
+        def broken(c: Config):
+            return FAMILIES[c.kernel].broken(c.params, dev, prec)
+
+        self.proposer = proposer = Proposer(
+            self.session.study, self.proposals, valid, self.measured, strategy, rng, [], why_invalid=broken,
+            claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
+            batch=self.session.storage.batch, asked=self.session.asked,
+            is_valid=lambda c: space.allows(c) and broken(c) is None)
+        baseline = default_config(dev, prec, (m, n, k))
+        if not proposer.is_valid(baseline):
+            baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
+        self.baseline_key = config_key(baseline.kernel, baseline.params)
+        first = [baseline] if self.baseline_key not in self.measured else []
+        first += [c for c in req.start if config_key(c.kernel, c.params) not in {self.baseline_key, *self.measured}
+                  and proposer.is_valid(c)]
+        if req.seeds and strategy.allows_model_seeds:
+            first += model_seeds(valid, req.seeds, dev, prec, m, n, k, store, rng, {*self.measured, self.baseline_key})
+        proposer.pending += first
+        self.budget = req.trials
+        if strategy.exhaustive:
+            left = len(proposer.unmeasured())
+            self.budget = left if self.budget is None else min(self.budget, left)
+        self.done, self.failures = 0, Counter()
+        self.stopped_by: str | None = None
+        self.start, self.progress = time.monotonic(), None
+        self.pipeline = Pipeline(runners, compilers, space, prec, Problem(m, n, k), req.policy,
+                                 self.threshold_ms, self.finish)
+
+    @property
+    def best(self) -> float | None:
+        values = [g for st, g in self.measured.values() if st == "ok" and g is not None]
+        if self.pipeline.best_collected is not None:
+            values.append(self.pipeline.best_collected)
+        return max(values, default=None)
+
+    def threshold_ms(self) -> float | None:
+        """The early stop's threshold: the time of early_stop x the best speed so far."""
+        best = self.best
+        if self.req.early_stop and best:
+            return self.flops / (self.req.early_stop * best * 1e9) * 1e3
+        return None
+
+    def refresh(self) -> None:
+        """Read results rows recorded since the last look (by any process) into ``measured``."""
+        self.seen_id = read_results(self.store, self.name, self.space, self.seen_id, self.measured)
+
+    def _lost(self, number: int, params: dict) -> None:
+        """Another process's trial failed as stale: record it, once."""
+        config = self.proposals.decode(params)
+        if is_recorded(self.store, self.name, number) or config is None:
+            return
+        record(self.store, self.name, number, self.dev, self.prec, self.req.m, self.req.n, self.req.k, config,
+               Outcome("lost", detail="its search process stopped sending heartbeats (it or its machine died) "
+                       "during the trial"), False)
+
+    def fill_one(self) -> bool:
+        """Ask for one new candidate if there is room (builds run ahead of the devices); True if
+        one was asked. One at a time, so that finished devices are fed between asks: an ask
+        (and the invalid proposals it may skip) costs the sampler and the database some time."""
+        if self.stopped_by is not None or not self.pipeline.has_room():
+            return False
+        if self.budget is not None and self.done + self.pipeline.in_flight >= self.budget:
+            return False
+        with quiet_heartbeat():
+            proposal = self.proposer.next()
+        if proposal is None:  # every configuration measured or in flight: let those finish
+            self.stopped_by = self.stopped_by or "exhausted"
+            return False
+        self.session.started(proposal[0])
+        self.pipeline.add(*proposal)
+        return True
+
+    def _abandon(self, trial, key, status: str) -> None:
+        """A candidate dropped before it was measured: told failed, never recorded, its claim given back."""
+        self.measured.pop(key, None)
+        self.store.release(self.name, claim_text(key), trial.number)
+        self.proposer.abandon(trial, status)
+        self.session.ended(trial)
+
+    def stop(self, why: str, status: str = "abandoned") -> None:
+        """No new candidates; those not yet on a device are abandoned (``status``)."""
+        self.stopped_by = self.stopped_by or why
+        for trial, config, key in self.pipeline.drop_unmeasured():
+            self._abandon(trial, key, status)
+
+    def interrupt(self) -> None:
+        self.stop("interrupted", "interrupted")
+        for trial, config, key in self.pipeline.drop_on_devices():
+            self._abandon(trial, key, "interrupted")
+
+    @property
+    def finished(self) -> bool:
+        if self.stopped_by is None and self.budget is not None and self.done >= self.budget:
+            self.stopped_by = "trials"
+        return self.stopped_by is not None and self.pipeline.empty
+
+    def finish(self, trial, config, key, outcome: Outcome, compile_s, dev: DeviceInfo | None = None):
+        if compile_s is not None:
+            outcome = replace(outcome, compile_s=compile_s)
+        dev = dev or self.dev
+        value = record(self.store, self.name, trial.number, dev, self.prec, self.req.m, self.req.n, self.req.k,
+                       config, outcome, key == self.baseline_key)
+        self.measured[key] = (outcome.status, value)
+        if value is None:
+            self.failures[outcome.status] += 1
+        self.proposer.tell(trial, config, value, outcome.status)
+        self.session.ended(trial)
+        self.done += 1
+        if self.progress:
+            elapsed = time.monotonic() - self.start
+            left = None if self.req.timeout is None else max(0.0, self.req.timeout - elapsed)
+            self.progress(Progress(self.done, self.budget, self.best, sum(self.failures.values()), elapsed,
+                                   outcome, config, value if outcome.status == "ok" else None, dev, self.name,
+                                   left))
+
+    def heartbeat(self) -> None:
+        self.session.heartbeat()
+        self.refresh()
+
+    def summary(self, elapsed: float) -> Summary:
+        runners = self.pipeline.runners
+        busy = self.pipeline.timing_s / (elapsed * len(runners)) if elapsed else None
+        return summarize(self.store, self.name, [r.device for r in runners], self.prec,
+                         (self.req.m, self.req.n, self.req.k), self.done, self.failures, elapsed,
+                         self.baseline_key, len(self.valid), self.stopped_by or "trials", busy, self.space)

@@ -1,0 +1,202 @@
+"""The search loop: Optuna proposes configurations of the valid space (``session``), the
+pipeline builds and measures them (``pipeline``), and every measured trial becomes one row of
+``results``, committed when the trial ends (``recording``). One lane per study (``lane``).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from multiprocessing import connection as mp_connection
+from typing import Callable
+
+from gemmtune.errors import GemmtuneError
+from gemmtune.info import core_plan, host_cores
+from gemmtune.inputs import check_problem, check_seed, check_study_name
+from gemmtune.precision import Precision, get_precision
+from gemmtune.runner import Compilers, Runner
+from gemmtune.search.lane import Lane
+from gemmtune.search.request import Progress, SearchRequest, Summary
+from gemmtune.space import Space, load_space
+from gemmtune.valid import ValidConfigs
+from gemmtune.store import Store, database_url, probe
+from gemmtune.strategies import make_strategy
+
+
+def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None = None) -> list[Summary]:
+    """Search, measure and record on every device of ``req.device``; one Summary per study
+    (devices of one model share one). Ctrl-C ends it early (``stopped_by``)."""
+    prec = get_precision(req.precision)
+    if req.trials is not None and req.trials < 1:
+        raise GemmtuneError(f"--trials must be at least 1, got {req.trials}")
+    make_strategy(req.sampler, req.seed)   # an unknown name fails before any device opens
+    if req.early_stop is not None and not 0 <= req.early_stop < 1:
+        raise GemmtuneError(f"--early-stop must be in [0, 1), got {req.early_stop}")
+    if req.jobs is not None and req.jobs < 0:
+        raise GemmtuneError(f"--jobs must be at least 0, got {req.jobs}")
+    if req.grace < 1:
+        raise GemmtuneError(f"--heartbeat-grace must be at least 1 second, got {req.grace:g}")
+    check_seed(req.seed)
+    check_study_name(req.study)
+    # A given space file is read (and refused) now; without one, each device gets the shipped
+    # space of its type once it is open.
+    space = load_space(req.space_file) if req.space_file is not None else None
+    from gemmtune.device import device_specs, resolve_device
+
+    specs = device_specs(req.device)
+    # What would otherwise fail only after the workers opened their devices and the space was
+    # enumerated (tens of seconds with the shipped space) fails now: the database, its lock,
+    # the devices and whether the problem fits them.
+    early_lock = probe(database_url(req.db), lock=True)
+    try:
+        for info in {i.key: i for i in map(resolve_device, specs)}.values():
+            check_problem(info, prec, req.m, req.n, req.k)
+        return _run(req, prec, space, specs, early_lock, progress)
+    finally:
+        if early_lock is not None:
+            early_lock.close()
+
+
+def _run(req: SearchRequest, prec: Precision, space: Space | None, specs: list[str], early_lock,
+         progress) -> list[Summary]:
+    # Several timing workers share the host: each gets cores of its own, and the compilers the
+    # rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times as long
+    # per trial on the host (read-back, comparison, even waiting for the device) as one alone;
+    # pinned to 8 cores each, no longer than alone.
+    plan = core_plan(len(specs)) if len(specs) > 1 else None
+    shares, compiler_cores = plan if plan else (None, None)
+    runners: list[Runner] = []
+    lanes: list[Lane] = []
+    try:
+        for i, spec in enumerate(specs):
+            runners.append(Runner(spec, req.trial_timeout, wait=False, cores=shares[i] if shares else None))
+        for r in runners:
+            r.ready()
+        groups: dict[str, list[Runner]] = {}
+        for r in runners:
+            groups.setdefault(r.device.key, []).append(r)
+        if req.study and len(groups) > 1:
+            names = " and ".join(sorted({g[0].device.name for g in groups.values()}))
+            raise GemmtuneError(f"--study names one study, but the devices are of different models ({names}), "
+                                "each searched in a study of its own: leave --study out")
+        plans = []
+        for group in groups.values():
+            dev = group[0].device
+            searched = space or load_space(device=dev)
+            valid = ValidConfigs(searched, dev, prec)   # drawn from and counted, never listed whole
+            if not valid:
+                raise GemmtuneError(f"no configuration of {searched.origin} is valid on device {dev.index} "
+                                    f"for precision {prec.code} (see gemmtune space --explain)")
+            plans.append((group, searched, valid))
+        store = Store(database_url(req.db))  # opened last: bad input above leaves no database behind
+        lock = early_lock or store.lock()
+        try:
+            jobs = default_jobs(compiler_cores) if req.jobs is None else req.jobs
+            for group, searched, valid in plans:
+                compilers = Compilers(group[0].spec, max(1, jobs // len(plans)), req.trial_timeout,
+                                      cores=compiler_cores or None) if jobs else None
+                lanes.append(Lane(req, prec, searched, valid, group, compilers, store))
+            return _search(lanes, req, progress)
+        finally:
+            for lane in lanes:
+                lane.session.close()  # Optuna's connections closed before the store's
+            store.close()
+            if lock is not None and lock is not early_lock:
+                lock.close()
+    finally:
+        for lane in lanes:
+            if lane.pipeline.compilers is not None:
+                lane.pipeline.compilers.close()
+        for r in runners:
+            r.close()
+
+
+def default_jobs(compiler_cores: tuple[int, ...] | None = None) -> int:
+    """One compiler process per core left to the compilers where they are pinned; else one per
+    core beside the one the parent and the timing worker share."""
+    if compiler_cores:
+        return len(compiler_cores)
+    return max(1, host_cores() - 1)
+
+
+class _CtrlC:
+    """Ctrl-C as a flag, not an exception: an exception could land inside a database write and
+    leave its transaction holding SQLite's lock. ``wakeup`` becomes readable when it is pressed,
+    so the main loop's wait returns at once."""
+
+    def __enter__(self):
+        self.pressed = False
+        self.wakeup, self._writer = socket.socketpair()
+        for end in (self.wakeup, self._writer):
+            end.setblocking(False)
+        self._handler = self._fd = None
+        if threading.current_thread() is threading.main_thread():
+            self._fd = signal.set_wakeup_fd(self._writer.fileno())
+            self._handler = signal.signal(signal.SIGINT, self._press)
+        return self
+
+    def _press(self, signum, frame):
+        self.pressed = True
+
+    def drain(self) -> None:
+        try:
+            while self.wakeup.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def __exit__(self, *exc):
+        if self._handler is not None:
+            signal.signal(signal.SIGINT, self._handler)
+            signal.set_wakeup_fd(self._fd)
+        self.wakeup.close()
+        self._writer.close()
+
+
+def _search(lanes: list[Lane], req: SearchRequest, progress) -> list[Summary]:
+    with _CtrlC() as ctrl_c:
+        return _run_lanes(lanes, req, progress, ctrl_c)
+
+
+def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) -> list[Summary]:
+    start = time.monotonic()
+    for lane in lanes:
+        lane.start, lane.progress = start, progress
+        lane.heartbeat()  # trials of searches that died before this one started
+    beat, beat_s = start, min(lane.session.beat for lane in lanes)
+    try:
+        while True:
+            if ctrl_c.pressed:
+                raise KeyboardInterrupt
+            now = time.monotonic()
+            asked = False
+            for lane in lanes:
+                if lane.stopped_by is None and req.timeout is not None and now - start >= req.timeout:
+                    lane.stop("timeout")
+                lane.pipeline.collect()
+                lane.pipeline.feed()
+                asked = lane.fill_one() or asked
+                lane.pipeline.feed()
+            if now - beat >= beat_s:
+                beat = now
+                for lane in lanes:
+                    lane.heartbeat()
+            if all(lane.finished for lane in lanes):
+                break
+            waits, deadlines = [], []
+            for lane in lanes:
+                w, d = lane.pipeline.waits()
+                waits += w
+                deadlines += d
+            if asked:
+                continue  # more to ask: look at the devices again first, without waiting
+            until = min(deadlines + [beat + beat_s])
+            mp_connection.wait(waits + [ctrl_c.wakeup], timeout=max(0.0, until - time.monotonic()))
+            ctrl_c.drain()
+    except KeyboardInterrupt:
+        for lane in lanes:
+            lane.interrupt()
+    elapsed = time.monotonic() - start
+    return [lane.summary(elapsed) for lane in lanes]

@@ -1,0 +1,139 @@
+"""Every use of Optuna's private names, in one place: Optuna's public API has no way to do what
+these do, and a change of Optuna's internals should break one module (``tests/test_optuna_adapter.py``
+exercises each use against the installed Optuna). They hold from Optuna 4.7 to 5.0; pyproject.toml
+allows 4.9 on, where RDBStorage first takes ``heartbeat_stale_trial_callback``. Before 4.7 the
+batched writes do not hold (Optuna 4.0's RDBStorage has neither ``_set_trial_param`` nor
+``_set_trial_attr_without_commit``).
+
+* ``BatchedStorage``: Optuna's relational storage, with a trial's parameters written in one
+  transaction, and the trials that died before their first heartbeat found.
+* ``one_read``: the study's trials read once for a whole proposal.
+* ``start_running_trial``: a running trial created with its parameters in one write.
+* ``trial_id``: the storage's id of a trial, which heartbeats and stale-trial checks take.
+
+Optuna commits every ``suggest_*`` on its own: a gemmtune configuration has a dozen parameters,
+so a proposal cost a dozen transactions, and with the devices waiting on the search process
+that was most of its time per trial. Inside ``batch()`` parameter and user-attribute writes
+are queued and committed together when the block ends; outside it this is Optuna's RDBStorage.
+The study and the other processes sharing it see the same rows as without batching, only
+written at once (the block ends before the trial is told or handed to a device).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+import optuna
+from optuna.storages._rdb import models
+from optuna.storages._rdb.storage import _create_scoped_session
+from optuna.trial import TrialState
+
+
+def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
+    """The storage's id of a trial (``number`` counts within the study; the storage's heartbeat
+    and state calls take the id)."""
+    return trial._trial_id
+
+
+def start_running_trial(study: optuna.Study, params: dict, distributions: dict) -> optuna.Trial:
+    """A running trial with ``params``, written with them in one transaction. enqueue_trial, ask
+    and the suggestions take five, and ask a scan for waiting trials besides: with devices
+    measuring several candidates a second, that was the search process's largest cost per trial.
+    ``study.add_trial`` takes such a template but does not say which trial it made. The sampler
+    sees the trial as it sees an enqueued one."""
+    template = optuna.trial.create_trial(state=TrialState.RUNNING, params=params, distributions=distributions)
+    return optuna.Trial(study, study._storage.create_new_trial(study._study_id, template_trial=template))
+
+
+@contextlib.contextmanager
+def one_read(study: optuna.Study):
+    """The study's trials read once for the whole block (one ask and its suggestions).
+
+    With the constant liar, Optuna's TPE reads every trial of the study afresh for each group of
+    parameters it samples, so that it sees the latest running ones: five reads per gemmtune
+    proposal (three groups, and the search space), each a round of queries, and the largest
+    cost of the search process per trial. Within one proposal nothing else is told or asked,
+    so one read serves them all."""
+    read = study._get_trials
+    trials: list | None = None
+
+    def get_trials(deepcopy: bool = True, states=None, use_cache: bool = False):
+        nonlocal trials
+        if trials is None:
+            trials = read(deepcopy=False, use_cache=False)
+        picked = trials if states is None else [t for t in trials if t.state in states]
+        return copy.deepcopy(picked) if deepcopy else picked
+
+    outer = vars(study).get("_get_trials")   # inside another one_read: leave that one in place
+    study._get_trials = get_trials
+    try:
+        yield
+    finally:
+        if outer is None:
+            del study._get_trials
+        else:
+            study._get_trials = outer
+
+
+class BatchedStorage(optuna.storages.RDBStorage):
+    """``optuna.storages.RDBStorage`` with ``batch()``; takes the same arguments."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._queued: list[Callable] | None = None
+
+    @contextlib.contextmanager
+    def batch(self):
+        """Queue parameter and user-attribute writes until the block ends, then commit them as
+        one transaction (also when the block raises: what was suggested stays suggested)."""
+        if self._queued is not None:  # nested: the outer block commits
+            yield
+            return
+        self._queued = []
+        try:
+            yield
+        finally:
+            queued, self._queued = self._queued, None
+            if queued:
+                with _create_scoped_session(self.scoped_session) as session:
+                    for write in queued:
+                        write(session)
+
+    # Optuna's cached storage calls this one for every suggested parameter.
+    def _set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
+                         distribution, previous_distribution) -> None:
+        if self._queued is None:
+            return super()._set_trial_param(trial_id, param_name, param_value_internal, distribution,
+                                            previous_distribution)
+        self._queued.append(lambda session: self._set_trial_param_without_commit(
+            session, trial_id, param_name, param_value_internal, distribution, previous_distribution))
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        if self._queued is None:
+            return super().set_trial_user_attr(trial_id, key, value)
+        self._queued.append(lambda session: self._set_trial_attr_without_commit(
+            session, models.TrialUserAttributeModel, trial_id, key, value))
+
+    def unbeaten_trial_ids(self, study_id: int, grace: float) -> list[int]:
+        """Trials RUNNING for more than ``grace`` seconds that never sent a heartbeat: their process
+        died between creating them and the first beat (a few milliseconds, but a kill can land
+        there). Optuna's stale-trial check passes over them, so nothing else would ever end them."""
+        started, now = _trial_start()
+        since = now - timedelta(seconds=grace)
+        with _create_scoped_session(self.scoped_session) as session:
+            return [trial_id for (trial_id,) in session.query(models.TrialModel.trial_id).filter(
+                models.TrialModel.study_id == study_id, models.TrialModel.state == TrialState.RUNNING,
+                started < since, ~models.TrialModel.heartbeats.any())]
+
+
+def _trial_start():
+    """The column of a trial's start, and the time now as it is written there. Optuna 5 writes
+    the start in UTC (``_datetime_start_utc``), Optuna 4 in the creating machine's local time
+    (``datetime_start``); both without a time zone."""
+    utc = getattr(models.TrialModel, "_datetime_start_utc", None)
+    if utc is not None:
+        return utc, datetime.now(timezone.utc).replace(tzinfo=None)
+    return models.TrialModel.datetime_start, datetime.now()

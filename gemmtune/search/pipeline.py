@@ -1,0 +1,194 @@
+"""Build and measure: candidates go to the compiler processes, then to the devices' timing
+workers; an identical binary launched alike is measured once, and the early stop's threshold
+follows the best speed so far."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import replace
+from typing import Callable
+
+from gemmtune.families import FAMILIES
+from gemmtune.launch import Problem
+from gemmtune.precision import Precision
+from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
+from gemmtune.space import Config, Space
+from gemmtune.timing import TimingPolicy, gflops
+
+
+def running_mean(mean: float | None, x: float | None, weight: float = 0.2) -> float | None:
+    """Exponentially weighted: follows a search that moves to slower or faster candidates."""
+    if x is None:
+        return mean
+    return x if mean is None else (1 - weight) * mean + weight * x
+
+
+class SameRuns:
+    """Measured runs by what makes two candidates the same measurement: an identical binary
+    launched the same way (the same launch plan)."""
+
+    def __init__(self, prec: Precision, problem: Problem, dev):
+        self.prec, self.problem, self.dev = prec, problem, dev
+        self.measured: dict[tuple, tuple[int, Outcome]] = {}   # run -> (trial number, outcome)
+
+    def of(self, config: Config, built) -> tuple | None:
+        """None when not built ahead."""
+        if built is None:
+            return None
+        plan = FAMILIES[config.kernel].plan(config.params, self.prec, self.problem, self.dev,
+                                            self.dev.compute_units)
+        return built.digest, plan
+
+
+class Pipeline:
+    """Candidates of one study between the proposer and their results. An entry is
+    (trial, config, key, built); ``finish(trial, config, key, outcome, compile_s, device)`` is
+    called for each result, in the order they come."""
+
+    def __init__(self, runners: list[Runner], compilers: Compilers | None, space: Space, prec: Precision,
+                 problem: Problem, policy: TimingPolicy, threshold_ms: Callable[[], float | None],
+                 finish: Callable):
+        self.runners, self.compilers, self.space, self.prec = runners, compilers, space, prec
+        self.problem, self.policy, self.threshold_ms, self.finish = problem, policy, threshold_ms, finish
+        self.same = SameRuns(prec, problem, runners[0].device)
+        self.flops = prec.flops(problem.m, problem.n, problem.k)
+        self.timing_s = 0.0
+        self.build_s = self.device_s = None   # running means of a build and of a device's trial
+        self.best_collected: float | None = None   # of results collected, recorded or not yet
+        self.ready: deque = deque()   # built, waiting for a device
+        # runner index -> entries on it: the one in flight, then with a compiler pool the next one,
+        # waiting in the worker so that the device never waits for this process to notice
+        self.timing: dict[int, deque] = {i: deque() for i in range(len(runners))}
+        self.fed = [0] * len(runners)    # candidates given to each device so far
+        self.depth = 2 if compilers is not None else 1
+
+    @property
+    def busy(self) -> list:
+        return self.compilers.busy if self.compilers else []
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.ready) + sum(map(len, self.timing.values())) + len(self.busy)
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.timing.values()) and not self.busy and not self.ready
+
+    def has_room(self) -> bool:
+        if self.compilers is not None:
+            return self.compilers.idle() is not None and len(self.ready) + len(self.busy) < self.build_ahead()
+        return len(self.ready) + sum(map(len, self.timing.values())) < len(self.runners)
+
+    def build_ahead(self) -> int:
+        """Candidates built or building ahead of the devices: twice the builds that finish while
+        a device measures (build time over device time per trial; twice, as build times vary
+        tenfold), plus two ready per device. More would only keep compilers busy on cores the
+        timing worker, its comparison and this process need, and put more trials in flight
+        than the sampler's constant liar must cover."""
+        if not (self.build_s and self.device_s):
+            return len(self.compilers.workers) + 2 * len(self.runners)
+        return len(self.runners) * (2 + 2 * math.ceil(self.build_s / self.device_s))
+
+    def add(self, trial, config: Config, key: tuple) -> None:
+        if self.compilers is not None:
+            self.compilers.idle().submit(BuildJob(config, self.space.family(config.kernel).source, self.prec.code),
+                                         self.compilers.timeout, (trial, config, key))
+        else:
+            self.ready.append((trial, config, key, None))
+
+    def drop_unmeasured(self) -> list:
+        """Every candidate not yet on a device, taken out; the builds are stopped."""
+        building = list(self.busy)
+        dropped = [entry[:3] for entry in self.ready] + [w.job[1] for w in building]
+        self.ready.clear()
+        for w in building:
+            w.kill()  # nothing more is built: no need to start another
+        return dropped
+
+    def drop_on_devices(self) -> list:
+        dropped = [entry[:3] for entries in self.timing.values() for entry in entries]
+        self.timing = {i: deque() for i in self.timing}
+        return dropped
+
+    def feed(self) -> None:
+        """Put built candidates on devices with room (the one in flight and one waiting): each to
+        the device with the fewest queued, of those the one given the fewest so far. Filled in
+        order instead, the first device took every candidate whenever building was slower than
+        timing, and the others stood idle."""
+        while True:
+            i = min(self.timing, key=lambda j: (len(self.timing[j]), self.fed[j]))
+            if len(self.timing[i]) >= self.depth:
+                break
+            entry = self._next_ready()
+            if entry is None:
+                break
+            trial, config, key, built = entry
+            self.runners[i].submit(self._job(config, built), entry)
+            self.timing[i].append(entry)
+            self.fed[i] += 1
+
+    def _next_ready(self):
+        """The first ready candidate to measure. One whose identical run was measured gets those
+        figures instead; one whose identical run is on a device now waits for its figures."""
+        on_devices = {self.same.of(c, b) for entries in self.timing.values() for _, c, _, b in entries}
+        for entry in list(self.ready):
+            trial, config, key, built = entry
+            same = self.same.of(config, built)
+            if same in self.same.measured:
+                self.ready.remove(entry)
+                first, outcome = self.same.measured[same]
+                self.finish(trial, config, key, replace(outcome, detail=f"identical binary to trial {first}: "
+                                                                    "measured once"), built.compile_s, None)
+            elif same is None or same not in on_devices:
+                self.ready.remove(entry)
+                return entry
+        return None
+
+    def _job(self, config, built) -> Job:
+        p = self.problem
+        return Job(config, self.space.family(config.kernel).source, self.prec.code, p.m, p.n, p.k, self.policy,
+                   binary=built.binary if built else None, stop_above_ms=self.threshold_ms())
+
+    def waits(self) -> tuple[list, list]:
+        """Connections to wait on and their deadlines."""
+        timed = [self.runners[i].worker for i, entries in self.timing.items() if entries]
+        return ([w.connection for w in self.busy + timed], [w.deadline for w in self.busy + timed])
+
+    def collect(self) -> None:
+        now = time.monotonic()
+        for w in self.busy:
+            if w.connection.poll(0) or now >= w.deadline:
+                trial, config, key = w.job[1]
+                built = self.compilers.collect(w)
+                self.build_s = running_mean(self.build_s, built.compile_s)
+                if built.status == "ok":
+                    self.ready.append((trial, config, key, built))
+                else:
+                    self.finish(trial, config, key, Outcome(built.status, compile_s=built.compile_s,
+                                                            detail=built.detail), None, None)
+        done, before = [], self.threshold_ms()
+        for i, entries in self.timing.items():
+            runner = self.runners[i]
+            if entries and (runner.worker.connection.poll(0) or now >= runner.worker.deadline):
+                trial, config, key, built = entries.popleft()
+                outcome = runner.collect()
+                self.timing_s += outcome.trial_s or 0.0
+                self.device_s = running_mean(self.device_s, outcome.trial_s)
+                if built is not None and outcome.status in ("ok", "slow"):
+                    self.same.measured[self.same.of(config, built)] = (trial.number, outcome)
+                done.append((trial, config, key, outcome, built.compile_s if built is not None else None,
+                             runner.device))
+                if outcome.status == "ok" and outcome.timing is not None:  # the early stop of the next
+                    value = gflops(self.flops, outcome.timing.median_ms)
+                    self.best_collected = max(self.best_collected or 0.0, value)
+        after = self.threshold_ms() if done else before
+        if after != before:  # a new best: the candidates on devices learn it
+            for i, entries in self.timing.items():
+                if entries:
+                    self.runners[i].stop_above(after)
+        if done:
+            self.feed()  # the next candidates go on the devices before the database writes
+        for result in done:
+            self.finish(*result)

@@ -1,0 +1,79 @@
+"""Recording: every measured trial becomes one row of ``results``, committed when the trial ends;
+the rows (of every process sharing the database) are what the search knows was measured, and
+what its summary reports."""
+
+from __future__ import annotations
+
+import json
+
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import Precision
+from gemmtune.rows import screen
+from gemmtune.runner import Outcome
+from gemmtune.search.request import Summary
+from gemmtune.search.session import config_key
+from gemmtune.space import Config, Space
+from gemmtune.store import Store
+from gemmtune.timing import Timing, gflops, is_tie
+
+
+def claim_text(key: tuple) -> str:
+    """A configuration key as canonical text, the claims table's ``config``."""
+    kernel, items = key
+    return json.dumps([kernel, [list(item) for item in items]], separators=(",", ":"))
+
+
+def record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precision, m, n, k,
+           config: Config, outcome: Outcome, is_baseline: bool) -> float | None:
+    """Commit one trial's row; returns its GFLOP/s, or None for a failure."""
+    t: Timing | None = outcome.timing
+    # A "slow" candidate was stopped early: its estimate is kept, but it can never be best.
+    value = gflops(prec.flops(m, n, k), t.median_ms) if outcome.status in ("ok", "slow") and t else None
+    low, high = t.ci_ms if t else (None, None)
+    store.add(
+        study=study, trial=number, device=dev.key, device_name=dev.name, precision=prec.code,
+        m=m, n=n, k=k, kernel=config.kernel, params=config.params, status=outcome.status,
+        gflops=value, time_ms=t.median_ms if t else None, kernel_time_ms=t.kernel_median_ms if t else None,
+        device_time_ms=t.device_median_ms if t else None,
+        ci_low_ms=None if low is None or low != low else low, ci_high_ms=None if high is None or high != high else high,
+        min_ms=t.min_ms if t else None, repeats=t.repeats if t else None, samples_ms=t.samples_ms if t else None,
+        max_rel_error=outcome.check.max_rel_error if outcome.check else None,
+        norm_rel_error=outcome.check.norm_rel_error if outcome.check else None,
+        compile_s=outcome.compile_s, trial_s=outcome.trial_s, detail=outcome.detail or None,
+        baseline=is_baseline,
+    )
+    return value
+
+
+def read_results(store: Store, study: str, space: Space, after_id: int, measured: dict) -> int:
+    """Put the rows recorded since row ``after_id`` (by any process) into ``measured``; returns the
+    last row's id."""
+    rows = store.frame(study=study, after_id=after_id)
+    if len(rows):
+        after_id = max(after_id, int(rows.id.max()))
+    for row in screen(rows, space).rows.itertuples():  # rows of a shared database can be anything
+        # pandas reads a failed row's NULL as NaN: Optuna must be told "failed", not NaN.
+        value = None if row.gflops is None or row.gflops != row.gflops else float(row.gflops)
+        key = config_key(row.kernel, json.loads(row.params))
+        if measured.get(key, ("", None))[0] != "in_flight":
+            measured[key] = (row.status, value)
+    return after_id
+
+
+def is_recorded(store: Store, study: str, number: int) -> bool:
+    return number in set(store.frame(study=study, trial=number).trial)
+
+
+def summarize(store, name, devices, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by,
+              device_busy=None, space=None) -> Summary:
+    rows = screen(store.frame(study=name), space).rows
+    ok = rows[rows.status == "ok"].sort_values("gflops", ascending=False)
+    best = ok.iloc[0].to_dict() if len(ok) else None
+    tie = None
+    if len(ok) >= 2 and ok.iloc[0].samples_ms and ok.iloc[1].samples_ms:
+        tie = is_tie(json.loads(ok.iloc[0].samples_ms), json.loads(ok.iloc[1].samples_ms))
+    base_rows = rows[rows.apply(lambda r: config_key(r.kernel, json.loads(r.params)) == baseline_key, axis=1)] \
+        if len(rows) else rows
+    baseline = base_rows.iloc[0].to_dict() if len(base_rows) else None
+    return Summary(name, devices[0], prec.code, shape, done, failures, elapsed, best, baseline, tie, space_size,
+                   stopped_by, store.shown, device_busy, devices)

@@ -1,0 +1,84 @@
+"""What a search is asked (``SearchRequest``), what it shows as it goes (``Progress``) and what it
+reports (``Summary``)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import Precision
+from gemmtune.runner import Outcome
+from gemmtune.space import Config
+from gemmtune.timing import TimingPolicy
+
+
+def default_study_name(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{dev.name}-{dev.driver_version}").strip("-").lower()
+    return f"{slug}-{prec.code}-{m}x{n}x{k}"
+@dataclass
+class SearchRequest:
+    device: str | int | None = None
+    precision: str = "s"
+    m: int = 1024
+    n: int = 1024
+    k: int = 1024
+    trials: int | None = 30          # new measured trials; None with grid: the whole space
+    timeout: float | None = None     # seconds for the whole search
+    trial_timeout: float = 120.0
+    sampler: str = "tpe"
+    seed: int | None = None
+    db: str | None = None
+    study: str | None = None
+    space_file: str | None = None
+    policy: TimingPolicy = field(default_factory=TimingPolicy)
+    jobs: int | None = None          # compiler processes; None: one per spare core; 0: build on the timer
+    early_stop: float | None = 0.5   # stop timing a candidate whose speed is surely below this x the best
+    seeds: int = 10                  # best-predicted configurations measured first (0: none)
+    grace: float = 60.0              # seconds without a heartbeat before another process fails a trial
+    start: tuple = ()                # configurations measured first, after the baseline (e.g. of nearby shapes)
+
+
+@dataclass
+class Progress:
+    """What the progress display shows after each measured trial."""
+
+    done: int
+    total: int | None
+    best_gflops: float | None
+    failures: int
+    elapsed: float
+    last: Outcome | None = None
+    last_config: Config | None = None
+    last_gflops: float | None = None
+    device: DeviceInfo | None = None     # the device that measured ``last`` (None: it failed to build)
+    study: str | None = None
+    left: float | None = None            # seconds of the time budget left (None: no budget)
+
+
+@dataclass
+class Summary:
+    study: str
+    device: DeviceInfo
+    precision: str
+    shape: tuple[int, int, int]
+    trials: int                      # measured in this run
+    failures: Counter                # reason -> count, this run
+    elapsed: float
+    best: dict | None                # the study's best results row
+    baseline: dict | None            # the baseline configuration's row
+    tie_with_runner_up: bool | None
+    space_size: int
+    stopped_by: str                  # trials, timeout, exhausted, interrupted
+    db: str                          # without the password
+    device_busy: float | None = None  # share of the wall time the timing workers were busy
+    devices: list[DeviceInfo] = field(default_factory=list)   # every device that searched it here
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best and self.baseline and self.baseline["gflops"]:
+            return self.best["gflops"] / self.baseline["gflops"]
+        return None
+
+

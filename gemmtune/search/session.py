@@ -1,0 +1,298 @@
+"""The Optuna session: the study a search or a replay runs in, and how a configuration becomes a
+trial. The only module that asks, tells and opens Optuna's studies (Optuna's private names are
+in ``optuna_adapter``).
+
+Driven with ``study.ask()`` / ``study.tell()`` so that gemmtune decides what a trial costs:
+
+* A proposal that breaks a constraint is told to Optuna as PRUNED (TPE ranks pruned trials
+  below every completed one, so it learns to avoid them) without any build, and does not count
+  against ``--trials``. Neither does a proposal measured before in this study: Optuna is told
+  the earlier value, and nothing is rebuilt.
+* What to propose is the strategy's choice (``gemmtune.strategies``): a configuration of its
+  own, or Optuna's sampler's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+import warnings
+from typing import Callable
+
+import optuna
+import sqlalchemy as sa
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from gemmtune.errors import GemmtuneError
+from gemmtune.search.optuna_adapter import BatchedStorage, one_read, start_running_trial, trial_id
+from gemmtune.space import Config, Space
+from gemmtune.store import fast_sqlite
+from gemmtune.strategies import ASK, Strategy
+from gemmtune.urls import db_error, shown
+
+IN_FLIGHT = ("in_flight", "elsewhere")   # statuses of ``measured`` that are not results yet
+HEARTBEAT_S = 5                          # seconds between heartbeats of the trials in flight, at most
+
+
+def config_key(kernel: str, params: dict) -> tuple:
+    return (kernel, tuple(sorted(params.items())))
+
+
+def heartbeat_interval(grace: float) -> int:
+    """Whole seconds between heartbeats: a few beats fit in the grace period, so a live trial
+    is never taken for a dead one."""
+    return max(1, min(HEARTBEAT_S, int(grace // 3)))
+
+
+@contextlib.contextmanager
+def quiet_optuna():
+    """Optuna's warnings that a feature is experimental (multivariate, grouped TPE; heartbeats):
+    not the user's concern."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+@contextlib.contextmanager
+def quiet_heartbeat():
+    """Optuna warns that heartbeats are meant for Study.optimize, and that they are experimental;
+    gemmtune drives ask/tell and records the heartbeats itself."""
+    with quiet_optuna():
+        warnings.filterwarnings("ignore", message="Heartbeat of storage")
+        yield
+
+
+def memory_study(strategy: Strategy) -> optuna.Study:
+    """A study kept in memory, as replay uses."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(storage=None, direction="maximize", sampler=strategy.sampler())
+
+
+class Proposals:
+    """Maps configurations to Optuna parameters and back."""
+
+    def __init__(self, space: Space):
+        self.space = space
+        self.multi = len(space.families) > 1
+
+    def name(self, kernel: str, param: str) -> str:
+        return f"{kernel}.{param}" if self.multi else param
+
+    @property
+    def kernels(self) -> list[str]:
+        """The values of the KERNEL parameter (present only with several families)."""
+        return [fs.family.name for fs in self.space.families]
+
+    def suggest(self, trial: optuna.Trial) -> Config:
+        kernel = self.space.families[0].family.name
+        if self.multi:
+            kernel = trial.suggest_categorical("KERNEL", self.kernels)
+        fs = self.space.family(kernel)
+        return Config.of(kernel, {p: trial.suggest_categorical(self.name(kernel, p), values)
+                                  for p, values in fs.values.items()})
+
+    def decode(self, params: dict) -> Config | None:
+        """The configuration of a trial's Optuna parameters (None if it has none of this space)."""
+        kernel = params.get("KERNEL", self.space.families[0].family.name)
+        try:
+            fs = self.space.family(kernel)
+            return Config.of(kernel, {p: params[self.name(kernel, p)] for p in fs.values})
+        except (KeyError, GemmtuneError):
+            return None
+
+    def start(self, study: optuna.Study, config: Config) -> optuna.Trial:
+        """A running trial of ``config``, its parameters written with it in one transaction."""
+        dists = {self.name(config.kernel, p): CategoricalDistribution(values)
+                 for p, values in self.space.family(config.kernel).values.items()}
+        params = {self.name(config.kernel, p): v for p, v in config.items}
+        if self.multi:
+            dists["KERNEL"] = CategoricalDistribution(self.kernels)
+            params["KERNEL"] = config.kernel
+        return start_running_trial(study, params, dists)
+
+
+class Proposer:
+    """The next candidate to measure, by the rules in the module docstring.
+
+    ``measured`` maps configuration keys to (status, GFLOP/s or None) and is shared with the
+    caller, who adds each measured candidate; a proposal of a key already there is told that
+    value again, or PRUNED while it is in flight ("in_flight" here, "elsewhere" in another
+    process). ``pending`` configurations are proposed first (``Proposals.start``), then the
+    ``strategy``'s. ``claim(key, trial)``, where given, takes a configuration for this process
+    (False: another process has it; ``refresh()`` then reads what the others measured into
+    ``measured``). ``batch()``, where given, groups a proposal's storage writes into one
+    transaction (``BatchedStorage.batch``); ``asked(trial)`` is called first thing after each
+    ask (the search records its first heartbeat). Used by the live search and by ``gemmtune
+    replay``, so that both follow one set of rules.
+    """
+
+    def __init__(self, study, proposals: Proposals, valid, measured: dict, strategy: Strategy,
+                 rng: random.Random, pending: list[Config], why_invalid=None, claim: Callable | None = None,
+                 refresh: Callable | None = None, batch: Callable = contextlib.nullcontext,
+                 asked: Callable | None = None, is_valid: Callable[[Config], bool] | None = None):
+        self.study, self.proposals, self.valid, self.measured = study, proposals, valid, measured
+        self.strategy, self.rng, self.pending, self.why_invalid = strategy, rng, pending, why_invalid
+        self.claim, self.refresh, self.batch, self.asked = claim, refresh, batch, asked
+        if is_valid is None:
+            valid_keys = {config_key(c.kernel, c.params) for c in valid}
+            is_valid = lambda c: config_key(c.kernel, c.params) in valid_keys  # noqa: E731
+        # ``is_valid`` (whether a configuration is one of ``valid``) by a rule instead of a set
+        # of keys: a set costs 1.4 KB a configuration, 3.4 GB for the 2.36 million of s on PoCL.
+        self.is_valid = is_valid
+        self.free = 0   # proposals in a row that cost nothing (invalid or measured before)
+
+    def unmeasured(self) -> list[Config]:
+        return [c for c in self.valid if config_key(c.kernel, c.params) not in self.measured]
+
+    def random_unmeasured(self) -> Config | None:
+        for _ in range(64):  # rejection is cheap while most of the space is unmeasured
+            c = self.rng.choice(self.valid)
+            if config_key(c.kernel, c.params) not in self.measured:
+                return c
+        left = self.unmeasured()
+        return self.rng.choice(left) if left else None
+
+    def first_unmeasured(self, order) -> Config | None:
+        return next((c for c in order if config_key(c.kernel, c.params) not in self.measured), None)
+
+    def _tell_known(self, trial, status: str, value: float | None) -> None:
+        in_flight = status in IN_FLIGHT
+        with self.batch():
+            trial.set_user_attr("skipped", "in flight" if in_flight else "measured before")
+        if value is not None:
+            self.study.tell(trial, value)
+        else:
+            self.study.tell(trial, state=TrialState.PRUNED if in_flight else TrialState.FAIL)
+        self.free += 1
+
+    def _propose(self):
+        """(trial, config, invalid), or None when the strategy has nothing left."""
+        study = self.study
+        if not self.pending:
+            choice = self.strategy.propose(self)
+            if choice is None:
+                return None
+            if choice is not ASK:
+                self.pending.append(choice)
+        config = self.pending.pop(0) if self.pending else None
+        trial = self.proposals.start(study, config) if config is not None else None
+        with one_read(study):
+            if config is None:
+                trial = study.ask()
+            if self.asked is not None:
+                self.asked(trial)
+            with self.batch():
+                if config is None:
+                    config = self.proposals.suggest(trial)
+                invalid = not self.is_valid(config)
+                if invalid:
+                    broken = self.why_invalid(config) if self.why_invalid else None
+                    trial.set_user_attr("skipped", f"invalid: {broken.name if broken else 'not in space'}")
+        return trial, config, invalid
+
+    def next(self):
+        """(trial, config, key) of a valid, unmeasured configuration, or None when none is left.
+        The key is marked "in_flight" in ``measured``."""
+        measured = self.measured
+        while True:
+            proposed = self._propose()
+            if proposed is None:
+                return None
+            trial, config, invalid = proposed
+            key = config_key(config.kernel, config.params)
+            if invalid:
+                self.study.tell(trial, state=TrialState.PRUNED)
+                self.free += 1
+                continue
+            if key in measured:
+                self._tell_known(trial, *measured[key])
+                continue
+            if self.claim is not None and not self.claim(key, trial):
+                if self.refresh is not None:
+                    self.refresh()
+                measured.setdefault(key, ("elsewhere", None))
+                self._tell_known(trial, *measured[key])
+                continue
+            self.free = 0
+            measured[key] = ("in_flight", None)
+            return trial, config, key
+
+    def tell(self, trial, config: Config, value: float | None, status: str | None = None) -> None:
+        """A measured candidate's result: its GFLOP/s, or None for a failure (``status`` kept
+        on the trial where given)."""
+        try:
+            if status is not None:
+                trial.set_user_attr("status", status)
+            if value is not None:
+                self.study.tell(trial, value)
+            else:
+                self.study.tell(trial, state=TrialState.FAIL)
+        except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
+            pass  # failed as stale while this process was paused past the grace period; its row stands
+        self.strategy.tell(config, value)
+
+    def abandon(self, trial, status: str) -> None:
+        """A candidate dropped before it was measured: told failed, with why."""
+        trial.set_user_attr("status", status)
+        self.study.tell(trial, state=TrialState.FAIL)
+
+
+class StudySession:
+    """One study in a relational database, shared with any other process searching it: the
+    trials in flight here send heartbeats, and a trial whose process stopped sending them is
+    failed by whichever process notices (``lost(number, params)`` is called for it, once here)."""
+
+    def __init__(self, url: str, name: str, strategy: Strategy, grace: float,
+                 lost: Callable[[int, dict], None], attempts: int = 3):
+        self.name, self.grace, self.on_lost = name, grace, lost
+        self.beat = heartbeat_interval(grace)
+        self.flying: dict[int, optuna.Trial] = {}   # trial id -> trial, everything asked and not told
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        for attempt in range(attempts):
+            try:
+                with quiet_heartbeat():
+                    self.storage = BatchedStorage(url, heartbeat_interval=self.beat, grace_period=int(math.ceil(grace)),
+                                                  heartbeat_stale_trial_callback=self._stale)
+                fast_sqlite(self.storage.engine)
+                self.study = optuna.create_study(storage=self.storage, study_name=name, direction="maximize",
+                                                 load_if_exists=True, sampler=strategy.sampler(constant_liar=True))
+                self.study_id = self.storage.get_study_id_from_name(name)
+                return
+            except sa.exc.IntegrityError:
+                # Processes starting together race to create Optuna's tables; the loser retries.
+                if attempt == attempts - 1:
+                    raise GemmtuneError(f"cannot create the study {name!r} in {shown(url)}: tables created "
+                                        "concurrently by another process") from None
+                time.sleep(0.5 * (attempt + 1))
+            except Exception as e:  # storage errors come in many types; the message says which
+                raise GemmtuneError(f"cannot open the study {name!r} in {shown(url)}: {db_error(e, url)}") from None
+
+    def asked(self, trial) -> None:
+        self.storage.record_heartbeat(trial_id(trial))
+
+    def started(self, trial) -> None:
+        self.flying[trial_id(trial)] = trial
+
+    def ended(self, trial) -> None:
+        self.flying.pop(trial_id(trial), None)
+
+    def _stale(self, study, frozen) -> None:
+        """Optuna failed a stale trial (its process stopped sending heartbeats)."""
+        if trial_id(frozen) in self.flying:  # our own, late after a long pause: its result comes
+            return
+        self.on_lost(frozen.number, frozen.params)
+
+    def heartbeat(self) -> None:
+        for beating in self.flying:
+            self.storage.record_heartbeat(beating)
+        with quiet_heartbeat():
+            optuna.storages.fail_stale_trials(self.study)
+        for dead in self.storage.unbeaten_trial_ids(self.study_id, self.grace):
+            if dead not in self.flying and self.storage.set_trial_state_values(dead, TrialState.FAIL):
+                self._stale(self.study, self.storage.get_trial(dead))
+
+    def close(self) -> None:
+        self.storage.engine.dispose()

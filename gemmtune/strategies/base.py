@@ -1,0 +1,73 @@
+"""What a search strategy is: it proposes the next configuration to measure and is told each
+result. The search and ``gemmtune replay`` drive every strategy through
+``gemmtune.search.session.Proposer``, which owns the rules common to all of them (invalid
+proposals, configurations measured before, claims of other processes)."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+# optuna is imported where a sampler is made: the command line reads this registry, and most
+# commands never search.
+if TYPE_CHECKING:
+    import optuna
+
+    from gemmtune.space import Config
+
+MAX_FREE_PROPOSALS = 25   # invalid or already-measured proposals in a row before a random pick
+
+
+class ASK:
+    """What ``propose`` returns to let the Optuna sampler choose (``study.ask``)."""
+
+
+class Candidates(Protocol):
+    """What a strategy may know of the valid space while it proposes."""
+
+    rng: random.Random
+    valid: Sequence[Config]         # in the space's order
+    free: int                       # proposals in a row that cost nothing (invalid or measured before)
+
+    def unmeasured(self) -> list[Config]: ...
+    def random_unmeasured(self) -> Config | None: ...
+    def first_unmeasured(self, order: Sequence[Config]) -> Config | None: ...
+
+
+class Strategy:
+    """A way to choose configurations. A subclass sets ``name`` and overrides what differs;
+    registering it in ``gemmtune.strategies.STRATEGIES`` puts it on the command line.
+
+    ``commands``: where it is offered (``search`` measures, ``replay`` looks results up).
+    ``model_seeded``: whether the model's best predictions are measured first (in a search,
+    ``--no-seed`` turns that off for every strategy that allows it; ``allows_model_seeds``).
+    ``exhaustive``: it measures every valid configuration, and the search's budget is the space.
+    """
+
+    name = ""
+    commands: tuple[str, ...] = ("search", "replay")
+    model_seeded = False
+    allows_model_seeds = True
+    exhaustive = False
+
+    def __init__(self, seed: int | None = None):
+        self.seed = seed
+
+    def sampler(self, constant_liar: bool = False) -> optuna.samplers.BaseSampler:
+        """The Optuna sampler that decides the proposals left to ``ASK``; a strategy that always
+        picks itself still needs one for Optuna's study."""
+        import optuna
+
+        return optuna.samplers.RandomSampler(seed=self.seed)
+
+    def propose(self, candidates: Candidates) -> Config | type[ASK] | None:
+        """The next configuration, ``ASK`` for the sampler's choice, or None when none is left.
+        After a run of free proposals a random unmeasured configuration, so that a sampler stuck
+        on measured or invalid points cannot stall the search."""
+        if candidates.free >= MAX_FREE_PROPOSALS:
+            return candidates.random_unmeasured()
+        return ASK
+
+    def tell(self, config: Config, value: float | None) -> None:
+        """A measured result (GFLOP/s, None for a failure). Optuna's samplers learn from the
+        study instead, so the strategies here need nothing more."""

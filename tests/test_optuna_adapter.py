@@ -1,0 +1,98 @@
+"""Each use of Optuna's private names (``gemmtune.search.optuna_adapter``) against the installed
+Optuna: a change of Optuna's internals fails here, by name, rather than deep in a search."""
+
+from __future__ import annotations
+
+import time
+
+import optuna
+import pytest
+import sqlalchemy as sa
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from gemmtune.search.optuna_adapter import BatchedStorage, one_read, start_running_trial, trial_id
+
+# What Optuna says of its experimental heartbeats, which the search uses through ask/tell
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning",
+                                        "ignore:Heartbeat of storage")
+
+
+@pytest.fixture
+def storage(tmp_path):
+    s = BatchedStorage(f"sqlite:///{tmp_path / 'a.db'}", heartbeat_interval=1, grace_period=2)
+    yield s
+    s.engine.dispose()
+
+
+@pytest.fixture
+def study(storage):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(storage=storage, study_name="a", direction="maximize",
+                               sampler=optuna.samplers.RandomSampler(seed=1))
+
+
+def test_trial_id_is_the_storage_id_of_a_live_and_a_frozen_trial(storage, study):
+    study.tell(study.ask(), 1.0)
+    trial = study.ask()
+    assert storage.get_trial(trial_id(trial)).number == trial.number == 1
+    frozen = study.trials[1]
+    assert trial_id(frozen) == trial_id(trial)
+    assert storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name("a"), 1) == trial_id(trial)
+
+
+def test_a_running_trial_is_written_with_its_parameters_in_one_commit(storage, study):
+    dists = {"A": CategoricalDistribution([1, 2, 4]), "B": CategoricalDistribution(["x", "y"])}
+    seen = []
+    sa.event.listen(storage.engine, "commit", lambda conn: seen.append(1))
+    trial = start_running_trial(study, {"A": 4, "B": "y"}, dists)
+    assert len(seen) <= 2   # one writes the trial and its parameters; Optuna's cache may read it back
+    frozen = storage.get_trial(trial_id(trial))
+    assert frozen.state == TrialState.RUNNING and frozen.params == {"A": 4, "B": "y"}
+    assert frozen.distributions == dists and frozen.number == trial.number == 0
+    # The sampler takes the parameters as given, as it does an enqueued trial's.
+    assert trial.suggest_categorical("A", [1, 2, 4]) == 4
+    study.tell(trial, 1.0)
+    assert study.trials[0].state == TrialState.COMPLETE
+
+
+def test_one_read_reads_the_trials_once_and_puts_the_study_back(storage, study):
+    for value in (1.0, 2.0):
+        study.tell(study.ask(), value)
+    reads = []
+    real = study._storage.get_all_trials   # through Optuna's cache in front of the storage
+    study._storage.get_all_trials = lambda *a, **k: (reads.append(1), real(*a, **k))[1]
+    with one_read(study):
+        for _ in range(3):
+            assert len(study._get_trials(deepcopy=False)) == 2
+            assert len(study._get_trials(states=(TrialState.COMPLETE,))) == 2
+        with one_read(study):   # nested: served by the outer block's read, which it leaves in place
+            study._get_trials()
+        assert "_get_trials" in vars(study)
+    assert len(reads) == 1 and "_get_trials" not in vars(study)
+    study.tell(study.ask(), 3.0)
+    assert len(study._get_trials(deepcopy=False)) == 3
+
+
+def test_a_batch_queues_parameters_and_attributes_through_the_private_writers(storage, study):
+    trial = study.ask()
+    seen = []
+    sa.event.listen(storage.engine, "commit", lambda conn: seen.append(1))
+    with storage.batch():
+        trial.suggest_categorical("A", [1, 2])
+        trial.suggest_categorical("B", [3, 4])
+        trial.set_user_attr("k", "v")
+        assert not seen and len(storage._queued) == 3   # RDBStorage._set_trial_param is what Optuna calls
+    assert len(seen) == 1
+    frozen = storage.get_trial(trial_id(trial))
+    assert set(frozen.params) == {"A", "B"} and frozen.user_attrs == {"k": "v"}
+
+
+def test_unbeaten_trials_are_read_from_optuna_tables(storage, study):
+    study_id = storage.get_study_id_from_name("a")
+    silent = start_running_trial(study, {"A": 1}, {"A": CategoricalDistribution([1, 2])})
+    beating = study.ask()
+    storage.record_heartbeat(trial_id(beating))
+    time.sleep(1.1)
+    assert storage.unbeaten_trial_ids(study_id, 1.0) == [trial_id(silent)]
+    assert storage.unbeaten_trial_ids(study_id, 3600.0) == []
