@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gemmtune.errors import GemmtuneError
+
 # Symbolic kernel arguments, bound when the operation is enqueued: the caller's buffers, their
 # element offsets, and the scalars.
 A, B, C = "A", "B", "C"
@@ -41,6 +43,23 @@ class Problem:
         object.__setattr__(self, "lda", self.lda or (self.m if self.trans_a == "N" else self.k))
         object.__setattr__(self, "ldb", self.ldb or (self.k if self.trans_b == "N" else self.n))
         object.__setattr__(self, "ldc", self.ldc or self.m)
+
+
+INDEX_LIMIT = 2**31   # kernels index with int
+
+
+def check_leading_dimensions(problem: Problem, family: str) -> None:
+    """For a family that reads operands in place: each leading dimension at least its operand's
+    rows (ValueError), and each operand within what an int can index (GemmtuneError)."""
+    m, n, k = problem.m, problem.n, problem.k
+    stored = {"A": (m, k) if problem.trans_a == "N" else (k, m), "B": (k, n) if problem.trans_b == "N" else (n, k),
+              "C": (m, n)}
+    for name, ld in (("A", problem.lda), ("B", problem.ldb), ("C", problem.ldc)):
+        rows, cols = stored[name]
+        if ld < rows:
+            raise ValueError(f"leading dimension of {name} ({ld}) is below its {rows} rows")
+        if ld * cols >= INDEX_LIMIT:
+            raise GemmtuneError(f"{name} spans {ld * cols} elements; {family} indexes at most {INDEX_LIMIT - 1}")
 
 
 @dataclass(frozen=True)

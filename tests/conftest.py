@@ -62,6 +62,32 @@ def no_tuned_results(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """URL of a PostgreSQL server's maintenance database: $GEMMTUNE_TEST_POSTGRES (what .ci/run
+    starts), else a server started here for the session; under CI a missing server fails."""
+    import os
+    import tempfile
+
+    import pgserver
+
+    given = os.environ.get("GEMMTUNE_TEST_POSTGRES")
+    if given:
+        yield given
+        return
+    # Not under pytest's tmp_path: as root the server runs as user postgres, who must reach it.
+    where = Path(tempfile.mkdtemp(prefix="gemmtune-pg-"))
+    try:
+        url = pgserver.start(where)
+    except pgserver.Unavailable as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no PostgreSQL server under CI: {e}")
+        pytest.skip(f"no PostgreSQL server: {e}")
+    yield url
+    pgserver.stop(where)
+    shutil.rmtree(where, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_tuned_cache():
     # best_config memoises per process; each test must read its own database afresh.

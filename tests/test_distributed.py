@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -26,7 +24,6 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-import pgserver
 
 SPACE = """
 [xgemm_k5]
@@ -239,24 +236,6 @@ def _count(db: Path) -> int:
 
 # ---------------------------------------------------------------- several processes, PostgreSQL
 
-@pytest.fixture(scope="module")
-def postgres():
-    """URL of a PostgreSQL server's maintenance database."""
-    given = os.environ.get("GEMMTUNE_TEST_POSTGRES")
-    if given:
-        yield given
-        return
-    # Not under pytest's tmp_path: as root the server runs as user postgres, who must reach it.
-    where = Path(tempfile.mkdtemp(prefix="gemmtune-pg-"))
-    try:
-        url = pgserver.start(where)
-    except pgserver.Unavailable as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no PostgreSQL server under CI: {e}")
-        pytest.skip(f"no PostgreSQL server for the multi-process tests: {e}")
-    yield url
-    pgserver.stop(where)
-    shutil.rmtree(where, ignore_errors=True)
 
 
 @pytest.fixture

@@ -9,9 +9,7 @@ where neither can be had the server half is skipped with the reason, except unde
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +19,6 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import pgserver  # noqa: E402
 from helpers_foundation import TINY_SPACE  # noqa: E402
 
 from gemmtune.cli import cli  # noqa: E402
@@ -33,21 +30,8 @@ FAST_SEARCH = ["--size", "16", "--trials", "2", "--no-seed", "-q", "--time-cap",
 
 
 @pytest.fixture(scope="module")
-def server():
-    given = os.environ.get("GEMMTUNE_TEST_POSTGRES")
-    if given:
-        yield given
-        return
-    where = Path(tempfile.mkdtemp(prefix="gemmtune-pg-"))
-    try:
-        url = pgserver.start(where)
-    except pgserver.Unavailable as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no PostgreSQL server under CI: {e}")
-        pytest.skip(f"no PostgreSQL server: {e}")
-    yield url
-    pgserver.stop(where)
-    shutil.rmtree(where, ignore_errors=True)
+def server(postgres):
+    return postgres
 
 
 @pytest.fixture(scope="module")

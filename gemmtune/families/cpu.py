@@ -4,14 +4,13 @@ read at any offset and leading dimension; op(A) and op(B) may first be packed in
 
 from __future__ import annotations
 
-from gemmtune.errors import GemmtuneError
 from gemmtune.families.base import Constraint, Family, Params
-from gemmtune.launch import A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch
+from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
+                             check_leading_dimensions)
 from gemmtune.precision import Precision
 
 OPS = {"N": 0, "T": 1, "C": 2}
 PACK_WG = 16          # the packing kernels' fixed work-group size (the kernel's PACK_WG)
-INDEX_LIMIT = 2**31   # offsets and leading dimensions are int arguments
 # The register budget assumed: 32 vector registers of 64 bytes (AVX-512). On a CPU with 16 of
 # 32 bytes (AVX2) such a block spills and runs slower, but stays correct.
 VECTOR_REGISTERS = 32
@@ -69,14 +68,7 @@ class Cpu(Family):
 
     def plan(self, p, prec, problem, device, compute_units):
         m, n, k = problem.m, problem.n, problem.k
-        stored = {"A": (m, k) if problem.trans_a == "N" else (k, m), "B": (k, n) if problem.trans_b == "N" else (n, k),
-                  "C": (m, n)}
-        for name, ld in (("A", problem.lda), ("B", problem.ldb), ("C", problem.ldc)):
-            rows, cols = stored[name]
-            if ld < rows:
-                raise ValueError(f"leading dimension of {name} ({ld}) is below its {rows} rows")
-            if ld >= INDEX_LIMIT:
-                raise GemmtuneError(f"leading dimension of {name} ({ld}) exceeds {INDEX_LIMIT - 1}")
+        check_leading_dimensions(problem, self.name)
         mr, nr = _mr(p), p["NR"]
         scratch, launches, packed = [], [], []
         # Panels of MR rows of op(A) (NR columns of op(B)), contiguous along K, with zeros past

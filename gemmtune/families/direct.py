@@ -3,18 +3,17 @@ leading dimension and offset, bounds-checked tiles, one launch (two where K is c
 
 from __future__ import annotations
 
-from gemmtune.errors import GemmtuneError
 from gemmtune.families.base import (Constraint, Family, Params, _roundup, _safe, register_budget, work_group_fits,
                                     work_per_item)
 from gemmtune.families.padded import copy_tile
-from gemmtune.launch import A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch
+from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
+                             check_leading_dimensions)
 from gemmtune.precision import Precision
 
 OPS = {"N": 0, "T": 1, "C": 2}
 # The parts' sums of a K cut into parts take a scratch buffer of parts x M x N elements: no more
 # parts than fit this many bytes, so a large C is never cut (it has work-groups enough anyway).
 PARTS_BYTES = 64 << 20
-INDEX_LIMIT = 2**31   # the kernel indexes with int
 
 
 def _wgs(p: Params):
@@ -44,14 +43,7 @@ class Direct(Family):
 
     def plan(self, p, prec, problem, device, compute_units):
         m, n, k = problem.m, problem.n, problem.k
-        stored = {"A": (m, k) if problem.trans_a == "N" else (k, m), "B": (k, n) if problem.trans_b == "N" else (n, k),
-                  "C": (m, n)}
-        for name, ld in (("A", problem.lda), ("B", problem.ldb), ("C", problem.ldc)):
-            rows, cols = stored[name]
-            if ld < rows:
-                raise ValueError(f"leading dimension of {name} ({ld}) is below its {rows} rows")
-            if ld * cols >= INDEX_LIMIT:
-                raise GemmtuneError(f"{name} spans {ld * cols} elements; xgemm_direct indexes at most {INDEX_LIMIT - 1}")
+        check_leading_dimensions(problem, self.name)
         mp, np_, _ = self.padded_shape(p, m, n, k)
         parts, length = self.parts(p, prec, m, n, k)
         work = Scratch("work", prec.bytes * (parts * m * n if parts > 1 else 1))
