@@ -54,7 +54,7 @@ def converged(samples, policy: TimingPolicy) -> bool:
 @dataclass(frozen=True)
 class Timing:
     """Samples of one configuration, in milliseconds: per call as a caller pays (see
-    gemmtune.runner), and the device time of its GEMM kernels (no passes) and of the whole operation."""
+    gemmtune.worker), and the device time of its GEMM kernels (no passes) and of the whole operation."""
 
     samples_ms: tuple[float, ...]
     kernel_ms: tuple[float, ...]
