@@ -16,20 +16,24 @@ from gemmtune.space import Config, load_space, make_config, require_precision
 
 # Where nothing was tuned, a problem gets the default of its shape's class (defaults.toml says
 # which configurations serve which class, and docs/performance.md what they were measured on).
-SMALL_VOLUME = 2**27    # m * n * k at most this: "small"
+TINY_VOLUME = 2**18     # m * n * k at most this (64^3): "tiny"
+SMALL_VOLUME = 2**27    # at most this: "small"
 MEDIUM_VOLUME = 2**31   # at most this: "medium"; above: "large"
 SKINNY = 64             # m (or n) at most this with K at least LONG_K: "skinny_m" ("skinny_n")
 LONG_K = 1024
 # A class without an entry of its own takes this one's.
-FALLBACK = {"small": "medium", "medium": "large", "skinny_m": "medium", "skinny_n": "medium"}
-SHAPE_CLASSES = ("large", "small", "medium", "skinny_m", "skinny_n", "views")
+FALLBACK = {"tiny": "small", "small": "medium", "medium": "large", "skinny_m": "medium", "skinny_n": "medium"}
+SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "views")
 
 
 def shape_class(m: int, n: int, k: int) -> str:
     if min(m, n) <= SKINNY and k >= LONG_K:
         return "skinny_m" if m <= n else "skinny_n"
     volume = m * n * k
-    return "small" if volume <= SMALL_VOLUME else "medium" if volume <= MEDIUM_VOLUME else "large"
+    for name, most in (("tiny", TINY_VOLUME), ("small", SMALL_VOLUME), ("medium", MEDIUM_VOLUME)):
+        if volume <= most:
+            return name
+    return "large"
 
 
 def class_entry(found: dict, cls: str):

@@ -358,13 +358,15 @@ def test_defaults_file_covers_every_type_precision_and_shape_class():
     assert all(set(table[t]) == set("sdcz") for t in table)
     # Sub-tables name known classes only, and every type and precision has a family that reads
     # operands in place for views: a "views" entry, or on a CPU the large entry itself: xgemm_cpu
-    # reads views and serves every class (20-40 times the direct family's speed on small ones).
+    # reads views and serves every class but the tiny one (20-40 times the direct family's speed
+    # on small problems), which takes xgemm_cpu without packing.
     for t in table:
         for code in "sdcz":
             classes = {k for k, v in table[t][code].items() if isinstance(v, dict)}
             assert classes <= set(SHAPE_CLASSES[1:]), (t, code, classes)
             if t == "CPU":
-                assert not classes and _entry_config(t, code).kernel == "xgemm_cpu"
+                assert classes == {"tiny"} and _entry_config(t, code).kernel == "xgemm_cpu"
+                assert _entry_config(t, code, "tiny").kernel == "xgemm_cpu"
             else:
                 assert "views" in classes, (t, code, classes)
             assert FAMILIES[_entry_config(t, code, "views").kernel].takes_views
@@ -401,6 +403,11 @@ def test_a_class_without_an_entry_takes_the_next_larger_ones():
     assert shape_class(2048, 2048, 2048) == "large" and shape_class(6144, 6144, 128) == "large"
     assert shape_class(1, 4096, 4096) == "skinny_m" and shape_class(4096, 64, 1024) == "skinny_n"
     assert shape_class(4096, 65, 1024) == "medium" and shape_class(4096, 8, 100) == "small"
+    assert shape_class(64, 64, 64) == "tiny" and shape_class(16, 16, 16) == "tiny" and shape_class(65, 64, 64) == "small"
+    # The GPU has no tiny entry: a tiny problem takes the small one's; the CPU has one of its own.
+    assert class_entry(shipped_defaults("GPU", get_precision("s")), "tiny") == shipped_defaults("GPU", get_precision("s"))["small"]
+    cpu = shipped_defaults("CPU", get_precision("s"))
+    assert class_entry(cpu, "tiny") == cpu["tiny"] != cpu["large"] and cpu["tiny"].params["PACKA"] == 0
 
 
 def breaks(config: Config, dev, code: str) -> bool:
