@@ -6,7 +6,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from gemmtune.families.base import Constraint, Params, _safe, fits_work_group
+from gemmtune.families.base import (Constraint, Params, _safe, register_budget, work_group_fits,
+                                    work_per_item)
 from gemmtune.families.padded import TRANSPOSE_FITS, Padded
 from gemmtune.info import DeviceInfo
 from gemmtune.launch import ALPHA, BETA, C, Launch, Scratch
@@ -183,11 +184,8 @@ XGEMM_RT = RegisterTiled(
     kernel_name="xgemm",
     tile_params=("MWG", "NWG", "KWG"),
     constraints=(
-        Constraint(1, "work per thread", "MWG % MDIMC == 0 and NWG % NDIMC == 0",
-                   lambda p, dev, prec: (p["MWG"] % p["MDIMC"] == 0) & (p["NWG"] % p["NDIMC"] == 0)),
-        Constraint(2, "work-group", "MDIMC <= max work-item size[0], NDIMC <= max work-item size[1], "
-                   "MDIMC * NDIMC <= max work-group size",
-                   lambda p, dev, prec: fits_work_group(p["MDIMC"], p["NDIMC"], dev)),
+        work_per_item(1),
+        work_group_fits(2),
         Constraint(3, "vector loads", "MWG and NWG (and KWG if BKFAST) multiples of VWG; KWG * MWG "
                    "and KWG * NWG multiples of VWG * MDIMC * NDIMC (of VWG * VWG * MDIMC * NDIMC if "
                    "BKFAST == 2)", lambda p, dev, prec: _rt_vectors(p)),
@@ -200,9 +198,7 @@ XGEMM_RT = RegisterTiled(
                    lambda p, dev, prec: p["KWG"] % p["UNROLL"] == 0),
         Constraint(7, "warp sub-tile", "WARPM == 0, or MDIMC * NDIMC % 32 == 0 and WARPM divides 32 "
                    "and MDIMC, and 32 / WARPM divides NDIMC", lambda p, dev, prec: _rt_warp(p)),
-        Constraint(8, "registers", "WPTM * WPTN * bytes per element / 4 <= 128: the accumulators "
-                   "leave room in a 255-register budget",
-                   lambda p, dev, prec: (p["MWG"] // p["MDIMC"]) * (p["NWG"] // p["NDIMC"]) * prec.bytes // 4 <= 128),
+        register_budget(8),
         Constraint(9, "transpose tile", TRANSPOSE_FITS.text, TRANSPOSE_FITS.check),
         Constraint(10, "staging", "STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and "
                    "BKFAST == 0: unstaged, those do not apply, and B is read n-fastest",
