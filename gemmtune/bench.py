@@ -156,7 +156,7 @@ def _measure(contenders: list[Contender], policy: TimingPolicy) -> None:
     spent = {id(c): 0.0 for c in active}
     while active:
         for c in list(active):
-            if c.samples[-1][0] < REWARM_MS if c.samples else True:
+            if not c.samples or c.samples[-1][0] < REWARM_MS:
                 # An unrecorded call first: the first call after another contender's pays for
                 # the switch between them (on one GPU, between the OpenCL and CUDA contexts),
                 # which a program calling one library in a loop does not.

@@ -85,7 +85,7 @@ def default_config(dev: DeviceInfo, prec: Precision, shape: tuple[int, int, int]
     found = shipped_defaults(dev.type, prec)
     config = class_entry(found, shape_class(*shape) if shape else "large")
     if views and not FAMILIES[config.kernel].takes_views:
-        config = found["views"]
+        config = class_entry(found, "views")
     # Repaired within its family; where nothing of that family fits the device, the nearest
     # configuration of the other classes' families.
     for candidate in (config, *(c for c in found.values() if c.kernel != config.kernel)):
