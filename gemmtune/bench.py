@@ -205,7 +205,8 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
 
     prec = get_precision(shape.precision)
     host = _host_operands(prec, shape, np.random.default_rng())
-    tuned = best_config(shape.m, shape.n, shape.k, prec, device=device_info, db=db)
+    tuned = best_config(shape.m, shape.n, shape.k, prec, device=device_info, db=db, trans_a=shape.trans_a,
+                        trans_b=shape.trans_b)
     contenders, configs = [Contender("gemmtune", tuned.source)], [None]
     for b in baselines:
         if b.startswith("config:"):

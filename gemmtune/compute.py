@@ -128,7 +128,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     # Row-major C = op(a) op(b) is column-major C^T = op(b)^T op(a)^T, and the memory of a
     # row-major matrix is its transpose in column-major: hand b as A and a as B, m and n swapped.
     # The tuned shape is that column-major one, the problem the kernel actually runs.
-    cfg = (best_config(n, m, ka, prec, device=dev.info, db=db).config if config is None
+    cfg = (best_config(n, m, ka, prec, device=dev.info, db=db, trans_a=tb, trans_b=ta).config if config is None
            else resolve_config(config, dev.info, prec))
     fs = shipped_families().family(cfg.kernel)
     op = operation(dev, cfg, fs.source, prec, n, m, ka, tb, ta)
@@ -247,7 +247,8 @@ class Gemm:
             raise ValueError(f"empty product: {m}x{ka} times {kb}x{n}")
         # Same row-major to column-major swap as gemm: b is A, a is B, m and n exchanged.
         problem = Problem(n, m, ka, trans_b, trans_a, ldb, lda, ldc, views)
-        cfg = self.config or best_config(n, m, ka, self.precision, device=self.info, db=self.db).config
+        cfg = self.config or best_config(n, m, ka, self.precision, device=self.info, db=self.db,
+                                         trans_a=trans_b, trans_b=trans_a).config
         if views and not FAMILIES[cfg.kernel].takes_views:
             if self.config is not None:
                 raise ValueError(f"{cfg.kernel} reads operands at offset 0 only, and a, b or c is a view with an offset")

@@ -21,12 +21,16 @@ SMALL_VOLUME = 2**27    # at most this: "small"
 MEDIUM_VOLUME = 2**31   # at most this: "medium"; above: "large"
 SKINNY = 64             # m (or n) at most this with K at least LONG_K: "skinny_m" ("skinny_n")
 LONG_K = 1024
+# m or n is 1 and the problem is not tiny: "vector"
 # A class without an entry of its own takes this one's.
-FALLBACK = {"tiny": "small", "small": "medium", "medium": "large", "skinny_m": "medium", "skinny_n": "medium"}
-SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "views")
+FALLBACK = {"tiny": "small", "small": "medium", "medium": "large", "skinny_m": "medium", "skinny_n": "medium",
+            "vector": "skinny_m"}
+SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "vector", "views")
 
 
 def shape_class(m: int, n: int, k: int) -> str:
+    if min(m, n) == 1 and m * n * k > TINY_VOLUME:
+        return "vector"
     if min(m, n) <= SKINNY and k >= LONG_K:
         return "skinny_m" if m <= n else "skinny_n"
     volume = m * n * k

@@ -49,20 +49,22 @@ DEFAULT_TYPES = ("GPU", "CPU")   # defaults.toml's types besides OTHER, selectab
 
 
 def best_entries(rows: pd.DataFrame) -> list[dict]:
-    """The best ok row of each (device, precision, m, n, k) among shipped-family configurations,
-    as JSON entries, sorted by device, precision and shape."""
+    """The best ok row of each (device, precision, m, n, k, ops) among shipped-family
+    configurations, as JSON entries, sorted by device, precision, shape and ops."""
+    from gemmtune.report import with_ops
+
     space = shipped_families()
-    ok = rows[rows.status == "ok"].sort_values(["gflops", "id"], ascending=[False, True])
+    ok = with_ops(rows[rows.status == "ok"]).sort_values(["gflops", "id"], ascending=[False, True])
     entries: dict[tuple, dict] = {}
     for row in ok.itertuples():
-        key = (row.device, row.precision, int(row.m), int(row.n), int(row.k))
+        key = (row.device, row.precision, int(row.m), int(row.n), int(row.k), row.ops)
         if key in entries:
             continue
         config = shipped_config(row.kernel, row.params, space)
         if config is None:
             continue
         entries[key] = {"device": row.device, "device_name": row.device_name, "precision": row.precision,
-                        "m": key[2], "n": key[3], "k": key[4], "kernel": config.kernel,
+                        "m": key[2], "n": key[3], "k": key[4], "ops": row.ops, "kernel": config.kernel,
                         "params": config.params, "gflops": float(row.gflops),
                         "time_ms": None if pd.isna(row.time_ms) else float(row.time_ms),
                         "study": row.study, "trial": int(row.trial)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gemmtune.launch import Problem
 from gemmtune.space import Config
 from gemmtune.timing import Timing, TimingPolicy
 from gemmtune.verify import Check
@@ -20,13 +21,21 @@ class Job:
     policy: TimingPolicy = field(default_factory=TimingPolicy)
     binary: bytes | None = None          # built by a compiler process; None: build here
     stop_above_ms: float | None = None   # stop timing, status "slow", once the time's interval is above this
+    trans_a: str = "N"
+    trans_b: str = "N"
+
+    @property
+    def problem_key(self) -> tuple:
+        return self.precision, self.m, self.n, self.k, self.trans_a, self.trans_b
 
 
 @dataclass(frozen=True)
 class StopAbove:
     """A new early-stop threshold for a timing worker's jobs, the running one and those waiting:
-    the search found a faster candidate since they were submitted."""
+    the search found a faster candidate since they were submitted. Only for jobs of its problem:
+    the worker outlives one search (a workload's problems share it)."""
     ms: float
+    problem_key: tuple
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ class BuildJob:
     config: Config
     source: str
     precision: str
+    problem: Problem | None = None   # what the family's build defines depend on (e.g. op(A), op(B))
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ def load(db: str | None = None, filters: Filters = Filters()) -> Results:
 
     store = Store(database_url(db), create=False)
     try:
-        rows = store.frame()
+        rows = with_ops(store.frame())
         screened = screen(rows)
         kept = filters.apply(screened.rows)
         keys = kept.device.unique()
@@ -110,7 +110,15 @@ def load(db: str | None = None, filters: Filters = Filters()) -> Results:
     return Results(store.url, store.exists, len(rows), kept, filters, peaks, devices, screened.skipped)
 
 
-GROUP = ["device", "precision", "m", "n", "k"]
+GROUP = ["device", "precision", "m", "n", "k", "ops"]
+
+
+def with_ops(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows with ``ops``, op(A) and op(B) as one string ("NN", "TN", ...); rows recorded before
+    the results table had ops are N, N."""
+    ops = [f"{a if a in ('N', 'T', 'C') else 'N'}{b if b in ('N', 'T', 'C') else 'N'}"
+           for a, b in zip(rows.get("trans_a", [None] * len(rows)), rows.get("trans_b", [None] * len(rows)))]
+    return rows.assign(ops=ops)
 
 
 def _interval(row) -> tuple[float, float]:
@@ -151,12 +159,12 @@ def summary(rows: pd.DataFrame, peaks: dict | None = None) -> pd.DataFrame:
     """
     peaks = peaks or {}
     out = []
-    for (device, precision, m, n, k), group in rows.groupby(GROUP, sort=False):
+    for (device, precision, m, n, k, ops), group in rows.groupby(GROUP, sort=False):
         ranked = _ranked(group)
         # "slow" was stopped early on purpose: neither correct-and-complete nor a failure.
         failed = group[~group.status.isin(("ok", "slow"))].status.value_counts().sort_index()
         entry = {"device": device, "device_name": group.device_name.iloc[0], "precision": precision,
-                 "m": int(m), "n": int(n), "k": int(k), "kernel": None, "params": None, "gflops": None,
+                 "m": int(m), "n": int(n), "k": int(k), "ops": ops, "kernel": None, "params": None, "gflops": None,
                  "gflops_low": None, "gflops_high": None, "time_ms": None, "trials": len(group),
                  "failed": {str(r): int(c) for r, c in failed.items()},
                  "tuning_s": float(group.trial_s.fillna(0).sum()),
@@ -186,7 +194,7 @@ def top(rows: pd.DataFrame, count: int) -> pd.DataFrame:
     for _, group in rows.groupby(GROUP, sort=False):
         for rank, row in enumerate(_ranked(group).head(count).itertuples(), start=1):
             out.append({"device": row.device, "device_name": row.device_name, "precision": row.precision,
-                        "m": int(row.m), "n": int(row.n), "k": int(row.k), "rank": rank,
+                        "m": int(row.m), "n": int(row.n), "k": int(row.k), "ops": row.ops, "rank": rank,
                         **_best_columns(row), "study": row.study, "trial": int(row.trial)})
     return _sorted(pd.DataFrame(out), extra=["rank"])
 
@@ -194,7 +202,7 @@ def top(rows: pd.DataFrame, count: int) -> pd.DataFrame:
 def _sorted(frame: pd.DataFrame, extra=()) -> pd.DataFrame:
     if frame.empty:
         return frame
-    return frame.sort_values(["device_name", "device", "precision", "m", "n", "k", *extra]).reset_index(drop=True)
+    return frame.sort_values(["device_name", "device", "precision", "m", "n", "k", "ops", *extra]).reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- the performance model
@@ -234,9 +242,9 @@ def add_model(frame: pd.DataFrame, found: Results) -> tuple[pd.DataFrame, list[s
         ok = rows[(rows.status == "ok") & rows.kernel.isin(list(FAMILIES))]
         if dev is None or ok.empty:
             continue
-        prec, (m, n, k) = get_precision(group[1]), map(int, group[2:])
-        predicted = [predict(Config.of(r.kernel, json.loads(r.params)), dev, prec, m, n, k,
-                             found.peaks.get(group[0])).time_s for r in ok.itertuples()]
+        prec, (m, n, k), ops = get_precision(group[1]), map(int, group[2:5]), group[5]
+        predicted = [predict(Config.of(r.kernel, json.loads(r.params)), dev, prec, m, n, k, found.peaks.get(group[0]),
+                             trans_a=ops[0], trans_b=ops[1]).time_s for r in ok.itertuples()]
         correlation[group] = spearman(predicted, list(ok.time_ms))
     predicted_gflops = []
     for row in frame.itertuples():
@@ -244,8 +252,8 @@ def add_model(frame: pd.DataFrame, found: Results) -> tuple[pd.DataFrame, list[s
         ok = dev is not None and isinstance(row.params, dict) and row.kernel in FAMILIES
         predicted_gflops.append(
             predict(Config.of(row.kernel, row.params), dev, get_precision(row.precision), row.m, row.n, row.k,
-                    found.peaks.get(row.device)).gflops if ok else None)
-    spearmans = [correlation.get((r.device, r.precision, r.m, r.n, r.k)) for r in frame.itertuples()]
+                    found.peaks.get(row.device), trans_a=row.ops[0], trans_b=row.ops[1]).gflops if ok else None)
+    spearmans = [correlation.get((r.device, r.precision, r.m, r.n, r.k, r.ops)) for r in frame.itertuples()]
     return frame.assign(predicted_gflops=predicted_gflops, model_spearman=spearmans), notes
 
 

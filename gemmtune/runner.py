@@ -191,11 +191,11 @@ class Runner:
             self.worker.job, self.worker.deadline = (job, tag), time.monotonic() + self.trial_timeout
         return outcome
 
-    def stop_above(self, ms: float) -> None:
-        """Lower the early-stop threshold of the jobs submitted, running or waiting."""
+    def stop_above(self, ms: float, problem_key: tuple) -> None:
+        """Lower the early-stop threshold of the jobs of that problem submitted, running or waiting."""
         if self.jobs:
             try:
-                self.worker.connection.send(StopAbove(ms))
+                self.worker.connection.send(StopAbove(ms, problem_key))
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the worker died: collect() replaces it, and its jobs keep their own thresholds
 

@@ -35,6 +35,8 @@ results = sa.Table(
     sa.Column("m", sa.Integer, nullable=False),
     sa.Column("n", sa.Integer, nullable=False),
     sa.Column("k", sa.Integer, nullable=False),
+    sa.Column("trans_a", sa.String(1)),                      # op(A): N, T or C (rows from before: none, N)
+    sa.Column("trans_b", sa.String(1)),
     sa.Column("kernel", sa.String(64), nullable=False),
     sa.Column("params", sa.Text, nullable=False),            # JSON object, name -> value
     sa.Column("status", sa.String(32), nullable=False),      # ok or a failure reason

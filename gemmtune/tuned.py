@@ -1,17 +1,18 @@
 """``gemmtune.best_config``: the tuned configuration for a problem, read from the results database.
 
-The answer for (m, n, k, precision) on a device, in this order:
+The answer for (m, n, k, precision, op(A), op(B)) on a device, in this order:
 
 * ``"tuned"``: the best ``ok`` row (highest GFLOP/s) of ``results`` for exactly this device key,
-  precision and shape;
-* ``"nearest"``: else the best row of the tuned shape on the same device key and precision that
+  precision, shape and ops;
+* ``"nearest"``: else the best row of the tuned problem on the same device key and precision that
   is closest in log size: the one minimising the Euclidean distance between
-  (ln m, ln n, ln k) vectors (ties go to the larger shape). Tile sizes carry over between
-  shapes because validity does not depend on the shape: the kernels pad any M, N, K;
+  (ln m, ln n, ln k) vectors, plus OTHER_OPS where its ops differ (ties go to the larger shape).
+  Tile sizes carry over between shapes because validity does not depend on the shape: every
+  family serves any M, N, K;
 * ``"default"``: else the shipped default for the device (``gemmtune.defaults``).
 
 Shapes are BLAS's (column-major, C is m x n), as ``gemmtune search`` and the ``results`` table
-use them. Searches tune op = N, N; their configurations are handed out for every op().
+use them; rows recorded before the table had ops count as N, N.
 
 Rows whose configuration is not one of the shipped kernel families' (other parameter names,
 e.g. tuned from a custom ``--space`` source) or that breaks a constraint on the device asked
@@ -72,6 +73,10 @@ class _Tuned:
     shape: tuple[int, int, int]
     config: Config
     gflops: float
+    ops: str = "NN"    # op(A) and op(B)
+
+
+OTHER_OPS = 0.25   # what other ops add to a tuned problem's distance (a factor of 1.28 in one size)
 
 
 def shipped_config(kernel: str, params: dict, space: Space | None = None) -> Config | None:
@@ -120,7 +125,7 @@ def _device_info(device) -> DeviceInfo:
 
 
 def tuned_shapes(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
-    """Per tuned shape, its best row that is a valid configuration here."""
+    """Per tuned problem (shape and ops), its best row that is a valid configuration here."""
     from gemmtune.rows import screen
 
     store = Store(url, create=False)
@@ -130,16 +135,21 @@ def tuned_shapes(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
         store.close()
     space = shipped_families()   # records of any shipped family, if valid here
     rows = screen(rows, space).rows
-    best: dict[tuple[int, int, int], _Tuned] = {}
+    best: dict[tuple, _Tuned] = {}
     for row in rows.sort_values(["gflops", "id"], ascending=[False, True]).itertuples():
         shape = (int(row.m), int(row.n), int(row.k))
-        if shape in best:
+        ops = _op(getattr(row, "trans_a", None)) + _op(getattr(row, "trans_b", None))
+        if (shape, ops) in best:
             continue
         config = shipped_config(row.kernel, row.params, space)
         if config is None or FAMILIES[config.kernel].broken(config.params, dev, prec) is not None:
             continue
-        best[shape] = _Tuned(shape, config, float(row.gflops))
+        best[shape, ops] = _Tuned(shape, config, float(row.gflops), ops)
     return list(best.values())
+
+
+def _op(value) -> str:
+    return value if value in ("N", "T", "C") else "N"   # rows from before the ops were recorded: None
 
 
 def shape_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
@@ -147,10 +157,11 @@ def shape_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
 
 
 def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, device=None,
-                db: str | None = None) -> TunedConfig:
+                db: str | None = None, trans_a: str = "N", trans_b: str = "N") -> TunedConfig:
     """The configuration to use for C (m x n) <- op(A) (m x k) op(B) (k x n) on a device.
 
-    ``precision`` is s, d, c or z; ``device`` an index, "P:D", a ``DeviceInfo``, or None for
+    ``precision`` is s, d, c or z; ``trans_a``/``trans_b`` op(A) and op(B) (N, T or C);
+    ``device`` an index, "P:D", a ``DeviceInfo``, or None for
     $GEMMTUNE_DEVICE or 0; ``db`` a database URL (default: $GEMMTUNE_DB, else
     sqlite:///results/gemmtune.db). A missing database means nothing was tuned: the default.
     See the module's docstring for the rules. Raises GemmtuneError for a database that cannot
@@ -162,8 +173,8 @@ def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, dev
     dev = _device_info(device)
     require_precision(dev, prec)
     url = database_url(db)
-    shape = (int(m), int(n), int(k))
-    key = (_db_key(url), dev.key, prec.code, shape)
+    shape, ops = (int(m), int(n), int(k)), _op(trans_a) + _op(trans_b)
+    key = (_db_key(url), dev.key, prec.code, shape, ops)
     found = _lookups.get(key)
     if found is not None:
         return found
@@ -171,11 +182,12 @@ def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, dev
     if table_key not in _tables:
         _tables[table_key] = tuned_shapes(url, dev, prec)
     tuned = _tables[table_key]
-    exact = next((t for t in tuned if t.shape == shape), None)
+    exact = next((t for t in tuned if t.shape == shape and t.ops == ops), None)
     if exact is not None:
         found = TunedConfig(exact.config, exact.gflops, "tuned", exact.shape, dev.key, prec.code)
     elif tuned:
-        near = min(tuned, key=lambda t: (shape_distance(t.shape, shape), -math.prod(t.shape)))
+        near = min(tuned, key=lambda t: (shape_distance(t.shape, shape) + OTHER_OPS * (t.ops != ops),
+                                         -math.prod(t.shape)))
         found = TunedConfig(near.config, near.gflops, "nearest", near.shape, dev.key, prec.code)
     else:
         found = TunedConfig(default_config(dev, prec, shape), None, "default", None, dev.key, prec.code)

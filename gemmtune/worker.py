@@ -29,16 +29,17 @@ class _Problem:
     """Random operands and their reference, kept per shape for the worker's life: the
     float64 reference of a large product costs more than most trials."""
 
-    def __init__(self, cl, ctx, prec, m, n, k, rng):
+    def __init__(self, cl, ctx, prec, m, n, k, trans_a, trans_b, rng):
         import numpy as np
 
         from gemmtune.verify import Reference, random_matrix
 
-        # Column-major A (m x k), B (k x n), C (m x n) are, in numpy's row-major terms,
-        # arrays of shape (k, m), (n, k) and (n, m), and C's memory equals b @ a.
-        self.a = random_matrix(prec, (k, m), rng)
-        self.b = random_matrix(prec, (n, k), rng)
-        self.reference = Reference.compute(prec, self.b, self.a, None, 1.0, 0.0)
+        # Column-major operands as stored (A m x k, or k x m under op T or C; B likewise) are, in
+        # numpy's row-major terms, their transposes; C's memory is the n x m transpose of C.
+        self.a = random_matrix(prec, (k, m) if trans_a == "N" else (m, k), rng)
+        self.b = random_matrix(prec, (n, k) if trans_b == "N" else (k, n), rng)
+        ref = Reference.compute(prec, self.a.T, self.b.T, None, 1.0, 0.0, trans_a, trans_b)
+        self.reference = Reference(np.ascontiguousarray(ref.value.T), np.ascontiguousarray(ref.scale.T), ref.k)
         self.nan = np.full(1, np.nan, dtype=prec.dtype)   # the pattern C is filled with
         self.shape = (n, m)
         mf = cl.mem_flags
@@ -55,15 +56,17 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
     from gemmtune.verify import compare
 
     prec = get_precision(job.precision)
-    key = (job.precision, job.m, job.n, job.k)
+    key = job.problem_key
     if key not in problems:
         problems.clear()
-        problems[key] = _Problem(cl, queue.context, prec, job.m, job.n, job.k, np.random.default_rng())
+        problems[key] = _Problem(cl, queue.context, prec, job.m, job.n, job.k, job.trans_a, job.trans_b,
+                                 np.random.default_rng())
     pb = problems[key]
 
     t0 = time.perf_counter()
     try:
-        op = GemmOperation(queue, job.config, job.source, prec, job.m, job.n, job.k, binary=job.binary)
+        op = GemmOperation(queue, job.config, job.source, prec, job.m, job.n, job.k, job.trans_a, job.trans_b,
+                           binary=job.binary)
     except BuildError as e:
         return Outcome("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
     compile_s = time.perf_counter() - t0
@@ -100,11 +103,13 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
 _CHECKER = ThreadPoolExecutor(max_workers=1)
 
 
-_STOP_ABOVE: list[float | None] = [None]   # in a timing worker: the latest StopAbove received
+_STOP_ABOVE: list[StopAbove | None] = [None]   # in a timing worker: the latest StopAbove received
 
 
 def _stop_above(job: Job) -> float | None:
-    limits = [ms for ms in (job.stop_above_ms, _STOP_ABOVE[0]) if ms is not None]
+    latest = _STOP_ABOVE[0]
+    later = latest.ms if latest is not None and latest.problem_key == job.problem_key else None
+    limits = [ms for ms in (job.stop_above_ms, later) if ms is not None]
     return min(limits) if limits else None
 
 
@@ -212,7 +217,7 @@ def _jobs(conn):
             except (EOFError, OSError):
                 job = None
             if isinstance(job, StopAbove):
-                _STOP_ABOVE[0] = job.ms
+                _STOP_ABOVE[0] = job
                 continue
             inbox.put(job)
             if job is None:
@@ -267,7 +272,7 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
     for job in _jobs(conn):
         t0 = time.perf_counter()
         try:
-            defs = defines(job.config, get_precision(job.precision))
+            defs = defines(job.config, get_precision(job.precision), job.problem)
             binary = program_binary(build(ctx, job.source, defs))
             if preload:
                 try:

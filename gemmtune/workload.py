@@ -35,13 +35,13 @@ class Step:
 
 
 def nearby_configs(url: str, dev, prec, shape: Shape, count: int = NEARBY) -> list:
-    """The best recorded configurations of the ``count`` tuned shapes nearest ``shape`` (itself
-    excluded), nearest first."""
-    from gemmtune.tuned import shape_distance, tuned_shapes
+    """The best recorded configurations of the ``count`` tuned problems nearest ``shape`` (itself
+    excluded; the same shape with other ops is near), nearest first."""
+    from gemmtune.tuned import OTHER_OPS, shape_distance, tuned_shapes
 
-    here = (shape.m, shape.n, shape.k)
-    others = [t for t in tuned_shapes(url, dev, prec) if t.shape != here]
-    others.sort(key=lambda t: shape_distance(t.shape, here))
+    here, ops = (shape.m, shape.n, shape.k), shape.trans_a + shape.trans_b
+    others = [t for t in tuned_shapes(url, dev, prec) if (t.shape, t.ops) != (here, ops)]
+    others.sort(key=lambda t: shape_distance(t.shape, here) + OTHER_OPS * (t.ops != ops))
     return list(dict.fromkeys(t.config for t in others[:count]))
 
 
@@ -50,27 +50,29 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     ``req.timeout`` for the whole workload, ``req.trials`` per problem and pass. Returns one
     summary per problem searched and the problems left for lack of time.
 
-    With a time budget and several problems the budget goes out in two passes: FIRST_SHARE of it
+    The problems share one set of timing workers and compiler processes (search.Workers). With
+    a time budget and several problems the budget goes out in two passes: FIRST_SHARE of it
     evenly, then the rest in proportion to what each problem's first pass gained over its
     baseline (at least GAIN_FLOOR), so that time goes where searching paid."""
+    from gemmtune import search as searching
     from gemmtune.device import resolve_device
     from gemmtune.precision import get_precision
-    from gemmtune.search import run_search
     from gemmtune.store import database_url
 
     url = database_url(req.db)
     dev = resolve_device(req.device)
     deadline = None if req.timeout is None else time.monotonic() + req.timeout
     found: dict[Shape, object] = {}   # shape -> its summary so far (trials added up over passes)
+    precisions = {shape: get_precision(shape.precision or req.precision) for shape in shapes}
 
-    def search(i: int, total: int, shape: Shape, seconds: float | None, second: bool = False) -> bool:
-        prec = get_precision(shape.precision or req.precision)
+    def search(workers, i: int, total: int, shape: Shape, seconds: float | None, second: bool = False) -> bool:
+        prec = precisions[shape]
         start = nearby_configs(url, dev, prec, shape)
         if on_step:
             on_step(Step(i, total, shape, seconds, len(start), second))
-        sub = replace(req, precision=prec.code, m=shape.m, n=shape.n, k=shape.k, timeout=seconds,
-                      start=tuple(start), study=None)
-        for s in run_search(sub, progress):
+        sub = replace(req, precision=prec.code, m=shape.m, n=shape.n, k=shape.k, trans_a=shape.trans_a,
+                      trans_b=shape.trans_b, timeout=seconds, start=tuple(start), study=None)
+        for s in workers.search(sub, progress):
             before = found.get(shape)
             found[shape] = s if before is None else replace(
                 s, trials=before.trials + s.trials, elapsed=before.elapsed + s.elapsed,
@@ -83,21 +85,22 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     two_passes = (deadline is not None and len(shapes) > 1
                   and FIRST_SHARE * req.timeout / len(shapes) >= MIN_SECONDS)
     first_end = time.monotonic() + FIRST_SHARE * req.timeout if two_passes else deadline
-    for i, shape in enumerate(shapes):
-        seconds = None
-        if deadline is not None:
-            seconds = (first_end - time.monotonic()) / (len(shapes) - i)
-            if seconds < MIN_SECONDS:
-                return list(found.values()), shapes[i:]
-        if not search(i + 1, len(shapes), shape, seconds):
-            return list(found.values()), shapes[i + 1:]
-    if two_passes:
-        gains = {s: max((found[s].speedup or 1.0) - 1.0, GAIN_FLOOR) for s in shapes}
-        order = sorted(shapes, key=lambda s: -gains[s])
-        weight = sum(gains.values())
-        for i, shape in enumerate(order):
-            seconds = (deadline - time.monotonic()) * gains[shape] / weight
-            weight -= gains[shape]
-            if seconds >= MIN_SECONDS and not search(i + 1, len(order), shape, seconds, second=True):
-                break
+    with searching.Workers(req, [(precisions[s], s.m, s.n, s.k) for s in shapes]) as workers:
+        for i, shape in enumerate(shapes):
+            seconds = None
+            if deadline is not None:
+                # Searches overrun their share a little (trials in flight finish): a late problem
+                # still gets its minimum while the whole budget has it.
+                seconds = max((first_end - time.monotonic()) / (len(shapes) - i), MIN_SECONDS)
+                if time.monotonic() + seconds > deadline:
+                    return list(found.values()), shapes[i:]
+            if not search(workers, i + 1, len(shapes), shape, seconds):
+                return list(found.values()), shapes[i + 1:]
+        if two_passes:
+            gains = {s: max((found[s].speedup or 1.0) - 1.0, GAIN_FLOOR) for s in shapes}
+            order = sorted(shapes, key=lambda s: -gains[s])
+            for i, shape in enumerate(order):
+                seconds = (deadline - time.monotonic()) * gains[shape] / sum(gains[s] for s in order[i:])
+                if seconds >= MIN_SECONDS and not search(workers, i + 1, len(order), shape, seconds, second=True):
+                    break
     return [found[s] for s in shapes if s in found], []

@@ -47,9 +47,11 @@ def stored(m, k, op):
     return (m, k) if op == "N" else (k, m)
 
 
-def run_direct(queue, code, m, n, k, ta, tb, pad=(0, 0, 0), offsets=(0, 0, 0), alpha=1.5, beta=0.0, seed=0):
-    """One direct GEMM of column-major operands with ``pad`` extra rows (leading dimension above
-    the rows) and element ``offsets`` into their buffers; returns (result, expected, C buffer)."""
+def run_direct(queue, code, m, n, k, ta, tb, pad=(0, 0, 0), offsets=(0, 0, 0), alpha=1.5, beta=0.0, seed=0,
+               kernel="xgemm_direct", config=CONFIG):
+    """One GEMM of column-major operands with ``pad`` extra rows (leading dimension above the
+    rows) and element ``offsets`` into their buffers, by a family that reads them in place
+    (``kernel``, ``config``); returns (result, expected, (C outside the view, before), launches)."""
     import pyopencl as cl
 
     from gemmtune.kernels import GemmOperation
@@ -69,7 +71,7 @@ def run_direct(queue, code, m, n, k, ta, tb, pad=(0, 0, 0), offsets=(0, 0, 0), a
     expected = Reference.compute(prec, host["A"], host["B"], None if beta == 0 else host["C"].copy(),
                                  alpha, beta, ta, tb)
     problem = Problem(m, n, k, ta, tb, shapes["A"][0] + pad[0], shapes["B"][0] + pad[1], m + pad[2], views=True)
-    op = GemmOperation(queue, make_config(load_space(), "xgemm_direct", CONFIG), load_space().family("xgemm_direct").source,
+    op = GemmOperation(queue, make_config(load_space(), kernel, config), load_space().family(kernel).source,
                        prec, m, n, k, problem=problem)
     op.enqueue(bufs["A"], bufs["B"], bufs["C"], alpha, beta, offsets=offsets)[-1].wait()
     out = np.empty_like(full["C"])
@@ -97,10 +99,15 @@ def test_direct_s_every_op(queue, ta, tb):
 @pytest.mark.parametrize("code", ["d", "c", "z"])
 @pytest.mark.parametrize("ta, tb", SPREAD)
 def test_direct_other_precisions(queue, code, ta, tb):
+    check_scalars_and_shapes(queue, code, ta, tb, SHAPES)
+
+
+def check_scalars_and_shapes(queue, code, ta, tb, shapes, **family):
+    """Complex or real alpha, and beta 0 (C poisoned) or not, on every shape."""
     alpha, beta = (0.5 - 1j, 0.25 + 0.5j) if code in "cz" else (-0.75, 1.25)
-    for m, n, k in SHAPES:
+    for m, n, k in shapes:
         for b in (0.0, beta):
-            result, expected, _, _ = run_direct(queue, code, m, n, k, ta, tb, alpha=alpha, beta=b)
+            result, expected, _, _ = run_direct(queue, code, m, n, k, ta, tb, alpha=alpha, beta=b, **family)
             check(code, result, expected)
 
 

@@ -19,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
 from helpers_foundation import DTYPES, uniform  # noqa: E402
 from test_direct import OPS, SPREAD, check, run_direct  # noqa: E402
+from test_thin import run_thin  # noqa: E402
 
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.verify import Reference, compare  # noqa: E402
@@ -65,6 +66,25 @@ def test_direct_views_on_the_gpu(queue, code, ta, tb):
         np.testing.assert_array_equal(untouched, before)
 
 
+@pytest.mark.parametrize("ta, tb", OPS)
+def test_thin_every_op_on_the_gpu(queue, ta, tb):
+    """Vectors both ways with K long enough for parts, a few rows, and a dot product."""
+    for m, n, k in ((1, 4099, 3000), (4099, 1, 3000), (1, 1, 5000), (5, 700, 300), (700, 6, 2100)):
+        result, expected, _, _ = run_thin(queue, "s", m, n, k, ta, tb)
+        check("s", result, expected)
+
+
+@pytest.mark.parametrize("code", ["d", "c", "z"])
+@pytest.mark.parametrize("ta, tb", SPREAD)
+def test_thin_views_on_the_gpu(queue, code, ta, tb):
+    for shape in ((1, 777, 1500), (777, 3, 1500)):
+        for beta in (0.0, 0.5):
+            result, expected, (untouched, before), _ = run_thin(queue, code, *shape, ta, tb, pad=(3, 1, 5),
+                                                                offsets=(7, 2, 13), beta=beta)
+            check(code, result, expected)
+            np.testing.assert_array_equal(untouched, before)
+
+
 def _gemm(queue, gpu, config, code, m, n, k, ta="N", tb="N", beta=0.0):
     """One GemmOperation of ``config`` on fresh column-major operands, checked against numpy."""
     import pyopencl as cl
@@ -90,7 +110,7 @@ def _gemm(queue, gpu, config, code, m, n, k, ta="N", tb="N", beta=0.0):
 
 
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
-@pytest.mark.parametrize("cls", ["large", "small", "medium", "skinny_m", "skinny_n", "views"])
+@pytest.mark.parametrize("cls", ["large", "small", "medium", "skinny_m", "skinny_n", "vector", "views"])
 def test_shipped_gpu_defaults_on_the_gpu(queue, gpu, code, cls):
     """The shipped GPU defaults of every shape class: s's cp.async pipeline and stream-K, d's and
     z's FP64 matrix instructions where the device has them, the direct family for views, on
@@ -99,7 +119,8 @@ def test_shipped_gpu_defaults_on_the_gpu(queue, gpu, code, cls):
 
     prec = get_precision(code)
     shape = {"large": (2000, 1000, 1500), "small": (200, 100, 300), "medium": (700, 900, 800),
-             "skinny_m": (3, 900, 2000), "skinny_n": (900, 3, 2000), "views": (200, 100, 300)}[cls]
+             "skinny_m": (3, 900, 2000), "skinny_n": (900, 3, 2000), "vector": (1, 4096, 4096),
+             "views": (200, 100, 300)}[cls]
     config = default_config(gpu, prec, shape, views=cls == "views")
     assert config == shipped_default("GPU", prec, cls) or not gpu.fp64_matrix
     for shape, ops in (((1000, 1000, 1000), ("N", "N")), ((997, 301, 509), ("T", "N")), ((64, 1500, 70), ("N", "T"))):

@@ -33,6 +33,8 @@ CASES = [
     ("xgemm_rt", "s", {"MMA": 1, "VLM": 1, "VLN": 1}, [12]),
     ("xgemm_direct", "s", {"MWG": 12}, [1]),
     ("xgemm_direct", "s", {"KWG": 4, "MWG": 8, "NWG": 8, "MDIMC": 8, "NDIMC": 8}, [3]),
+    ("xgemm_thin", "s", {"WGS": 96}, [1]),
+    ("xgemm_thin", "s", {"RB": 8, "WPT": 8}, [3]),
 ]
 
 

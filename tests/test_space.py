@@ -401,13 +401,17 @@ def test_a_class_without_an_entry_takes_the_next_larger_ones():
     assert class_entry(found, "small") == class_entry(found, "skinny_m") == found["medium"] != found["large"]
     assert shape_class(100, 100, 100) == "small" and shape_class(768, 768, 768) == "medium"
     assert shape_class(2048, 2048, 2048) == "large" and shape_class(6144, 6144, 128) == "large"
-    assert shape_class(1, 4096, 4096) == "skinny_m" and shape_class(4096, 64, 1024) == "skinny_n"
+    assert shape_class(2, 4096, 4096) == "skinny_m" and shape_class(4096, 64, 1024) == "skinny_n"
+    assert shape_class(1, 4096, 4096) == shape_class(4096, 1, 100) == "vector" and shape_class(1, 64, 64) == "tiny"
     assert shape_class(4096, 65, 1024) == "medium" and shape_class(4096, 8, 100) == "small"
     assert shape_class(64, 64, 64) == "tiny" and shape_class(16, 16, 16) == "tiny" and shape_class(65, 64, 64) == "small"
     # The GPU has no tiny entry: a tiny problem takes the small one's; the CPU has one of its own.
     assert class_entry(shipped_defaults("GPU", get_precision("s")), "tiny") == shipped_defaults("GPU", get_precision("s"))["small"]
     cpu = shipped_defaults("CPU", get_precision("s"))
     assert class_entry(cpu, "tiny") == cpu["tiny"] != cpu["large"] and cpu["tiny"].params["PACKA"] == 0
+    # Vectors: the thin family on a GPU; a CPU has no entry of its own and takes its skinny one's.
+    assert all(shipped_defaults("GPU", get_precision(c))["vector"].kernel == "xgemm_thin" for c in "sdcz")
+    assert class_entry(cpu, "vector") == class_entry(cpu, "skinny_m")
 
 
 def breaks(config: Config, dev, code: str) -> bool:
@@ -495,7 +499,7 @@ def test_each_device_type_gets_its_shipped_space():
     assert load_space(device=POCL_LIKE).origin == "configs/space-cpu.toml"
     gpu = load_space(device=GPU_LIKE)
     assert gpu.origin == "configs/space.toml"
-    assert [f.family.name for f in gpu.families] == ["xgemm_k5", "xgemm_rt", "xgemm_direct"]
+    assert [f.family.name for f in gpu.families] == ["xgemm_k5", "xgemm_rt", "xgemm_direct", "xgemm_thin"]
     # without a device (or for a type of no space of its own), the GPU space
     assert load_space().origin == load_space(device="ACCELERATOR").origin == "configs/space.toml"
     # records of any shipped family stay readable whatever the device

@@ -9,6 +9,8 @@ the objective's device time recorded beside it.
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -140,23 +142,43 @@ def test_search_shapes_refuses_a_single_problems_options(tmp_path, extra, match)
     assert not (tmp_path / "w.db").exists()
 
 
+@dataclass
+class Found:
+    """What a search returns, as much of it as the workload reads."""
+    trials: int
+    elapsed: float
+    failures: Counter
+    speedup: float
+    stopped_by: str = "timeout"
+
+
+def fake_workers(monkeypatch, search, clock, opened=None):
+    """The workload's Workers replaced by ``search`` (req -> summaries) and its clock by ``clock``."""
+    from gemmtune import search as search_module
+    from gemmtune import workload
+
+    class FakeWorkers:
+        def __init__(self, req, problems):
+            if opened is not None:
+                opened.append([p[1:] for p in problems])
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    FakeWorkers.search = staticmethod(search)
+    monkeypatch.setattr(workload.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(search_module, "Workers", FakeWorkers)
+    monkeypatch.setattr(workload, "nearby_configs", lambda *args: [])
+
+
 def test_a_time_budget_goes_out_evenly_first_then_where_the_first_pass_paid(monkeypatch):
     """Three problems, 100 s: 40 s evenly, then the rest in proportion to each one's gain over its
     baseline in the first pass (2.0, the floor of 0.05, and 0.5), largest gain first."""
-    from collections import Counter
-    from dataclasses import dataclass
-
-    from gemmtune import search as search_module
     from gemmtune import workload
     from gemmtune.search import SearchRequest
-
-    @dataclass
-    class Found:
-        trials: int
-        elapsed: float
-        failures: Counter
-        speedup: float
-        stopped_by: str = "timeout"
 
     clock = [0.0]
     speedups = {(1, 1, 1): 3.0, (2, 2, 2): 0.9, (3, 3, 3): 1.5}
@@ -167,14 +189,13 @@ def test_a_time_budget_goes_out_evenly_first_then_where_the_first_pass_paid(monk
         clock[0] += req.timeout   # each search spends its share
         return [Found(2, req.timeout, Counter(crash=1), speedups[(req.m, req.n, req.k)])]
 
-    monkeypatch.setattr(workload.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(search_module, "run_search", fake_search)
-    monkeypatch.setattr(workload, "nearby_configs", lambda *args: [])
+    opened = []   # one set of workers for the whole workload
+    fake_workers(monkeypatch, fake_search, clock, opened)
     steps = []
     shapes = [Shape(1, 1, 1), Shape(2, 2, 2), Shape(3, 3, 3)]
     summaries, left = workload.run_workload(SearchRequest(device=0, timeout=100.0, trials=None), shapes,
                                             on_step=steps.append)
-    assert left == []
+    assert left == [] and opened == [[(1, 1, 1), (2, 2, 2), (3, 3, 3)]]
     first, second = given[:3], given[3:]
     assert [g[0] for g in first] == [(1, 1, 1), (2, 2, 2), (3, 3, 3)]
     assert [g[1] for g in first] == pytest.approx([40 / 3] * 3)
@@ -186,3 +207,92 @@ def test_a_time_budget_goes_out_evenly_first_then_where_the_first_pass_paid(monk
     # One summary per problem, its trials, time and failures added up over both passes.
     assert [(s.trials, s.failures["crash"]) for s in summaries] == [(4, 2), (2, 1), (4, 2)]
     assert all(g[2] is None for g in given)   # no trial cap: each searches until its share is spent
+
+
+def test_a_problem_after_an_overrun_still_gets_its_minimum_while_the_budget_lasts(monkeypatch):
+    """The first of four problems overruns its share of the first pass 3 times over (trials in
+    flight finish): the others still get MIN_SECONDS each while the whole budget has it, and
+    those the budget cannot give it to are left for a later run."""
+    from gemmtune import workload
+    from gemmtune.search import SearchRequest
+
+    clock, given = [0.0], []
+
+    def fake_search(req, progress=None):
+        given.append((req.m, req.timeout))
+        clock[0] += req.timeout * (3 if req.m == 1 else 1)
+        return [Found(1, req.timeout, Counter(), 1.0)]
+
+    fake_workers(monkeypatch, fake_search, clock)
+    shapes = [Shape(i, i, i) for i in (1, 2, 3, 4)]
+    # 50 s: 20 s for the first pass, 5 s each; the first takes 15.
+    summaries, left = workload.run_workload(SearchRequest(device=0, timeout=50.0, trials=None), shapes)
+    assert [g[0] for g in given[:4]] == [1, 2, 3, 4]
+    assert [g[1] for g in given[:4]] == pytest.approx([5.0] + [workload.MIN_SECONDS] * 3)
+    assert left == []
+    # 30 s: the first's 15, then three minimums. Of the 20 s left, the first takes a quarter
+    # (and overruns it to 15); the last gets what remains, the two between less than a minimum.
+    assert given[4:] == [(1, pytest.approx(5.0)), (4, pytest.approx(5.0))]
+    few, left = workload.run_workload(SearchRequest(device=0, timeout=22.0, trials=None), shapes)
+    assert left == shapes[2:]   # 15 s after the first, 5 for the second: nothing left for the third
+
+
+THIN = """
+[xgemm_thin]
+WGS = [32]
+WPT = [1, 2]
+KU = [1, 2]
+RB = [1]
+KSPLIT = [1, 4]
+"""
+
+
+@pytest.mark.usefixtures("no_tuned_results")
+def test_each_problem_is_searched_with_its_ops_and_builds_of_its_own(tmp_path):
+    """A workload's transposed problems are measured and verified as given (against numpy, with
+    the operands stored transposed), recorded with their ops and looked up by them. The thin
+    family's build depends on the problem (which side is thin, which operand is K-fastest): the
+    compiler processes build each problem's own, so none is a wrong result."""
+    from gemmtune.tuned import best_config
+
+    space = tmp_path / "t.toml"
+    space.write_text(THIN)
+    db = tmp_path / "w.db"
+    search("--space", str(space), "--db", f"sqlite:///{db}", "--trials", "3", "--jobs", "1",
+           "--shapes", "40,1,300;40,1,300,d,T,N;1,40,300,d,N,T;24,3,70,z,C,T")
+    found = rows(db)
+    assert {(r["precision"], r["m"], r["n"], r["trans_a"], r["trans_b"]) for r in found} == {
+        ("s", 40, 1, "N", "N"), ("d", 40, 1, "T", "N"), ("d", 1, 40, "N", "T"), ("z", 24, 3, "C", "T")}
+    assert all(r["status"] == "ok" for r in found), [r["detail"] for r in found if r["status"] != "ok"]
+    assert len({r["study"] for r in found}) == 4
+    url = f"sqlite:///{db}"
+    assert best_config(40, 1, 300, "d", db=url, trans_a="T").source == "tuned"
+    near = best_config(40, 1, 300, "d", db=url)   # N, N: not tuned; the same shape with ops T, N is nearest
+    assert near.source == "nearest" and near.shape == (40, 1, 300)
+    # report and export keep problems with other ops apart and say which.
+    shown = json.loads(CliRunner().invoke(cli, ["report", "--db", url, "--format", "json"]).stdout)
+    assert sorted((e["precision"], e["m"], e["n"], e["ops"]) for e in shown) == [
+        ("d", 1, 40, "NT"), ("d", 40, 1, "TN"), ("s", 40, 1, "NN"), ("z", 24, 3, "CT")]
+    exported = json.loads(CliRunner().invoke(cli, ["export", "--db", url, "--format", "json"]).stdout)
+    assert sorted(e["ops"] for e in exported["entries"]) == ["CT", "NN", "NT", "TN"]
+
+
+def test_an_early_stop_threshold_applies_to_its_own_problems_jobs_only():
+    """A timing worker outlives one search: a threshold sent during the last problem must not
+    stop the next problem's candidates (they would all be recorded slow)."""
+    from gemmtune import worker
+    from gemmtune.jobs import Job, StopAbove
+    from gemmtune.space import Config
+
+    config = Config.of("xgemm_thin", {"WGS": 32})
+    small = Job(config, "", "s", 64, 64, 64, stop_above_ms=5.0)
+    large = Job(config, "", "s", 4096, 4096, 4096)
+    large_tn = Job(config, "", "s", 4096, 4096, 4096, trans_a="T")
+    worker._STOP_ABOVE[0] = StopAbove(0.01, small.problem_key)
+    try:
+        assert worker._stop_above(small) == 0.01 and worker._stop_above(large) is None
+        worker._STOP_ABOVE[0] = StopAbove(3.0, large.problem_key)
+        assert worker._stop_above(large) == 3.0 and worker._stop_above(small) == 5.0
+        assert worker._stop_above(large_tn) is None
+    finally:
+        worker._STOP_ABOVE[0] = None

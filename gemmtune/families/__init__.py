@@ -11,9 +11,10 @@ from gemmtune.families.direct import XGEMM_DIRECT
 from gemmtune.families.k5 import XGEMM_K5
 from gemmtune.families.padded import COPY_PER_ITEM, COPY_TILES, TRANSPOSE_FITS, copy_tile
 from gemmtune.families.rt import IDLE_WORTH_SHARING, XGEMM_RT, Split, stream_k_pieces
+from gemmtune.families.thin import XGEMM_THIN
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (XGEMM_K5, XGEMM_RT, XGEMM_DIRECT, XGEMM_CPU)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (XGEMM_K5, XGEMM_RT, XGEMM_DIRECT, XGEMM_THIN, XGEMM_CPU)}
 
 __all__ = ["COPY_PER_ITEM", "COPY_TILES", "Constraint", "FAMILIES", "Family", "IDLE_WORTH_SHARING", "Params",
-           "Split", "TRANSPOSE_FITS", "XGEMM_CPU", "XGEMM_DIRECT", "XGEMM_K5", "XGEMM_RT", "copy_tile", "fits_work_group",
+           "Split", "TRANSPOSE_FITS", "XGEMM_CPU", "XGEMM_DIRECT", "XGEMM_K5", "XGEMM_RT", "XGEMM_THIN", "copy_tile", "fits_work_group",
            "kernel_parameters", "stream_k_pieces"]

@@ -51,7 +51,7 @@ class Lane:
         self.dev = dev = runners[0].device
         m, n, k = req.m, req.n, req.k
         self.flops = prec.flops(m, n, k)
-        self.name = name = req.study or default_study_name(dev, prec, m, n, k)
+        self.name = name = req.study or default_study_name(dev, prec, m, n, k, req.trans_a, req.trans_b)
         strategy = make_strategy(req.sampler, req.seed)
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost)
         store.save_device(dev)
@@ -86,7 +86,7 @@ class Lane:
         self.done, self.failures = 0, Counter()
         self.stopped_by: str | None = None
         self.start, self.progress = time.monotonic(), None
-        self.pipeline = Pipeline(runners, compilers, space, prec, Problem(m, n, k), req.policy,
+        self.pipeline = Pipeline(runners, compilers, space, prec, Problem(m, n, k, req.trans_a, req.trans_b), req.policy,
                                  self.threshold_ms, self.finish)
 
     @property
@@ -114,7 +114,7 @@ class Lane:
             return
         record(self.store, self.name, number, self.dev, self.prec, self.req.m, self.req.n, self.req.k, config,
                Outcome("lost", detail="its search process stopped sending heartbeats (it or its machine died) "
-                       "during the trial"), False)
+                       "during the trial"), False, self.req.trans_a, self.req.trans_b)
 
     def fill_one(self) -> bool:
         """Ask for one new candidate if there is room (builds run ahead of the devices); True if
@@ -162,7 +162,7 @@ class Lane:
             outcome = replace(outcome, compile_s=compile_s)
         dev = dev or self.dev
         value = record(self.store, self.name, trial.number, dev, self.prec, self.req.m, self.req.n, self.req.k,
-                       config, outcome, key == self.baseline_key)
+                       config, outcome, key == self.baseline_key, self.req.trans_a, self.req.trans_b)
         self.measured[key] = (outcome.status, value)
         if value is None:
             self.failures[outcome.status] += 1

@@ -25,13 +25,11 @@ from gemmtune.store import Store, database_url, probe
 from gemmtune.strategies import make_strategy
 
 
-def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None = None) -> list[Summary]:
-    """Search, measure and record on every device of ``req.device``; one Summary per study
-    (devices of one model share one). Ctrl-C ends it early (``stopped_by``)."""
-    prec = get_precision(req.precision)
+def check_request(req: SearchRequest) -> None:
+    """Refuse bad options before any device opens."""
     if req.trials is not None and req.trials < 1:
         raise GemmtuneError(f"--trials must be at least 1, got {req.trials}")
-    make_strategy(req.sampler, req.seed)   # an unknown name fails before any device opens
+    make_strategy(req.sampler, req.seed)   # an unknown name fails here
     if req.early_stop is not None and not 0 <= req.early_stop < 1:
         raise GemmtuneError(f"--early-stop must be in [0, 1), got {req.early_stop}")
     if req.jobs is not None and req.jobs < 0:
@@ -40,76 +38,114 @@ def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None =
         raise GemmtuneError(f"--heartbeat-grace must be at least 1 second, got {req.grace:g}")
     check_seed(req.seed)
     check_study_name(req.study)
-    # A given space file is read (and refused) now; without one, each device gets the shipped
-    # space of its type once it is open.
-    space = load_space(req.space_file) if req.space_file is not None else None
-    from gemmtune.device import device_specs, resolve_device
-
-    specs = device_specs(req.device)
-    # What would otherwise fail only after the workers opened their devices and the space was
-    # enumerated (tens of seconds with the shipped space) fails now: the database, its lock,
-    # the devices and whether the problem fits them.
-    early_lock = probe(database_url(req.db), lock=True)
-    try:
-        for info in {i.key: i for i in map(resolve_device, specs)}.values():
-            check_problem(info, prec, req.m, req.n, req.k)
-        return _run(req, prec, space, specs, early_lock, progress)
-    finally:
-        if early_lock is not None:
-            early_lock.close()
 
 
-def _run(req: SearchRequest, prec: Precision, space: Space | None, specs: list[str], early_lock,
-         progress) -> list[Summary]:
-    # Several timing workers share the host: each gets cores of its own, and the compilers the
-    # rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times as long
-    # per trial on the host (read-back, comparison, even waiting for the device) as one alone;
-    # pinned to 8 cores each, no longer than alone.
-    plan = core_plan(len(specs)) if len(specs) > 1 else None
-    shares, compiler_cores = plan if plan else (None, None)
-    runners: list[Runner] = []
-    lanes: list[Lane] = []
-    try:
-        for i, spec in enumerate(specs):
-            runners.append(Runner(spec, req.trial_timeout, wait=False, cores=shares[i] if shares else None))
-        for r in runners:
+def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None = None) -> list[Summary]:
+    """Search, measure and record on every device of ``req.device``; one Summary per study
+    (devices of one model share one). Ctrl-C ends it early (``stopped_by``)."""
+    with Workers(req) as workers:
+        return workers.search(req, progress)
+
+
+class Workers:
+    """The timing workers, compiler processes and database of a search, opened once for every
+    problem searched with them: a workload's problems share them, so each pays for its trials,
+    not for starting processes and opening devices again (seconds each, on a GPU)."""
+
+    def __init__(self, req: SearchRequest, problems: list[tuple[Precision, int, int, int]] | None = None):
+        """``problems``: (precision, m, n, k) of each search to come (default: ``req``'s), checked
+        against the devices before anything opens."""
+        from gemmtune.device import device_specs, resolve_device
+
+        check_request(req)
+        # A given space file is read (and refused) now; without one, each device gets the
+        # shipped space of its type once it is open.
+        self.space = load_space(req.space_file) if req.space_file is not None else None
+        self.req, self.specs = req, device_specs(req.device)
+        # What would otherwise fail only after the workers opened their devices fails now: the
+        # database, its lock and the devices.
+        self.infos = list({i.key: i for i in map(resolve_device, self.specs)}.values())
+        for prec, m, n, k in problems or [(get_precision(req.precision), req.m, req.n, req.k)]:
+            for info in self.infos:
+                check_problem(info, prec, m, n, k)
+        self.early_lock = probe(database_url(req.db), lock=True)
+        self.runners: list[Runner] = []
+        self.compilers: dict[str, Compilers | None] = {}
+        self.valid: dict[tuple[str, str], tuple[Space, ValidConfigs]] = {}
+        self.store = self.lock = None
+
+    def __enter__(self):
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _open(self) -> None:
+        # Several timing workers share the host: each gets cores of its own, and the compilers
+        # the rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times
+        # as long per trial on the host (read-back, comparison, even waiting for the device) as
+        # one alone; pinned to 8 cores each, no longer than alone.
+        plan = core_plan(len(self.specs)) if len(self.specs) > 1 else None
+        shares, compiler_cores = plan if plan else (None, None)
+        for i, spec in enumerate(self.specs):
+            self.runners.append(Runner(spec, self.req.trial_timeout, wait=False, cores=shares[i] if shares else None))
+        for r in self.runners:
             r.ready()
-        groups: dict[str, list[Runner]] = {}
-        for r in runners:
-            groups.setdefault(r.device.key, []).append(r)
-        if req.study and len(groups) > 1:
-            names = " and ".join(sorted({g[0].device.name for g in groups.values()}))
+        self.groups: dict[str, list[Runner]] = {}
+        for r in self.runners:
+            self.groups.setdefault(r.device.key, []).append(r)
+        if self.req.study and len(self.groups) > 1:
+            names = " and ".join(sorted({g[0].device.name for g in self.groups.values()}))
             raise GemmtuneError(f"--study names one study, but the devices are of different models ({names}), "
                                 "each searched in a study of its own: leave --study out")
-        plans = []
-        for group in groups.values():
-            dev = group[0].device
-            searched = space or load_space(device=dev)
+        jobs = default_jobs(compiler_cores) if self.req.jobs is None else self.req.jobs
+        for key, group in self.groups.items():
+            self.compilers[key] = Compilers(group[0].spec, max(1, jobs // len(self.groups)), self.req.trial_timeout,
+                                            cores=compiler_cores or None) if jobs else None
+
+    def _valid(self, dev, prec: Precision) -> tuple[Space, ValidConfigs]:
+        key = (dev.key, prec.code)
+        if key not in self.valid:
+            searched = self.space or load_space(device=dev)
             valid = ValidConfigs(searched, dev, prec)   # drawn from and counted, never listed whole
             if not valid:
                 raise GemmtuneError(f"no configuration of {searched.origin} is valid on device {dev.index} "
                                     f"for precision {prec.code} (see gemmtune space --explain)")
-            plans.append((group, searched, valid))
-        store = Store(database_url(req.db))  # opened last: bad input above leaves no database behind
-        lock = early_lock or store.lock()
+            self.valid[key] = searched, valid
+        return self.valid[key]
+
+    def search(self, req: SearchRequest, progress=None) -> list[Summary]:
+        """One search of ``req``'s problem (its precision and shape; the rest as opened)."""
+        prec = get_precision(req.precision)
+        for info in self.infos:
+            check_problem(info, prec, req.m, req.n, req.k)
+        plans = [(group, *self._valid(group[0].device, prec)) for group in self.groups.values()]
+        if self.store is None:   # opened last: bad input above leaves no database behind
+            self.store = Store(database_url(req.db))
+            self.lock = self.early_lock or self.store.lock()
+        lanes: list[Lane] = []
         try:
-            jobs = default_jobs(compiler_cores) if req.jobs is None else req.jobs
             for group, searched, valid in plans:
-                compilers = Compilers(group[0].spec, max(1, jobs // len(plans)), req.trial_timeout,
-                                      cores=compiler_cores or None) if jobs else None
-                lanes.append(Lane(req, prec, searched, valid, group, compilers, store))
+                lanes.append(Lane(req, prec, searched, valid, group, self.compilers[group[0].device.key], self.store))
             return _search(lanes, req, progress)
         finally:
             for lane in lanes:
                 lane.session.close()  # Optuna's connections closed before the store's
-            store.close()
-            if lock is not None and lock is not early_lock:
-                lock.close()
-    finally:
-        for lane in lanes:
-            if lane.pipeline.compilers is not None:
-                lane.pipeline.compilers.close()
-        for r in runners:
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        for lock in {id(x): x for x in (self.lock, self.early_lock) if x is not None}.values():
+            lock.close()
+        for compilers in self.compilers.values():
+            if compilers is not None:
+                compilers.close()
+        for r in self.runners:
             r.close()
 
 

@@ -42,6 +42,11 @@ class SameRuns:
         return built.digest, plan
 
 
+def problem_key(prec: Precision, problem: Problem) -> tuple:
+    """What a timing worker's early-stop thresholds belong to (its jobs' ``problem_key``)."""
+    return prec.code, problem.m, problem.n, problem.k, problem.trans_a, problem.trans_b
+
+
 class Pipeline:
     """Candidates of one study between the proposer and their results. An entry is
     (trial, config, key, built); ``finish(trial, config, key, outcome, compile_s, device)`` is
@@ -93,8 +98,8 @@ class Pipeline:
 
     def add(self, trial, config: Config, key: tuple) -> None:
         if self.compilers is not None:
-            self.compilers.idle().submit(BuildJob(config, self.space.family(config.kernel).source, self.prec.code),
-                                         self.compilers.timeout, (trial, config, key))
+            job = BuildJob(config, self.space.family(config.kernel).source, self.prec.code, self.problem)
+            self.compilers.idle().submit(job, self.compilers.timeout, (trial, config, key))
         else:
             self.ready.append((trial, config, key, None))
 
@@ -149,7 +154,7 @@ class Pipeline:
     def _job(self, config, built) -> Job:
         p = self.problem
         return Job(config, self.space.family(config.kernel).source, self.prec.code, p.m, p.n, p.k, self.policy,
-                   binary=built.binary if built else None, stop_above_ms=self.threshold_ms())
+                   built.binary if built else None, self.threshold_ms(), p.trans_a, p.trans_b)
 
     def waits(self) -> tuple[list, list]:
         """Connections to wait on and their deadlines."""
@@ -187,7 +192,7 @@ class Pipeline:
         if after != before:  # a new best: the candidates on devices learn it
             for i, entries in self.timing.items():
                 if entries:
-                    self.runners[i].stop_above(after)
+                    self.runners[i].stop_above(after, problem_key(self.prec, self.problem))
         if done:
             self.feed()  # the next candidates go on the devices before the database writes
         for result in done:

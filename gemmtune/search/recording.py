@@ -24,7 +24,7 @@ def claim_text(key: tuple) -> str:
 
 
 def record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precision, m, n, k,
-           config: Config, outcome: Outcome, is_baseline: bool) -> float | None:
+           config: Config, outcome: Outcome, is_baseline: bool, trans_a: str = "N", trans_b: str = "N") -> float | None:
     """Commit one trial's row; returns its GFLOP/s, or None for a failure."""
     t: Timing | None = outcome.timing
     # A "slow" candidate was stopped early: its estimate is kept, but it can never be best.
@@ -32,7 +32,7 @@ def record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precisi
     low, high = t.ci_ms if t else (None, None)
     store.add(
         study=study, trial=number, device=dev.key, device_name=dev.name, precision=prec.code,
-        m=m, n=n, k=k, kernel=config.kernel, params=config.params, status=outcome.status,
+        m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, kernel=config.kernel, params=config.params, status=outcome.status,
         gflops=value, time_ms=t.median_ms if t else None, kernel_time_ms=t.kernel_median_ms if t else None,
         device_time_ms=t.device_median_ms if t else None,
         ci_low_ms=None if low is None or low != low else low, ci_high_ms=None if high is None or high != high else high,

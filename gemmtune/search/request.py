@@ -14,9 +14,11 @@ from gemmtune.space import Config
 from gemmtune.timing import TimingPolicy
 
 
-def default_study_name(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int) -> str:
+def default_study_name(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, trans_a: str = "N",
+                       trans_b: str = "N") -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{dev.name}-{dev.driver_version}").strip("-").lower()
-    return f"{slug}-{prec.code}-{m}x{n}x{k}"
+    ops = "" if trans_a + trans_b == "NN" else f"-{trans_a}{trans_b}"
+    return f"{slug}-{prec.code}-{m}x{n}x{k}{ops}"
 @dataclass
 class SearchRequest:
     device: str | int | None = None
@@ -24,6 +26,8 @@ class SearchRequest:
     m: int = 1024
     n: int = 1024
     k: int = 1024
+    trans_a: str = "N"               # op(A) and op(B): N, T or C
+    trans_b: str = "N"
     trials: int | None = 30          # new measured trials; None with grid: the whole space
     timeout: float | None = None     # seconds for the whole search
     trial_timeout: float = 120.0
