@@ -14,7 +14,12 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
   unmeasured recorded configuration is enqueued (as search does with the valid space);
 * the study's baseline configuration (its row with ``baseline`` = 1), if any, is the first
   trial, as in search; ``tpe-seeded`` then enqueues the model's K seeds (``model.seeds``: the
-  best-predicted configurations, one per distinct prediction).
+  best-predicted configurations, one per distinct prediction);
+* ``default`` replays what ``gemmtune search`` does without ``--sampler`` and ``--no-seed``:
+  the default strategy, after the model's seeds where that strategy allows them;
+* a strategy that learns from the device's other results (``learned``) gets the rows of the
+  other studies of the same device in the same database: the study replayed is never among
+  them, so a database of several exhaustive studies replays each one left out.
 
 A replay stops at the first measured ``ok`` trial that reaches ``target`` x the study's best
 GFLOP/s and reports how many measured trials that took. For a study that is not exhaustive, the
@@ -49,10 +54,10 @@ from gemmtune.precision import Precision, get_precision
 from gemmtune.search.session import Proposals, Proposer, config_key, memory_study, quiet_optuna
 from gemmtune.space import Config, FamilySpace, Space, load_space, shipped_families
 from gemmtune.store import Store, database_url
-from gemmtune.strategies import STRATEGIES, names
+from gemmtune.strategies import DEFAULT, STRATEGIES, names
 from gemmtune.urls import shown
 
-SAMPLERS = tuple(names("replay"))
+SAMPLERS = ("default", *names("replay"))
 
 
 @dataclass(frozen=True)
@@ -163,12 +168,19 @@ class ReplayRun:
 
 
 def replay_once(land: Landscape, sampler: str, seed: int, target: float,
-                first: Sequence[Config] = ()) -> ReplayRun:
+                first: Sequence[Config] = (), device: DeviceInfo | None = None, prior=None) -> ReplayRun:
     """One search of ``land`` with the strategy ``sampler``, stopping at the first measured ``ok``
-    trial that reaches ``target`` x the best. ``first`` (the model's picks, for a model-seeded
-    strategy) are enqueued after the baseline."""
+    trial that reaches ``target`` x the best. ``first`` (the model's picks) are enqueued after
+    the baseline where the strategy is model-seeded, or ``default`` and allows them; ``device``
+    and ``prior`` (the device's other results rows) are what the strategy is prepared with."""
+    from gemmtune.learned import Problem
+
     threshold = target * land.best
-    strategy = STRATEGIES[sampler](seed)
+    strategy = STRATEGIES[DEFAULT if sampler == "default" else sampler](seed)
+    if device is not None:
+        strategy.prepare(Problem(device, land.precision, *land.shape, peaks=land.peaks), prior)
+    if not (strategy.model_seeded or (sampler == "default" and strategy.allows_model_seeds)):
+        first = ()
     with quiet_optuna():
         return _replay(land, strategy, memory_study(strategy), random.Random(seed), threshold, first)
 
@@ -199,6 +211,7 @@ class ReplayResult:
     model_seeds: int
     trials: dict[str, list[int]] = field(default_factory=dict)   # sampler -> per seed
     model_spearman: float | None = None
+    learned_spearman: float | None = None   # of the cost model fitted to the other studies only
 
     def table(self) -> pd.DataFrame:
         """Per sampler: median, quartiles, mean, min and max of the measured trials to target."""
@@ -216,7 +229,7 @@ class ReplayResult:
                 "precision": land.precision.code, "m": land.shape[0], "n": land.shape[1], "k": land.shape[2],
                 "recorded": len(land.configs), "ok": sum(s == "ok" for s, _ in land.values.values()),
                 "best_gflops": land.best, "target": self.target, "model_seeds": self.model_seeds,
-                "model_spearman": self.model_spearman,
+                "model_spearman": self.model_spearman, "learned_spearman": self.learned_spearman,
                 "samplers": [{**row, "trials": self.trials[row["sampler"]]}
                              for row in self.table().to_dict(orient="records")]}
 
@@ -236,6 +249,21 @@ def model_spearman(land: Landscape, dev: DeviceInfo) -> float:
     return model.spearman(predicted, [1 / land.gflops(c) for c in ok])
 
 
+def learned_spearman(land: Landscape, dev: DeviceInfo, prior: pd.DataFrame) -> float | None:
+    """Rank correlation with the study's measured times of the learned cost model's predictions,
+    the model fitted to ``prior`` alone (never to the study itself); None without enough rows."""
+    from gemmtune import learned
+
+    x, y = learned.training_rows(prior, dev, land.peaks)
+    if len(y) < learned.MIN_ROWS:
+        return None
+    fitted = learned.CostModel(0).fit(x, y)
+    ok = [c for c in land.configs if land.gflops(c) is not None]
+    problem = learned.Problem(dev, land.precision, *land.shape, peaks=land.peaks)
+    predicted, _ = fitted.predict(learned.features(ok, problem))
+    return model.spearman(-predicted, [1 / land.gflops(c) for c in ok])
+
+
 def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 0.95,
            seed_count: int = 10, device: DeviceInfo | None = None) -> ReplayResult:
     """Replay ``seeds`` searches (sampler seeds 0 .. seeds-1) per sampler against ``land``.
@@ -252,7 +280,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
         raise GemmtuneError(f"--target must be in (0, 1], got {target}")
     if seed_count < 1:
         raise GemmtuneError(f"--model-seeds must be at least 1, got {seed_count}")
-    seeded = [s for s in samplers if STRATEGIES[s].model_seeded]
+    seeded = [s for s in samplers if s == "default" or STRATEGIES[s].model_seeded or STRATEGIES[s].wants_prior]
     if seeded and device is None:
         raise GemmtuneError(f"{seeded[0]} needs a description of the study's device ({land.device_name}) "
                             "for the model")
@@ -261,11 +289,23 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     if device is not None:
         top = model_seeds(land, device, seed_count)
         result.model_spearman = model_spearman(land, device)
+    prior = other_studies(land) if any(s == "default" or STRATEGIES[s].wants_prior for s in samplers) else None
+    if prior is not None and device is not None:
+        result.learned_spearman = learned_spearman(land, device, prior)
     for sampler in samplers:
-        first = top if STRATEGIES[sampler].model_seeded else ()
-        runs = [replay_once(land, sampler, s, target, first) for s in range(seeds)]
+        runs = [replay_once(land, sampler, s, target, top, device, prior) for s in range(seeds)]
         result.trials[sampler] = [r.trials for r in runs]
     return result
+
+
+def other_studies(land: Landscape) -> pd.DataFrame:
+    """The results rows of ``land``'s device in its database, but for its own study."""
+    store = Store(land.url, create=False)
+    try:
+        rows = store.frame(device=land.device)
+    finally:
+        store.close()
+    return rows[rows.study != land.study]
 
 
 def device_for(land: Landscape, info_file: str | Path | None = None) -> DeviceInfo | None:

@@ -195,17 +195,22 @@ class Store:
         Empty, with the table's columns, when the database or its ``results`` table does not
         exist yet; GemmtuneError when it cannot be read (e.g. a file that is not SQLite).
         """
-        query = sa.select(results)
-        if after_id is not None:
-            query = query.where(results.c.id > after_id)
-        for column, value in filters.items():
-            if value is not None:
-                query = query.where(results.c[column] == value)
+        names = [c.name for c in results.columns]
         try:
             if self.engine is None or not sa.inspect(self.engine).has_table(results.name):
-                return pd.DataFrame(columns=[c.name for c in results.columns])
+                return pd.DataFrame(columns=names)
+            # A database written by an earlier version, opened read-only, may lack the newest
+            # columns: they read as empty.
+            have = {c["name"] for c in sa.inspect(self.engine).get_columns(results.name)}
+            query = sa.select(*(results.c[name] for name in names if name in have))
+            if after_id is not None:
+                query = query.where(results.c.id > after_id)
+            for column, value in filters.items():
+                if value is not None:
+                    query = query.where(results.c[column] == value)
             with self.engine.connect() as conn:
-                return pd.read_sql(query.order_by(results.c.id), conn)
+                frame = pd.read_sql(query.order_by(results.c.id), conn)
+            return frame.reindex(columns=names)
         except sa.exc.SQLAlchemyError as e:
             raise GemmtuneError(f"cannot read database {self.shown}: {db_error(e, self.url)}") from None
 

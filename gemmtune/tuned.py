@@ -196,3 +196,14 @@ def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, dev
 
 
 best_config.cache_clear = clear_cache
+
+
+def nearby_configs(url: str, dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, ops: str = "NN",
+                   count: int = 5) -> list[Config]:
+    """The best recorded configurations of the ``count`` tuned problems nearest (m, n, k) with
+    ``ops`` (itself excluded; the same shape with other ops is near), nearest first: where a
+    search at a new problem starts (tilings carry over between neighbouring shapes)."""
+    here = (m, n, k)
+    others = [t for t in tuned_shapes(url, dev, prec) if (t.shape, t.ops) != (here, ops)]
+    others.sort(key=lambda t: shape_distance(t.shape, here) + OTHER_OPS * (t.ops != ops))
+    return list(dict.fromkeys(t.config for t in others[:count]))

@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from gemmtune.shapes import Shape
+from gemmtune.tuned import nearby_configs as tuned_nearby
 
-NEARBY = 5           # configurations of the nearest tuned shapes measured first
+NEARBY = 5           # configurations of the nearest tuned problems measured first
 MIN_SECONDS = 5.0    # a problem gets at least this much of the budget, or is left for a later run
 FIRST_SHARE = 0.4    # of a time budget, spread evenly over the problems first
 GAIN_FLOOR = 0.05    # the least weight a problem's first pass earns it in the second
@@ -35,14 +36,7 @@ class Step:
 
 
 def nearby_configs(url: str, dev, prec, shape: Shape, count: int = NEARBY) -> list:
-    """The best recorded configurations of the ``count`` tuned problems nearest ``shape`` (itself
-    excluded; the same shape with other ops is near), nearest first."""
-    from gemmtune.tuned import OTHER_OPS, shape_distance, tuned_shapes
-
-    here, ops = (shape.m, shape.n, shape.k), shape.trans_a + shape.trans_b
-    others = [t for t in tuned_shapes(url, dev, prec) if (t.shape, t.ops) != (here, ops)]
-    others.sort(key=lambda t: shape_distance(t.shape, here) + OTHER_OPS * (t.ops != ops))
-    return list(dict.fromkeys(t.config for t in others[:count]))
+    return tuned_nearby(url, dev, prec, shape.m, shape.n, shape.k, shape.trans_a + shape.trans_b, count)
 
 
 def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Step], None] | None = None):

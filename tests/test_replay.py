@@ -130,7 +130,7 @@ def test_cli_json_counts_are_within_one_and_the_valid_count(grid):
     out = json.loads(result.stdout)
     ok = sum(s == "ok" for s, _ in recorded(db, GRID_STUDY).values())
     assert (out["study"], out["precision"], out["m"], out["recorded"], out["ok"]) == (GRID_STUDY, "s", 24, 13, ok)
-    assert [s["sampler"] for s in out["samplers"]] == ["tpe", "random", "tpe-seeded"]
+    assert [s["sampler"] for s in out["samplers"]] == ["tpe", "random", "tpe-seeded", "learned", "optuna-tpe"]
     for s in out["samplers"]:
         assert len(s["trials"]) == s["seeds"] == 4
         assert all(1 <= t <= 13 for t in s["trials"])

@@ -296,3 +296,17 @@ def test_an_early_stop_threshold_applies_to_its_own_problems_jobs_only():
         assert worker._stop_above(large_tn) is None
     finally:
         worker._STOP_ABOVE[0] = None
+
+
+@pytest.mark.usefixtures("no_tuned_results")
+def test_a_single_search_at_a_new_shape_starts_from_the_nearest_tuned_ones_best(tmp_path):
+    space = tmp_path / "s.toml"
+    space.write_text(SPACE)
+    db = tmp_path / "one.db"
+    common = ["--space", str(space), "--db", f"sqlite:///{db}", "--trials", "2"]
+    search(*common, "--size", "24")
+    first = rows(db)
+    best = max((r for r in first if r["status"] == "ok"), key=lambda r: r["gflops"])
+    search(*common, "--m", "40", "--n", "16", "--k", "24")
+    second = [json.loads(r["params"]) for r in rows(db)[len(first):]]
+    assert json.loads(best["params"]) in second[:2]   # after the baseline (unless it is the baseline)

@@ -119,8 +119,9 @@ def export(filters, db, fmt, output):
 @db_option
 @click.option("--study", required=True, help="The exhaustive (grid) study to replay.")
 @click.option("--samplers", default=",".join(strategies.names("replay")), show_default=True, metavar="S1,S2,...",
-              help=f"Samplers to compare: {', '.join(strategies.names('replay'))} (tpe-seeded: TPE after the "
-                   "model's best predictions).")
+              help=f"Samplers to compare: default (what search does without --sampler), "
+                   f"{', '.join(strategies.names('replay'))} (tpe-seeded: TPE after the model's best predictions; "
+                   "learned: the cost model trained on the device's other studies in the database).")
 @click.option("--seeds", type=click.IntRange(min=1), default=20, show_default=True,
               help="Replays per sampler, with sampler seeds 0 .. SEEDS-1.")
 @click.option("--target", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
@@ -140,7 +141,8 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
     from gemmtune import replay as rp
 
     names = [s.strip() for s in samplers.split(",") if s.strip()]
-    seeded = [n for n in names if n in strategies.STRATEGIES and strategies.STRATEGIES[n].model_seeded]
+    seeded = [n for n in names if n == "default" or (n in strategies.STRATEGIES and (
+        strategies.STRATEGIES[n].model_seeded or strategies.STRATEGIES[n].wants_prior))]
     land = rp.load_landscape(db, study, space_file)
     if land.skipped:
         click.echo(land.skipped, err=True)
@@ -150,6 +152,7 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
                             "database nor this machine describes it: pass --device-info FILE (saved with "
                             f"`gemmtune devices --format json` on its machine) or leave {seeded[0]} out of --samplers")
     result = rp.replay(land, names, seeds, target, model_seeds, device)
+    first = [n for n in names if n == "default" or strategies.STRATEGIES[n].model_seeded]
     d = result.to_json()
     if fmt == "json":
         click.echo(json.dumps(d, indent=2))
@@ -158,7 +161,10 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
     click.echo(f"problem  {d['precision']}gemm {d['m']}x{d['n']}x{d['k']} on {d['device_name']}: "
                f"{d['recorded']} configurations recorded ({d['ok']} ok), best {d['best_gflops']:,.1f} GFLOP/s")
     click.echo(f"measured trials to reach {target:g} x best, over {seeds} seeds"
-               + (f" ({', '.join(seeded)}: the model's {model_seeds} best first)" if seeded else "") + ":")
+               + (f" ({', '.join(first)}: the model's {model_seeds} best first where allowed)" if first else "") + ":")
     emit(result.table().to_dict(orient="records"), "table")
     if d["model_spearman"] is not None:
         click.echo(f"model    Spearman rank correlation of predicted and measured times: {d['model_spearman']:.3f}")
+    if d["learned_spearman"] is not None:
+        click.echo(f"learned  the same, of the cost model fitted to the device's other studies: "
+                   f"{d['learned_spearman']:.3f}")

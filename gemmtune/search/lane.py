@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 
+from gemmtune import learned, tuned
 from gemmtune.defaults import default_config, distance
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
@@ -39,6 +40,20 @@ def model_seeds(valid: ValidConfigs, count: int, dev, prec, m, n, k, store: Stor
     return seeds(sample, dev, prec, m, n, k, count, store.latest_peaks(dev.key))
 
 
+def prepared_strategy(req: SearchRequest, prec: Precision, dev: DeviceInfo, store: Store, study: str):
+    """The search's strategy, told its problem and, if it learns from them, the device's rows of
+    the other studies (every shape the device measured)."""
+    strategy = make_strategy(req.sampler, req.seed)
+    prior = None
+    if strategy.wants_prior:
+        prior = store.frame(device=dev.key)
+        prior = prior[prior.study != study]
+    strategy.asynchronous = True   # a learning strategy learns beside the search, not in its way
+    strategy.prepare(learned.Problem(dev, prec, req.m, req.n, req.k, req.trans_a, req.trans_b,
+                                     store.latest_peaks(dev.key)), prior)
+    return strategy
+
+
 class Lane:
     """Other processes (``--db postgresql://...``) may search the same study: Optuna shares the
     trials, the claims table makes sure each configuration is measured once, and the results
@@ -52,7 +67,7 @@ class Lane:
         m, n, k = req.m, req.n, req.k
         self.flops = prec.flops(m, n, k)
         self.name = name = req.study or default_study_name(dev, prec, m, n, k, req.trans_a, req.trans_b)
-        strategy = make_strategy(req.sampler, req.seed)
+        strategy = prepared_strategy(req, prec, dev, store, name)
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost)
         store.save_device(dev)
         self.measured: dict[tuple, tuple[str, float | None]] = {}
@@ -74,7 +89,9 @@ class Lane:
             baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
         self.baseline_key = config_key(baseline.kernel, baseline.params)
         first = [baseline] if self.baseline_key not in self.measured else []
-        first += [c for c in req.start if config_key(c.kernel, c.params) not in {self.baseline_key, *self.measured}
+        start = req.start if req.start is not None else tuned.nearby_configs(store.url, dev, prec, m, n, k,
+                                                                            req.trans_a + req.trans_b)
+        first += [c for c in start if config_key(c.kernel, c.params) not in {self.baseline_key, *self.measured}
                   and proposer.is_valid(c)]
         if req.seeds and strategy.allows_model_seeds:
             first += model_seeds(valid, req.seeds, dev, prec, m, n, k, store, rng, {*self.measured, self.baseline_key})

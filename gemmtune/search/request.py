@@ -11,6 +11,7 @@ from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision
 from gemmtune.runner import Outcome
 from gemmtune.space import Config
+from gemmtune.strategies import DEFAULT
 from gemmtune.timing import TimingPolicy
 
 
@@ -31,7 +32,7 @@ class SearchRequest:
     trials: int | None = 30          # new measured trials; None with grid: the whole space
     timeout: float | None = None     # seconds for the whole search
     trial_timeout: float = 120.0
-    sampler: str = "tpe"
+    sampler: str = DEFAULT
     seed: int | None = None
     db: str | None = None
     study: str | None = None
@@ -41,7 +42,7 @@ class SearchRequest:
     early_stop: float | None = 0.5   # stop timing a candidate whose speed is surely below this x the best
     seeds: int = 10                  # best-predicted configurations measured first (0: none)
     grace: float = 60.0              # seconds without a heartbeat before another process fails a trial
-    start: tuple = ()                # configurations measured first, after the baseline (e.g. of nearby shapes)
+    start: tuple | None = None       # measured first, after the baseline; None: the best of the nearest tuned problems
 
 
 @dataclass

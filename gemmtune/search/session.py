@@ -155,6 +155,15 @@ class Proposer:
         left = self.unmeasured()
         return self.rng.choice(left) if left else None
 
+    def sample_unmeasured(self, count: int) -> list[Config]:
+        """Up to ``count`` unmeasured configurations, drawn without replacement (every one, where
+        the valid set is no larger)."""
+        if len(self.valid) <= count:
+            return self.unmeasured()
+        drawn = self.valid.sample(count, self.rng) if hasattr(self.valid, "sample") else self.rng.sample(
+            list(self.valid), count)
+        return [c for c in drawn if config_key(c.kernel, c.params) not in self.measured]
+
     def first_unmeasured(self, order) -> Config | None:
         return next((c for c in order if config_key(c.kernel, c.params) not in self.measured), None)
 

@@ -6,11 +6,17 @@ from __future__ import annotations
 from gemmtune.errors import GemmtuneError
 from gemmtune.strategies.base import ASK, MAX_FREE_PROPOSALS, Strategy
 from gemmtune.strategies.grid import Grid
+from gemmtune.strategies.learned import Learned
+from gemmtune.strategies.optuna_tpe import OptunaTpe
 from gemmtune.strategies.random_pick import RandomPick
 from gemmtune.strategies.tpe import Tpe
 from gemmtune.strategies.tpe_seeded import TpeSeeded
 
-STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Tpe, RandomPick, Grid, TpeSeeded)}
+STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Tpe, RandomPick, Grid, TpeSeeded, Learned, OptunaTpe)}
+
+
+# What gemmtune search uses without --sampler, and what gemmtune replay's "default" replays.
+DEFAULT = "tpe"
 
 
 def names(command: str) -> list[str]:
@@ -24,4 +30,4 @@ def make_strategy(name: str, seed: int | None, command: str = "search") -> Strat
     return STRATEGIES[name](seed)
 
 
-__all__ = ["ASK", "MAX_FREE_PROPOSALS", "STRATEGIES", "Strategy", "make_strategy", "names"]
+__all__ = ["ASK", "DEFAULT", "MAX_FREE_PROPOSALS", "STRATEGIES", "Strategy", "make_strategy", "names"]

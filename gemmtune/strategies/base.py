@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 # commands never search.
 if TYPE_CHECKING:
     import optuna
+    import pandas as pd
 
+    from gemmtune.learned import Problem
     from gemmtune.space import Config
 
 MAX_FREE_PROPOSALS = 25   # invalid or already-measured proposals in a row before a random pick
@@ -31,6 +33,7 @@ class Candidates(Protocol):
 
     def unmeasured(self) -> list[Config]: ...
     def random_unmeasured(self) -> Config | None: ...
+    def sample_unmeasured(self, count: int) -> list[Config]: ...
     def first_unmeasured(self, order: Sequence[Config]) -> Config | None: ...
 
 
@@ -42,6 +45,7 @@ class Strategy:
     ``model_seeded``: whether the model's best predictions are measured first (in a search,
     ``--no-seed`` turns that off for every strategy that allows it; ``allows_model_seeds``).
     ``exhaustive``: it measures every valid configuration, and the search's budget is the space.
+    ``wants_prior``: ``prepare`` is given the device's results rows of other studies.
     """
 
     name = ""
@@ -49,6 +53,7 @@ class Strategy:
     model_seeded = False
     allows_model_seeds = True
     exhaustive = False
+    wants_prior = False   # reads the device's earlier results rows (``prepare``)
 
     def __init__(self, seed: int | None = None):
         self.seed = seed
@@ -67,6 +72,11 @@ class Strategy:
         if candidates.free >= MAX_FREE_PROPOSALS:
             return candidates.random_unmeasured()
         return ASK
+
+    def prepare(self, problem: Problem, prior: pd.DataFrame | None) -> None:
+        """Before the first proposal: the problem searched (``gemmtune.learned.Problem``) and the
+        device's results rows recorded before this search (other studies; None: none read).
+        A strategy that learns from them sets ``allows_model_seeds`` here."""
 
     def tell(self, config: Config, value: float | None) -> None:
         """A measured result (GFLOP/s, None for a failure). Optuna's samplers learn from the

@@ -1,0 +1,130 @@
+"""A learned cost model: trees fitted to everything a device measured, at every shape.
+
+The analytic model (``gemmtune.model``) ranks configurations from first principles and ranks
+them well only where its terms were designed (docs/performance.md, "Search efficiency"). This
+one learns from the results table instead, as AutoTVM and Ansor do: each ``ok`` or ``slow`` row
+of the device is a configuration at a problem, described by numbers (``features``: the
+family, every parameter, the problem, and the analytic model's terms), and its target is how
+far it is from the best of its problem (log GFLOP/s relative to the problem's best), so that
+problems of any size teach the same thing: which configurations come close to the best.
+
+scikit-learn's extremely randomised trees fit it; the spread of the trees' predictions is the
+model's uncertainty, which the learned strategy trades against the predicted speed. Pure Python
+and numpy; no OpenCL.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gemmtune.families import FAMILIES
+from gemmtune.info import DeviceInfo
+from gemmtune.precision import Precision, get_precision
+from gemmtune.space import Config
+
+TREES = 48
+MIN_ROWS = 8   # fewer rows than this teach nothing: the strategy leaves the choice to its sampler
+# Every parameter name of every family, in one order: a configuration's value, or -1 where its
+# family has no such parameter.
+PARAMETERS = sorted({name for f in FAMILIES.values() for name in f.parameters})
+KERNELS = list(FAMILIES)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a configuration is measured at: the device, precision, shape and ops."""
+    dev: DeviceInfo
+    prec: Precision
+    m: int
+    n: int
+    k: int
+    trans_a: str = "N"
+    trans_b: str = "N"
+    peaks: Mapping[str, float] | None = None
+
+
+def features(configs: Sequence[Config], problem: Problem) -> np.ndarray:
+    """One row of numbers per configuration at ``problem``."""
+    from gemmtune import model
+
+    p = problem
+    fixed = [math.log2(p.m), math.log2(p.n), math.log2(p.k), math.log2(min(p.m, p.n)), p.prec.bytes,
+             float(p.prec.is_complex), float(p.trans_a != "N"), float(p.trans_b != "N")]
+    rows = []
+    for c in configs:
+        params = c.params
+        pred = model.predict(c, p.dev, p.prec, p.m, p.n, p.k, p.peaks, trans_a=p.trans_a, trans_b=p.trans_b)
+        # Predicted time over the ideal (the flops at the device's peak): comparable across shapes.
+        ideal = pred.flops / (pred.peaks.gflops * 1e9)
+        terms = [math.log(pred.time_s / ideal), math.log(pred.memory_s / pred.time_s + 1e-12),
+                 math.log(pred.time_s), math.log(pred.compute_s), math.log(pred.memory_s + 1e-12),
+                 pred.efficiency, math.log(pred.intensity), math.log2(pred.groups), pred.resident,
+                 pred.padded_flops / pred.flops, pred.kernels, pred.work_group_size, pred.local_mem_bytes / 1024]
+        family = [float(c.kernel == name) for name in KERNELS]
+        rows.append([*family, *(params.get(name, -1) for name in PARAMETERS), *fixed, *terms])
+    return np.asarray(rows, dtype=float)
+
+
+def relative_targets(gflops: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """log(GFLOP/s / the best GFLOP/s of the row's group): 0 for each problem's best, below it
+    for the rest."""
+    frame = pd.DataFrame({"g": np.log(gflops), "group": groups})
+    return (frame.g - frame.groupby("group").g.transform("max")).to_numpy()
+
+
+class CostModel:
+    """Trees predicting ``relative_targets`` from ``features``, with their spread."""
+
+    def __init__(self, seed: int | None = None):
+        self.seed = seed
+        self.forest = None
+
+    def fit(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> "CostModel":
+        from sklearn.ensemble import ExtraTreesRegressor   # here: most commands never learn
+
+        self.forest = ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=2, max_features=0.5,
+                                          random_state=self.seed).fit(x, y, sample_weight=weight)
+        return self
+
+    @property
+    def fitted(self) -> bool:
+        return self.forest is not None
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and spread (standard deviation over the trees) of the predicted targets."""
+        each = np.stack([tree.predict(x) for tree in self.forest.estimators_])
+        return each.mean(axis=0), each.std(axis=0)
+
+
+def training_rows(rows: pd.DataFrame, dev: DeviceInfo, peaks=None) -> tuple[np.ndarray, np.ndarray]:
+    """Features and targets of the ``ok`` and ``slow`` rows of ``rows`` (a results frame),
+    each at its own problem, on ``dev``; rows of families or parameters not shipped are left
+    out. Grouped by study: a study is one problem."""
+    from gemmtune.rows import screen
+    from gemmtune.tuned import shipped_config
+
+    kept = screen(rows[rows.status.isin(("ok", "slow")) & (rows.gflops > 0)]).rows
+    xs, ys, groups = [], [], []
+    for (study, code, m, n, k, ta, tb), part in kept.groupby(
+            [kept.study, kept.precision, kept.m, kept.n, kept.k, _ops(kept, "trans_a"), _ops(kept, "trans_b")]):
+        configs = [shipped_config(r.kernel, r.params) for r in part.itertuples()]
+        chosen = [i for i, c in enumerate(configs) if c is not None]
+        if not chosen:
+            continue
+        problem = Problem(dev, get_precision(code), int(m), int(n), int(k), ta, tb, peaks)
+        xs.append(features([configs[i] for i in chosen], problem))
+        ys.append(part.gflops.to_numpy(dtype=float)[chosen])
+        groups += [study] * len(chosen)
+    if not xs:
+        return np.empty((0, 0)), np.empty(0)
+    return np.vstack(xs), relative_targets(np.concatenate(ys), np.asarray(groups))
+
+
+def _ops(rows: pd.DataFrame, column: str) -> pd.Series:
+    values = rows[column] if column in rows else pd.Series("N", index=rows.index)
+    return values.where(values.isin(("N", "T", "C")), "N")

@@ -1,0 +1,138 @@
+"""The learned cost model and the strategy it drives, on hand-made landscapes and on PoCL."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_replay import SYNTHETIC, gpu, landscape  # noqa: E402
+
+from gemmtune import learned, replay as rp  # noqa: E402
+from gemmtune.precision import get_precision  # noqa: E402
+from gemmtune.strategies import STRATEGIES  # noqa: E402
+
+
+def speed(config, m=512):
+    """A landscape with structure the analytic model does not see: small K-tiles and wide N
+    tiles pay, and one configuration stands out."""
+    p = config.params
+    best = p["TSM"] == 64 and p["TSN"] == 128 and p["TSK"] == 8
+    return m * (p["TSN"] / (1 + p["TSK"] / 8) + 5 * (p["TSM"] == 64)) * (1.5 if best else 1.0)
+
+
+@pytest.fixture()
+def two_studies(tmp_path):
+    """One database, two exhaustive studies of the same device at two sizes."""
+    db = tmp_path / "two.db"
+    landscape(db, lambda c: speed(c, 512), study="at-512", m=512)
+    landscape(db, lambda c: speed(c, 256), study="at-256", m=256)
+    return f"sqlite:///{db}"
+
+
+def test_features_describe_each_configuration_at_its_problem():
+    dev, s = gpu(), get_precision("s")
+    small, large = learned.Problem(dev, s, 64, 64, 64), learned.Problem(dev, s, 4096, 4096, 4096)
+    x = learned.features(SYNTHETIC[:3], small)
+    assert x.shape[0] == 3 and np.isfinite(x).all()
+    assert not np.array_equal(x[0], x[1])                                     # the parameters differ
+    assert not np.array_equal(x[0], learned.features(SYNTHETIC[:1], large)[0])  # so does the problem
+    targets = learned.relative_targets(np.array([10.0, 20.0, 5.0, 5.0]), np.array(["a", "a", "b", "b"]))
+    assert targets == pytest.approx([np.log(0.5), 0.0, 0.0, 0.0])
+
+
+def test_the_model_learned_from_other_studies_ranks_a_new_one(two_studies):
+    """Fitted to the 512³ study alone, it ranks the 256³ study's configurations nearly as
+    measured (the analytic model does not), and the learned strategy finds the unique best in
+    a few trials where random search needs many."""
+    land = rp.load_landscape(two_studies, "at-256")
+    prior = rp.other_studies(land)
+    assert set(prior.study) == {"at-512"}   # the study replayed is never in its own prior
+    dev = gpu()
+    assert rp.learned_spearman(land, dev, prior) > 0.9
+    assert abs(rp.model_spearman(land, dev)) < 0.9
+    result = rp.replay(land, ["learned", "random"], seeds=5, target=1.0, device=dev)
+    assert result.learned_spearman > 0.9
+    assert np.median(result.trials["learned"]) <= 3 < np.median(result.trials["random"])
+
+
+def test_without_other_studies_the_strategy_starts_from_the_model_seeds(two_studies):
+    land = rp.load_landscape(two_studies, "at-256")
+    problem = learned.Problem(gpu(), land.precision, *land.shape)
+    alone = STRATEGIES["learned"](0)
+    alone.prepare(problem, None)
+    assert alone.allows_model_seeds          # nothing to learn from: the analytic model's seeds first
+    taught = STRATEGIES["learned"](0)
+    taught.prepare(problem, rp.other_studies(land))
+    assert not taught.allows_model_seeds     # its own picks first
+
+
+def test_replay_default_is_what_search_does_without_options(two_studies, monkeypatch):
+    """"default" replays the search's default strategy, seeded by the model where that strategy
+    allows it, with the same prior."""
+    land, dev = rp.load_landscape(two_studies, "at-256"), gpu()
+    monkeypatch.setattr(rp, "DEFAULT", "tpe")
+    seeded = rp.replay(land, ["default", "tpe-seeded"], seeds=3, target=1.0, device=dev)
+    assert seeded.trials["default"] == seeded.trials["tpe-seeded"]
+    monkeypatch.setattr(rp, "DEFAULT", "learned")
+    taught = rp.replay(land, ["default", "learned"], seeds=3, target=1.0, device=dev)
+    assert taught.trials["default"] == taught.trials["learned"]
+
+
+def test_a_study_recorded_before_the_newest_columns_replays(tmp_path):
+    """A database of an earlier version, opened read-only, lacks today's columns (ops, device
+    time): its rows read, and replay runs."""
+    db = tmp_path / "old.db"
+    landscape(db, lambda c: speed(c), study="old")
+    con = sqlite3.connect(db)
+    for column in ("trans_a", "trans_b", "device_time_ms"):
+        con.execute(f"ALTER TABLE results DROP COLUMN {column}")
+    con.commit()
+    con.close()
+    land = rp.load_landscape(f"sqlite:///{db}", "old")
+    assert len(land.configs) == len(SYNTHETIC)
+    assert rp.replay(land, ["random"], seeds=2, target=1.0).trials["random"][0] >= 1
+
+
+def test_in_a_search_the_model_is_refitted_beside_it_not_in_its_way(two_studies):
+    """asynchronous: the first fit runs on a thread (no model yet: the sampler proposes); later
+    results refit on the thread while the last model keeps proposing."""
+    land = rp.load_landscape(two_studies, "at-256")
+    strategy = STRATEGIES["learned"](0)
+    strategy.asynchronous = True
+    strategy.prepare(learned.Problem(gpu(), land.precision, *land.shape), rp.other_studies(land))
+    ready = strategy._fit()
+    strategy.fitting.result()
+    assert not ready and strategy.model is not None and strategy._fit()
+    first = strategy.model
+    strategy.tell(land.configs[0], 1234.0)
+    assert strategy._fit() and strategy.model is first or strategy.fitting.done()
+    strategy.fitting.result()
+    assert strategy.model is not first and strategy._fit()
+
+
+def test_a_learned_search_learns_from_the_devices_other_studies(tmp_path):
+    """On PoCL: a grid study at one size, then a learned search at another, which reads it as
+    its prior, refits beside the search, and records its trials, all correct."""
+    import json
+
+    from click.testing import CliRunner
+
+    from gemmtune.cli import cli
+
+    space = tmp_path / "k5.toml"
+    space.write_text("[xgemm_k5]\nTSM = [16, 32]\nTSN = [16, 32]\nTSK = [8, 16]\nWPTN = [1, 2]\nPAD = [1]\n"
+                     "TRANSPOSEX = [8]\nTRANSPOSEY = [8]\n")
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    common = ["--device", "0", "--space", str(space), "--db", db, "--time-cap", "0.05", "--early-stop", "0", "-q"]
+    grid = CliRunner().invoke(cli, ["search", "--sampler", "grid", "--size", "32", *common])
+    assert grid.exit_code == 0, grid.output
+    found = CliRunner().invoke(cli, ["search", "--sampler", "learned", "--size", "48", "--trials", "6", "--seed", "1",
+                                     "--format", "json", *common])
+    assert found.exit_code == 0, found.output
+    summary = json.loads(found.stdout)
+    assert summary["trials"] == 6 and summary["best"]["gflops"] > 0 and not summary["failures"]
