@@ -10,6 +10,11 @@ from gemmtune.timing import Timing, TimingPolicy
 from gemmtune.verify import Check
 
 
+def problem_key(precision: str, m: int, n: int, k: int, trans_a: str, trans_b: str) -> tuple:
+    """What a timing worker keeps per problem (operands, early-stop thresholds)."""
+    return precision, m, n, k, trans_a, trans_b
+
+
 @dataclass(frozen=True)
 class Job:
     config: Config
@@ -26,7 +31,7 @@ class Job:
 
     @property
     def problem_key(self) -> tuple:
-        return self.precision, self.m, self.n, self.k, self.trans_a, self.trans_b
+        return problem_key(self.precision, self.m, self.n, self.k, self.trans_a, self.trans_b)
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def training_rows(rows: pd.DataFrame, dev: DeviceInfo, peaks=None) -> tuple[np.n
     kept = screen(rows[rows.status.isin(("ok", "slow")) & (rows.gflops > 0)]).rows
     xs, ys, groups = [], [], []
     for (study, code, m, n, k, ta, tb), part in kept.groupby(
-            [kept.study, kept.precision, kept.m, kept.n, kept.k, _ops(kept, "trans_a"), _ops(kept, "trans_b")]):
+            ["study", "precision", "m", "n", "k", "trans_a", "trans_b"]):
         configs = [shipped_config(r.kernel, r.params) for r in part.itertuples()]
         chosen = [i for i, c in enumerate(configs) if c is not None]
         if not chosen:
@@ -123,8 +123,3 @@ def training_rows(rows: pd.DataFrame, dev: DeviceInfo, peaks=None) -> tuple[np.n
     if not xs:
         return np.empty((0, 0)), np.empty(0)
     return np.vstack(xs), relative_targets(np.concatenate(ys), np.asarray(groups))
-
-
-def _ops(rows: pd.DataFrame, column: str) -> pd.Series:
-    values = rows[column] if column in rows else pd.Series("N", index=rows.index)
-    return values.where(values.isin(("N", "T", "C")), "N")

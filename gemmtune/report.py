@@ -99,9 +99,9 @@ def load(db: str | None = None, filters: Filters = Filters()) -> Results:
 
     store = Store(database_url(db), create=False)
     try:
-        rows = with_ops(store.frame())
+        rows = store.frame()
         screened = screen(rows)
-        kept = filters.apply(screened.rows)
+        kept = with_ops(filters.apply(screened.rows))
         keys = kept.device.unique()
         peaks = {key: store.latest_peaks(key) for key in keys}
         devices = {key: store.device_info(key) for key in keys}
@@ -114,11 +114,8 @@ GROUP = ["device", "precision", "m", "n", "k", "ops"]
 
 
 def with_ops(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows with ``ops``, op(A) and op(B) as one string ("NN", "TN", ...); rows recorded before
-    the results table had ops are N, N."""
-    ops = [f"{a if a in ('N', 'T', 'C') else 'N'}{b if b in ('N', 'T', 'C') else 'N'}"
-           for a, b in zip(rows.get("trans_a", [None] * len(rows)), rows.get("trans_b", [None] * len(rows)))]
-    return rows.assign(ops=ops)
+    """Screened rows (``rows.screen``) with ``ops``, op(A) and op(B) as one string ("NN", "TN", ...)."""
+    return rows.assign(ops=rows.trans_a + rows.trans_b)
 
 
 def _interval(row) -> tuple[float, float]:

@@ -31,6 +31,7 @@ VALUE_MAX = 2**31 - 1   # kernel parameters are OpenCL ints
 
 NUMBERS = ("trial", "m", "n", "k", "gflops", "time_ms", "kernel_time_ms", "ci_low_ms", "ci_high_ms", "min_ms",
            "repeats", "max_rel_error", "norm_rel_error", "compile_s", "trial_s")
+OPS = ("N", "T", "C")
 TEXTS = ("study", "device", "device_name", "precision", "kernel", "status", "created_at", "gemmtune_version")
 
 
@@ -123,6 +124,8 @@ def _typed(rows: pd.DataFrame) -> pd.DataFrame:
         rows["samples_ms"] = [_samples(t) for t in rows.samples_ms]
     if "baseline" in rows:
         rows["baseline"] = pd.to_numeric(rows.baseline, errors="coerce").fillna(0).astype(bool)
+    for column in ("trans_a", "trans_b"):   # rows from before the ops were recorded: N, N
+        rows[column] = rows[column].where(rows[column].isin(OPS), "N") if column in rows else "N"
     return rows
 
 

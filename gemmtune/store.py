@@ -167,6 +167,7 @@ class Store:
             # Connecting would create the file.
             self.exists = Path(parsed.database).exists()
         self.engine = None
+        self._columns: set[str] | None = None   # of the results table, read once
         if not self.exists:
             return
         try:
@@ -201,8 +202,9 @@ class Store:
                 return pd.DataFrame(columns=names)
             # A database written by an earlier version, opened read-only, may lack the newest
             # columns: they read as empty.
-            have = {c["name"] for c in sa.inspect(self.engine).get_columns(results.name)}
-            query = sa.select(*(results.c[name] for name in names if name in have))
+            if self._columns is None:
+                self._columns = {c["name"] for c in sa.inspect(self.engine).get_columns(results.name)}
+            query = sa.select(*(results.c[name] for name in names if name in self._columns))
             if after_id is not None:
                 query = query.where(results.c.id > after_id)
             for column, value in filters.items():

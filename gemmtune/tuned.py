@@ -138,7 +138,7 @@ def tuned_shapes(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
     best: dict[tuple, _Tuned] = {}
     for row in rows.sort_values(["gflops", "id"], ascending=[False, True]).itertuples():
         shape = (int(row.m), int(row.n), int(row.k))
-        ops = _op(getattr(row, "trans_a", None)) + _op(getattr(row, "trans_b", None))
+        ops = row.trans_a + row.trans_b
         if (shape, ops) in best:
             continue
         config = shipped_config(row.kernel, row.params, space)
@@ -149,7 +149,7 @@ def tuned_shapes(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
 
 
 def _op(value) -> str:
-    return value if value in ("N", "T", "C") else "N"   # rows from before the ops were recorded: None
+    return value if value in ("N", "T", "C") else "N"
 
 
 def shape_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Callable
 
 from gemmtune.families import FAMILIES
+from gemmtune.jobs import problem_key
 from gemmtune.launch import Problem
 from gemmtune.precision import Precision
 from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
@@ -42,11 +43,6 @@ class SameRuns:
         return built.digest, plan
 
 
-def problem_key(prec: Precision, problem: Problem) -> tuple:
-    """What a timing worker's early-stop thresholds belong to (its jobs' ``problem_key``)."""
-    return prec.code, problem.m, problem.n, problem.k, problem.trans_a, problem.trans_b
-
-
 class Pipeline:
     """Candidates of one study between the proposer and their results. An entry is
     (trial, config, key, built); ``finish(trial, config, key, outcome, compile_s, device)`` is
@@ -59,8 +55,8 @@ class Pipeline:
         self.problem, self.policy, self.threshold_ms, self.finish = problem, policy, threshold_ms, finish
         self.same = SameRuns(prec, problem, runners[0].device)
         self.flops = prec.flops(problem.m, problem.n, problem.k)
-        self.timing_s = 0.0
-        self.build_s = self.device_s = None   # running means of a build and of a device's trial
+        self.problem_key = problem_key(prec.code, problem.m, problem.n, problem.k, problem.trans_a, problem.trans_b)
+        self.timing_s, self.build_s, self.device_s = 0.0, None, None   # time on devices; mean build, trial
         self.best_collected: float | None = None   # of results collected, recorded or not yet
         self.ready: deque = deque()   # built, waiting for a device
         # runner index -> entries on it: the one in flight, then with a compiler pool the next one,
@@ -192,7 +188,7 @@ class Pipeline:
         if after != before:  # a new best: the candidates on devices learn it
             for i, entries in self.timing.items():
                 if entries:
-                    self.runners[i].stop_above(after, problem_key(self.prec, self.problem))
+                    self.runners[i].stop_above(after, self.problem_key)
         if done:
             self.feed()  # the next candidates go on the devices before the database writes
         for result in done:
