@@ -144,7 +144,9 @@ the place of its #ifndef defaults. The
 host launches that kernel with the geometry the parameters imply (see the comments at the
 top of the file). Per device and precision the block holds the best configuration of the
 largest shape tuned (m*n*k); a configuration is valid for every shape, since operands are
-padded to tile multiples. xgemm_rt's PIPE 5 and 6 copy with NVIDIA's cp.async only where the
+padded to tile multiples. A configuration tuned on NVIDIA's compute capability 9.0 may take
+up to 226 KiB of local memory, which its OpenCL driver builds although it reports 48 KiB.
+xgemm_rt's PIPE 5 to 7 copy with NVIDIA's cp.async only where the
 OpenCL build defines CP_ASYNC=1 (compute capability 8.0 and later, as gemmtune's own builds
 do); without it they copy with loads and stores, correct but slower. Its MMA 1 multiplies
 with NVIDIA's FP64 matrix instructions only where the build defines MMA_F64=1 (compute

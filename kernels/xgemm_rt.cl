@@ -8,7 +8,7 @@
 // With BKFAST = 1 or 2, B is instead Kp x Np column-major (ldb = Kp): an untransposed
 // column-major B is read as it is, and the transpose pass disappears; the B slice is transposed
 // on its way into local memory: with 1, each work-item loads VWG values of k of a column and
-// stores them element by element (with PIPE 5 and 6 too, while A's slices go by asynchronous
+// stores them element by element (with PIPE 5 to 7 too, while A's slices go by asynchronous
 // copies); with 2, each work-item loads a VWG x VWG block (VWG columns, VWG values of k each),
 // transposes it in registers and stores VWG vectors along n.
 //
@@ -19,8 +19,8 @@
 // is there to test that on a device). Each k then reads WPTM values of A and WPTN of B into
 // registers and does WPTM * WPTN multiply-adds.
 //
-// With PIPE = 5 or 6, the slices go from global to local memory without passing through
-// registers, into ABUF = 2 or 3 local buffers: NVIDIA's cp.async (compute capability 8.0 and
+// With PIPE = 5, 6 or 7, the slices go from global to local memory without passing through
+// registers, into ABUF = 2, 3 or 4 local buffers: NVIDIA's cp.async (compute capability 8.0 and
 // later; gemmtune defines CP_ASYNC = 1 when it builds for such a device) lands each copy in
 // local memory by itself, so ABUF - 1 slices are in flight while one is computed, at no cost in
 // registers. Elsewhere the same pipeline copies with a load and a store.
@@ -68,7 +68,7 @@
 #define VLN 4       // consecutive N elements per work-item chunk, read from local memory as one vector
 #endif
 #ifndef PIPE
-#define PIPE 2      // 0 load, then compute; 1 next K-slice prefetched into registers; 2 and double-buffered local memory; 5, 6 asynchronous copies into 2, 3 local buffers
+#define PIPE 2      // 0 load, then compute; 1 next K-slice prefetched into registers; 2 and double-buffered local memory; 5, 6, 7 asynchronous copies into 2, 3, 4 local buffers
 #endif
 #ifndef PADL
 #define PADL 0      // padding of each local-memory row, in elements

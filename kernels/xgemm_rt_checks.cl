@@ -29,7 +29,7 @@
 //  10. STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and BKFAST == 0: without
 //      staging, those parameters do not apply, and B is read n-fastest so that a work-item's
 //      WPTN values of B for one k are contiguous
-//  11. PIPE is 0, 1, 2, 5 or 6, and BKFAST 0 or 1 with PIPE 5 or 6: B goes by asynchronous
+//  11. PIPE is 0, 1, 2, 5, 6 or 7, and BKFAST 0 or 1 with PIPE 5 to 7: B goes by asynchronous
 //      copies as it is in global memory, or through registers a vector of a column at a time
 //      (BKFAST = 1); BKFAST 2's blocks, VWG times the registers, are not built for that pipeline
 //  12. MMA == 0, or MMA == 1 with: d or z on a device with MMA_F64; MDIMC % 8 == 0 and NDIMC % 4 == 0 (groups
@@ -44,8 +44,8 @@
 #if STAGE == 0 && (PIPE != 0 || PADL != 0 || VWG != 1 || BKFAST != 0)
 #error "xgemm_rt: without staging (STAGE = 0), PIPE, PADL and BKFAST must be 0 and VWG 1"
 #endif
-#if (PIPE != 0 && PIPE != 1 && PIPE != 2 && PIPE != 5 && PIPE != 6) || (PIPE >= 5 && BKFAST == 2)
-#error "xgemm_rt: PIPE is 0, 1, 2, 5 or 6, and asynchronous copies (PIPE 5 and 6) need BKFAST 0 or 1"
+#if (PIPE != 0 && PIPE != 1 && PIPE != 2 && PIPE != 5 && PIPE != 6 && PIPE != 7) || (PIPE >= 5 && BKFAST == 2)
+#error "xgemm_rt: PIPE is 0, 1, 2, 5, 6 or 7, and asynchronous copies (PIPE 5 to 7) need BKFAST 0 or 1"
 #endif
 #if MMA != 0 && MMA != 1
 #error "xgemm_rt: MMA is 0 or 1"

@@ -79,8 +79,10 @@
     // Wait until at most ABUF - 2 groups of copies are in flight: the oldest slice has landed.
     #if ABUF == 2
       #define WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 0;" ::: "memory")
-    #else
+    #elif ABUF == 3
       #define WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 1;" ::: "memory")
+    #else
+      #define WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 2;" ::: "memory")
     #endif
   #else
     #define COPY(dst, src) (*(dst) = *(src))

@@ -47,8 +47,11 @@ INLINE_FUNC void pipe_async(real acc[WPTM][WPTN], __local real* Alm, __local rea
   for (int t = 0; t < tiles; t += ABUF) {
     ABUF_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tx, ty, frag, tiles, t, 0)
     ABUF_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tx, ty, frag, tiles, t, 1)
-#if ABUF == 3
+#if ABUF >= 3
     ABUF_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tx, ty, frag, tiles, t, 2)
+#endif
+#if ABUF == 4
+    ABUF_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tx, ty, frag, tiles, t, 3)
 #endif
   }
 }

@@ -63,7 +63,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
     stage, tw, mma = p["STAGE"], p.get("TRANSPOSEW", 1), p.get("MMA", 0)
     wis = dev.max_work_item_sizes
     wgs = mdimc * ndimc
-    nbuf = pipe - 3 if pipe >= 5 else 2 if pipe >= 2 else 1   # PIPE 5, 6: asynchronous copies, 2, 3 buffers
+    nbuf = pipe - 3 if pipe >= 5 else 2 if pipe >= 2 else 1   # PIPE 5, 6, 7: asynchronous copies, 2, 3, 4 buffers
     return {
         1: {"MWG % MDIMC": mwg % mdimc == 0, "NWG % NDIMC": nwg % ndimc == 0},
         2: {"dim0": mdimc <= wis[0], "dim1": ndimc <= wis[1], "total": wgs <= dev.max_work_group_size},
@@ -82,7 +82,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
             "local": ty * tw * (tx + 1) * nbytes <= dev.local_mem_bytes},
         10: {"STAGE 0 or 1": stage in (0, 1), "PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
              "VWG 1 unstaged": stage == 1 or vwg == 1, "BKFAST 0 unstaged": stage == 1 or bkfast == 0},
-        11: {"PIPE 0, 1, 2, 5 or 6": pipe in (0, 1, 2, 5, 6), "BKFAST 0 or 1 if PIPE 5 or 6": pipe < 5 or bkfast != 2},
+        11: {"PIPE 0, 1, 2, 5, 6 or 7": pipe in (0, 1, 2, 5, 6, 7), "BKFAST 0 or 1 if PIPE 5 to 7": pipe < 5 or bkfast != 2},
         12: {"MMA 0 or 1": mma in (0, 1), "d or z": not mma or code in "dz", "device": not mma or dev.fp64_matrix,
              "8 x 4 groups": not mma or (mdimc % 8 == 0 and ndimc % 4 == 0),
              "whole blocks": not mma or ((mwg // mdimc) % 2 == 0 and (nwg // ndimc) % 2 == 0 and kwg % 8 == 0),
@@ -344,12 +344,12 @@ def test_constraint_11_asynchronous_copies(tmp_path):
     table = {**BASE, "PIPE": [0, 1, 2, 3, 4, 5, 6, 7, 8], "BKFAST": [0, 1, 2]}
     alone = run_constraint_case(tmp_path, table, GPU_LIKE, "s", 11)
     parts = [failing_parts(p, GPU_LIKE, "s", 11) for p in alone]
-    for part in ("PIPE 0, 1, 2, 5 or 6", "BKFAST 0 or 1 if PIPE 5 or 6"):
+    for part in ("PIPE 0, 1, 2, 5, 6 or 7", "BKFAST 0 or 1 if PIPE 5 to 7"):
         assert [part] in parts, part
     valid = valid_keys(tmp_path, table, GPU_LIKE, "s")
-    for pipe in (3, 4, 7):   # never best, so no longer in the kernel
+    for pipe in (3, 4):   # never best, so no longer in the kernel
         assert key(point(table, PIPE=pipe)) not in valid
-    for pipe in (5, 6):
+    for pipe in (5, 6, 7):
         # B as given goes through registers a vector at a time; BKFAST 2's blocks are not built for it
         assert key(point(table, PIPE=pipe)) in valid and key(point(table, PIPE=pipe, BKFAST=1)) in valid
         assert key(point(table, PIPE=pipe, BKFAST=2)) not in valid
@@ -468,9 +468,10 @@ CONFIGS = {
 # configuration reading its operands from global memory (STAGE 0), for STAGE's.
 FLIPPED = ("c", {**CONFIGS["c"], "BKFAST": 0})
 UNSTAGED = ("d", {**CONFIGS["d"], "STAGE": 0})
-# Two more with asynchronous copies into 3 and 2 local buffers (PIPE 6 and 5) (on PoCL a load and a store each, so
-# what they test is the rotation of the buffers: K = 1 and 3 leave the prologue short of slices).
+# More with asynchronous copies into 3, 4 and 2 local buffers (PIPE 6, 7 and 5) (on PoCL a load and a store each,
+# so what they test is the rotation of the buffers: K = 1 and 3 leave the prologue short of slices).
 ASYNC3 = ("d", {**CONFIGS["d"], "PIPE": 6})
+ASYNC4 = ("s", {**CONFIGS["s"], "PIPE": 7, "BKFAST": 0})
 ASYNC2 = ("c", {**FLIPPED[1], "PIPE": 5})
 # And B as given (BKFAST = 1), through registers one slice ahead into the k-major slice while A
 # goes by asynchronous copies: z (16-byte elements) into 2 buffers, and s into 3 with stream-K
@@ -484,10 +485,10 @@ SHARED = ("s", {**CONFIGS["s"], "STREAMK": 3})
 SHARED_ASYNC = ("c", {**FLIPPED[1], "PIPE": 5, "STREAMK": 2})
 CASES = [(code, config) for code, config in CONFIGS.items()] + [FLIPPED, UNSTAGED, ASYNC3, ASYNC2,
                                                                 ASYNC2_KFAST, ASYNC3_KFAST_SHARED,
-                                                                SHARED, SHARED_ASYNC]
+                                                                SHARED, SHARED_ASYNC, ASYNC4]
 CASE_IDS = ["s-bkfast1-pipe2", "d-bkfast0-pipe0", "c-bkfast1-pipe1", "z-bkfast2-pipe2", "c-bkfast0-pipe1",
             "d-unstaged", "d-async3", "c-async2",
-            "z-bkfast1-async2", "s-bkfast1-async3-streamk2", "s-streamk3", "c-async2-streamk2"]
+            "z-bkfast1-async2", "s-bkfast1-async3-streamk2", "s-streamk3", "c-async2-streamk2", "s-async4"]
 
 # (m, n, k): C is m x n. (32, 32, 32) is a multiple of every tile above, so operands that are
 # already in the kernel's layout go to it directly, without a padding pass.
@@ -516,7 +517,7 @@ def test_test_configurations_cover_the_features():
     def seen(name):
         return {c[name] for c in configs}
 
-    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 5, 6} and seen("WARPM") == {0, 8}
+    assert seen("BKFAST") == {0, 1, 2} and seen("PIPE") == {0, 1, 2, 5, 6, 7} and seen("WARPM") == {0, 8}
     assert seen("PADL") == {0, 4} and seen("VWG") == {1, 2, 4} and seen("STAGE") == {0, 1}
     assert {c.get("STREAMK", 0) for c in configs} == {0, 2, 3}
     # TRANSPOSEW left out (a configuration recorded before it existed) is one element per work-item
@@ -553,6 +554,9 @@ MMA_CASES = [
                BKFAST=0, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
     ("z", dict(MWG=32, NWG=16, KWG=8, MDIMC=16, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=2, PADL=0, UNROLL=1,
                BKFAST=1, WARPM=0, STAGE=1, MMA=1, STREAMK=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)),
+    # Two groups along N, each 32 x 16, with 4 local buffers; z's padding for its 16-byte reads.
+    ("d", dict(MWG=32, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=1, VLM=1, VLN=1, PIPE=7, PADL=2, UNROLL=1,
+               BKFAST=0, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
 ]
 
 
@@ -569,7 +573,7 @@ def fp64_matrix_device(monkeypatch):
 # shapes. 32 x 32 x 32 and 20 x 45 x 24 give it rows beyond the first 8 of a block, and the
 # latter a partial second tile along M.
 @pytest.mark.parametrize("shape", [*SHAPES, (20, 45, 24)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("code, config", MMA_CASES, ids=["d-mma-pipe6", "z-mma-bkfast1"])
+@pytest.mark.parametrize("code, config", MMA_CASES, ids=["d-mma-pipe6", "z-mma-bkfast1", "d-mma-pipe7"])
 def test_gemm_with_matrix_instructions_matches_numpy(fp64_matrix_device, code, config, shape):
     from gemmtune.device import resolve_device
 

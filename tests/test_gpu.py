@@ -139,3 +139,25 @@ def test_fp64_matrix_instructions_and_their_fallback_agree(queue, gpu, code):
     without = default_config(dataclasses.replace(gpu, fp64_matrix=False), prec)
     for config in {with_mma, without}:
         _gemm(queue, gpu, config, code, 1031, 517, 263)
+
+
+# The matrix-instruction variants the search may choose, each built as the device builds it:
+# 4 local buffers with stream-K, z with the padding that keeps its 16-byte reads free of bank
+# conflicts (PADL 2), and tiles whose local memory is above the 48 KiB the device reports.
+MMA_VARIANTS = [
+    ("d", dict(MWG=64, NWG=64, KWG=16, MDIMC=8, NDIMC=8, VWG=2, PIPE=7, PADL=2, MMA=1, STREAMK=2)),
+    ("z", dict(MWG=64, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VWG=1, PIPE=7, PADL=2, MMA=1)),
+    ("z", dict(MWG=64, NWG=128, KWG=8, MDIMC=8, NDIMC=32, VWG=1, PIPE=6, PADL=2, MMA=1)),
+    ("d", dict(MWG=128, NWG=128, KWG=16, MDIMC=16, NDIMC=16, VWG=2, PIPE=6, PADL=4, MMA=1)),
+]
+
+
+@pytest.mark.parametrize("code, given", MMA_VARIANTS, ids=["d-pipe7-streamk", "z-padl2-pipe7", "z-72k", "d-99k"])
+def test_matrix_instruction_variants_on_the_gpu(queue, gpu, code, given):
+    from gemmtune.compute import resolve_config
+
+    fixed = dict(KERNEL="xgemm_rt", VLM=1, VLN=1, UNROLL=1, WARPM=0, STAGE=1, BKFAST=0)
+    config = resolve_config({**fixed, **given}, gpu, get_precision(code))
+    for shape, ops in (((1031, 517, 263), ("N", "N")), ((640, 704, 2048), ("T", "N")), ((65, 130, 9), ("N", "T"))):
+        _gemm(queue, gpu, config, code, *shape, *ops)
+    _gemm(queue, gpu, config, code, 333, 222, 111, "C" if code == "z" else "T", "N", beta=1.5)

@@ -291,8 +291,8 @@ def test_a_binary_loads_as_the_timing_worker_will_and_a_bad_one_is_refused():
 class _FakeDevice:
     """What device_defines reads of a pyopencl Device."""
 
-    def __init__(self, extensions: str, major: int | None):
-        self.extensions = extensions
+    def __init__(self, extensions: str, major: int | None, local_mem_size: int = 48 * 1024):
+        self.extensions, self.local_mem_size = extensions, local_mem_size
         if major is not None:
             self.compute_capability_major_nv = major
 
@@ -312,6 +312,18 @@ def test_device_defines_only_offer_cp_async_where_it_exists(extensions, major, e
     options = build_options({"MWG": 64}, dev)
     assert ("-DCP_ASYNC=1" in options) == bool(expected) and "-DMWG=64" in options
     assert ("-DMMA_F64=1" in options) == ("MMA_F64" in expected)
+
+
+@pytest.mark.parametrize("extensions, major, reported, usable", [
+    ("cl_khr_fp64 cl_nv_device_attribute_query", 9, 48 * 1024, 226 * 1024),   # Hopper: more than it reports
+    ("cl_khr_fp64 cl_nv_device_attribute_query", 8, 48 * 1024, 48 * 1024),    # not measured: as reported
+    ("cl_khr_fp64", 9, 64 * 1024, 64 * 1024),                                 # not NVIDIA's attributes
+    ("cl_khr_fp64 cl_nv_device_attribute_query", 9, 256 * 1024, 256 * 1024),  # never less than reported
+])
+def test_local_memory_is_what_a_work_group_can_use(extensions, major, reported, usable):
+    from gemmtune.device import local_mem_bytes
+
+    assert local_mem_bytes(_FakeDevice(extensions, major, reported)) == usable
 
 
 def test_the_cpu_device_builds_without_device_defines():

@@ -439,21 +439,34 @@ def test_every_shipped_default_is_valid_on_pocl(device_type, code):
     check_config(config, dev, get_precision(code))
 
 
+# The H200 as gemmtune sees it: FP64 matrix instructions, 226 KiB of local memory per work-group.
+H200_LIKE = dataclasses.replace(GPU_LIKE, fp64_matrix=True, local_mem_bytes=226 * 1024)
+
+
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
 def test_gpu_defaults_are_valid_on_a_gpu_like_device(code):
     config = _entry_config("GPU", code)
-    gpu = dataclasses.replace(GPU_LIKE, fp64_matrix=True)
-    assert not breaks(config, gpu, code)
+    assert not breaks(config, H200_LIKE, code)
     # A device on which the shipped entry is valid gets it unchanged.
-    assert default_config(gpu, get_precision(code)) == config
+    assert default_config(H200_LIKE, get_precision(code)) == config
+    # Only z's takes more than 48 KiB of local memory; with 48 KiB a GPU gets the nearest
+    # configuration that fits, fewer local buffers of the same tile.
+    small = dataclasses.replace(H200_LIKE, local_mem_bytes=48 * 1024)
+    assert bool(breaks(config, small, code)) == (code == "z")
+    fallback = default_config(small, get_precision(code))
+    assert not breaks(fallback, small, code)
+    changed = {k for k in config.params if fallback.params[k] != config.params[k]}
+    assert changed == ({"PIPE"} if code == "z" else set())
+    assert fallback.params["PIPE"] < config.params["PIPE"] or code != "z"
 
 
 @pytest.mark.parametrize("code", ["d", "z"])
 def test_a_gpu_without_fp64_matrix_instructions_gets_the_same_tile_without_them(code):
     config = _entry_config("GPU", code)
-    assert config.params["MMA"] == 1 and breaks(config, GPU_LIKE, code)
+    gpu = dataclasses.replace(H200_LIKE, fp64_matrix=False)
+    assert config.params["MMA"] == 1 and breaks(config, gpu, code)
     # The nearest valid configuration: one step away, the same tile multiplied work-item by work-item.
-    assert default_config(GPU_LIKE, get_precision(code)) == Config.of(config.kernel, {**config.params, "MMA": 0})
+    assert default_config(gpu, get_precision(code)) == Config.of(config.kernel, {**config.params, "MMA": 0})
 
 
 @pytest.mark.parametrize("device_type, table", [("ACCELERATOR", "OTHER"), ("CPU", "CPU")])

@@ -128,7 +128,7 @@ class RegisterTiled(Padded):
 
     def local_mem_bytes(self, p, prec):
         pipe = p["PIPE"]
-        buffers = 1 + (pipe >= 2) + (pipe >= 5) * (pipe - 5)   # PIPE 2: 2; 5, 6: 2, 3
+        buffers = 1 + (pipe >= 2) + (pipe >= 5) * (pipe - 5)   # PIPE 2: 2; 5, 6, 7: 2, 3, 4
         return p["STAGE"] * buffers * p["KWG"] * (p["MWG"] + p["NWG"] + 2 * p["PADL"]) * prec.bytes
 
     def store_conflicts(self, p, prec):
@@ -142,7 +142,7 @@ def _rt_unstaged(p: Params):
 
 def _rt_async(p: Params):
     pipe = p["PIPE"]
-    known = (pipe == 0) | (pipe == 1) | (pipe == 2) | (pipe == 5) | (pipe == 6)
+    known = (pipe == 0) | (pipe == 1) | (pipe == 2) | (pipe == 5) | (pipe == 6) | (pipe == 7)
     return known & ((pipe < 5) | (p["BKFAST"] != 2))
 
 
@@ -203,7 +203,7 @@ XGEMM_RT = RegisterTiled(
         Constraint(10, "staging", "STAGE == 1, or STAGE == 0 with PIPE == 0, PADL == 0, VWG == 1 and "
                    "BKFAST == 0: unstaged, those do not apply, and B is read n-fastest",
                    lambda p, dev, prec: _rt_unstaged(p)),
-        Constraint(11, "asynchronous copies", "PIPE is 0, 1, 2, 5 or 6, and BKFAST 0 or 1 with PIPE 5 or 6: B "
+        Constraint(11, "asynchronous copies", "PIPE is 0, 1, 2, 5, 6 or 7, and BKFAST 0 or 1 with PIPE 5 to 7: B "
                    "goes by asynchronous copies as it is in global memory, or through registers a vector of a "
                    "column at a time (BKFAST 1), not in BKFAST 2's blocks",
                    lambda p, dev, prec: _rt_async(p)),
