@@ -35,6 +35,18 @@ TRANSPOSEX = [8]
 TRANSPOSEY = [8]
 """
 
+# 32 configurations (tiles, K-slices, work per item, padding): room for a sampler to choose.
+SMALL_SPACE = """
+[xgemm_k5]
+TSM = [16, 32]
+TSN = [16, 32]
+TSK = [8, 16]
+WPTN = [1, 2]
+PAD = [0, 1]
+TRANSPOSEX = [8]
+TRANSPOSEY = [8]
+"""
+
 
 def make_device(**changes) -> DeviceInfo:
     """A hand-made device; by default GPU-like (48 KiB local memory, 1024 work-items)."""

@@ -24,17 +24,10 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
+from helpers_foundation import SMALL_SPACE  # noqa: E402
 
-SPACE = """
-[xgemm_k5]
-TSM = [16, 32]
-TSN = [16, 32]
-TSK = [8, 16]
-WPTN = [1, 2]
-PAD = [0, 1]
-TRANSPOSEX = [8]
-TRANSPOSEY = [8]
-"""
+SPACE = SMALL_SPACE
 FAST = ["--time-cap", "0.05", "--early-stop", "0", "--size", "40"]
 SAME_MODEL = {"POCL_DEVICES": "pthread pthread"}
 TWO_MODELS = {"POCL_DEVICES": "pthread basic"}

@@ -41,12 +41,16 @@ def test_trial_id_is_the_storage_id_of_a_live_and_a_frozen_trial(storage, study)
     assert storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name("a"), 1) == trial_id(trial)
 
 
-def test_a_running_trial_is_written_with_its_parameters_in_one_commit(storage, study):
+def test_a_running_trial_is_written_with_its_parameters_in_two_commits(storage, study):
     dists = {"A": CategoricalDistribution([1, 2, 4]), "B": CategoricalDistribution(["x", "y"])}
     seen = []
     sa.event.listen(storage.engine, "commit", lambda conn: seen.append(1))
-    trial = start_running_trial(study, {"A": 4, "B": "y"}, dists)
-    assert len(seen) <= 2   # one writes the trial and its parameters; Optuna's cache may read it back
+    trial = start_running_trial(study, {"A": 4, "B": "y"}, dists, storage.batch)
+    assert len(seen) <= 3   # the trial, then its parameters together; Optuna's cache may read it back
+    many = {f"P{i}": CategoricalDistribution([1, 2, 4]) for i in range(12)}
+    before = len(seen)
+    start_running_trial(study, {name: 2 for name in many}, many, storage.batch)
+    assert len(seen) - before <= 3   # not a transaction per parameter
     frozen = storage.get_trial(trial_id(trial))
     assert frozen.state == TrialState.RUNNING and frozen.params == {"A": 4, "B": "y"}
     assert frozen.distributions == dists and frozen.number == trial.number == 0

@@ -68,12 +68,12 @@ class Lane:
         self.flops = prec.flops(m, n, k)
         self.name = name = req.study or default_study_name(dev, prec, m, n, k, req.trans_a, req.trans_b)
         strategy = prepared_strategy(req, prec, dev, store, name)
-        self.session = StudySession(store.url, name, strategy, req.grace, self._lost)
+        self.proposals = Proposals(space)
+        self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)
         store.save_device(dev)
         self.measured: dict[tuple, tuple[str, float | None]] = {}
         self.seen_id = 0
         self.refresh()
-        self.proposals = Proposals(space)
         rng = random.Random(req.seed)
 
         def broken(c: Config):
@@ -83,7 +83,7 @@ class Lane:
             self.session.study, self.proposals, valid, self.measured, strategy, rng, [], why_invalid=broken,
             claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
             batch=self.session.storage.batch, asked=self.session.asked,
-            is_valid=lambda c: space.allows(c) and broken(c) is None)
+            is_valid=lambda c: space.allows(c) and broken(c) is None, copy=self.session.copy)
         baseline = default_config(dev, prec, (m, n, k))
         if not proposer.is_valid(baseline):
             baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
@@ -122,7 +122,8 @@ class Lane:
 
     def refresh(self) -> None:
         """Read results rows recorded since the last look (by any process) into ``measured``."""
-        self.seen_id = read_results(self.store, self.name, self.space, self.seen_id, self.measured)
+        self.seen_id = read_results(self.store, self.name, self.space, self.seen_id, self.measured,
+                                    self.session.copy.learn)
 
     def _lost(self, number: int, params: dict) -> None:
         """Another process's trial failed as stale: record it, once."""

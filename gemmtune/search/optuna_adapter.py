@@ -38,14 +38,21 @@ def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
     return trial._trial_id
 
 
-def start_running_trial(study: optuna.Study, params: dict, distributions: dict) -> optuna.Trial:
-    """A running trial with ``params``, written with them in one transaction. enqueue_trial, ask
-    and the suggestions take five, and ask a scan for waiting trials besides: with devices
-    measuring several candidates a second, that was the search process's largest cost per trial.
-    ``study.add_trial`` takes such a template but does not say which trial it made. The sampler
-    sees the trial as it sees an enqueued one."""
-    template = optuna.trial.create_trial(state=TrialState.RUNNING, params=params, distributions=distributions)
-    return optuna.Trial(study, study._storage.create_new_trial(study._study_id, template_trial=template))
+def start_running_trial(study: optuna.Study, params: dict, distributions: dict,
+                        batch: Callable = contextlib.nullcontext) -> optuna.Trial:
+    """A running trial with ``params``: the trial, then its parameters, in ``batch()`` (one
+    transaction with ``BatchedStorage.batch``). enqueue_trial, ask and the suggestions take five
+    transactions and ask a scan for waiting trials besides; a template trial takes one, but
+    Optuna's relational storage then looks each parameter's earlier distribution up in the
+    database (15 parameters: 42 ms a trial on the 2-core test machine), where the storage's cache
+    in front of it knows them. The sampler sees the trial as it sees an enqueued one."""
+    storage = study._storage
+    created = storage.create_new_trial(study._study_id)
+    with batch():
+        for name, value in params.items():
+            dist = distributions[name]
+            storage.set_trial_param(created, name, dist.to_internal_repr(value), dist)
+    return optuna.Trial(study, created)
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ what its summary reports."""
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision
@@ -45,18 +46,24 @@ def record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precisi
     return value
 
 
-def read_results(store: Store, study: str, space: Space, after_id: int, measured: dict) -> int:
+def read_results(store: Store, study: str, space: Space, after_id: int, measured: dict,
+                 learn: Callable[[Config, float | None], None] | None = None) -> int:
     """Put the rows recorded since row ``after_id`` (by any process) into ``measured``; returns the
-    last row's id."""
+    last row's id. ``learn(config, GFLOP/s or None)``, where given, is told each row of a
+    configuration this process neither measured nor has in flight."""
     rows = store.frame(study=study, after_id=after_id)
     if len(rows):
         after_id = max(after_id, int(rows.id.max()))
     for row in screen(rows, space).rows.itertuples():  # rows of a shared database can be anything
         # pandas reads a failed row's NULL as NaN: Optuna must be told "failed", not NaN.
         value = None if row.gflops is None or row.gflops != row.gflops else float(row.gflops)
-        key = config_key(row.kernel, json.loads(row.params))
-        if measured.get(key, ("", None))[0] != "in_flight":
+        params = json.loads(row.params)
+        key = config_key(row.kernel, params)
+        before = measured.get(key, ("", None))[0]
+        if before != "in_flight":
             measured[key] = (row.status, value)
+        if learn is not None and before in ("", "elsewhere"):
+            learn(Config.of(row.kernel, params), value)
     return after_id
 
 

@@ -27,6 +27,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.search.candidates import Unmeasured, config_key
 from gemmtune.search.optuna_adapter import BatchedStorage, one_read, start_running_trial, trial_id
 from gemmtune.space import Config, Space
 from gemmtune.store import fast_sqlite
@@ -35,10 +36,6 @@ from gemmtune.urls import db_error, shown
 
 IN_FLIGHT = ("in_flight", "elsewhere")   # statuses of ``measured`` that are not results yet
 HEARTBEAT_S = 5                          # seconds between heartbeats of the trials in flight, at most
-
-
-def config_key(kernel: str, params: dict) -> tuple:
-    return (kernel, tuple(sorted(params.items())))
 
 
 def heartbeat_interval(grace: float) -> int:
@@ -103,18 +100,22 @@ class Proposals:
         except (KeyError, GemmtuneError):
             return None
 
-    def start(self, study: optuna.Study, config: Config) -> optuna.Trial:
-        """A running trial of ``config``, its parameters written with it in one transaction."""
+    def params(self, config: Config) -> dict:
+        """``config`` as a trial's parameters."""
+        params = {self.name(config.kernel, p): v for p, v in config.items}
+        return {**params, "KERNEL": config.kernel} if self.multi else params
+
+    def distributions(self, config: Config) -> dict:
         dists = {self.name(config.kernel, p): CategoricalDistribution(values)
                  for p, values in self.space.family(config.kernel).values.items()}
-        params = {self.name(config.kernel, p): v for p, v in config.items}
-        if self.multi:
-            dists["KERNEL"] = CategoricalDistribution(self.kernels)
-            params["KERNEL"] = config.kernel
-        return start_running_trial(study, params, dists)
+        return {**dists, "KERNEL": CategoricalDistribution(self.kernels)} if self.multi else dists
+
+    def start(self, study: optuna.Study, config: Config, batch: Callable = contextlib.nullcontext) -> optuna.Trial:
+        """A running trial of ``config``, its parameters written together in ``batch()``."""
+        return start_running_trial(study, self.params(config), self.distributions(config), batch)
 
 
-class Proposer:
+class Proposer(Unmeasured):
     """The next candidate to measure, by the rules in the module docstring.
 
     ``measured`` maps configuration keys to (status, GFLOP/s or None) and is shared with the
@@ -125,15 +126,18 @@ class Proposer:
     (False: another process has it; ``refresh()`` then reads what the others measured into
     ``measured``). ``batch()``, where given, groups a proposal's storage writes into one
     transaction (``BatchedStorage.batch``); ``asked(trial)`` is called first thing after each
-    ask (the search records its first heartbeat). Used by the live search and by ``gemmtune
-    replay``, so that both follow one set of rules.
+    ask (the search records its first heartbeat). With ``copy`` (a ``StudyCopy`` of ``study``)
+    proposals are sampled from the copy, and only those to measure are written to ``study``.
+    Used by the live search and by ``gemmtune replay``, so that both follow one set of rules.
     """
 
     def __init__(self, study, proposals: Proposals, valid, measured: dict, strategy: Strategy,
                  rng: random.Random, pending: list[Config], why_invalid=None, claim: Callable | None = None,
                  refresh: Callable | None = None, batch: Callable = contextlib.nullcontext,
-                 asked: Callable | None = None, is_valid: Callable[[Config], bool] | None = None):
+                 asked: Callable | None = None, is_valid: Callable[[Config], bool] | None = None,
+                 copy: StudyCopy | None = None):
         self.study, self.proposals, self.valid, self.measured = study, proposals, valid, measured
+        self.copy = copy   # where proposals are sampled, if not in ``study`` itself
         self.strategy, self.rng, self.pending, self.why_invalid = strategy, rng, pending, why_invalid
         self.claim, self.refresh, self.batch, self.asked = claim, refresh, batch, asked
         if is_valid is None:
@@ -144,38 +148,27 @@ class Proposer:
         self.is_valid = is_valid
         self.free = 0   # proposals in a row that cost nothing (invalid or measured before)
 
-    def unmeasured(self) -> list[Config]:
-        return [c for c in self.valid if config_key(c.kernel, c.params) not in self.measured]
-
-    def random_unmeasured(self) -> Config | None:
-        for _ in range(64):  # rejection is cheap while most of the space is unmeasured
-            c = self.rng.choice(self.valid)
-            if config_key(c.kernel, c.params) not in self.measured:
-                return c
-        left = self.unmeasured()
-        return self.rng.choice(left) if left else None
-
-    def sample_unmeasured(self, count: int) -> list[Config]:
-        """Up to ``count`` unmeasured configurations, drawn without replacement (every one, where
-        the valid set is no larger)."""
-        if len(self.valid) <= count:
-            return self.unmeasured()
-        drawn = self.valid.sample(count, self.rng) if hasattr(self.valid, "sample") else self.rng.sample(
-            list(self.valid), count)
-        return [c for c in drawn if config_key(c.kernel, c.params) not in self.measured]
-
-    def first_unmeasured(self, order) -> Config | None:
-        return next((c for c in order if config_key(c.kernel, c.params) not in self.measured), None)
-
     def _tell_known(self, trial, status: str, value: float | None) -> None:
         in_flight = status in IN_FLIGHT
         with self.batch():
             trial.set_user_attr("skipped", "in flight" if in_flight else "measured before")
-        if value is not None:
-            self.study.tell(trial, value)
-        else:
-            self.study.tell(trial, state=TrialState.PRUNED if in_flight else TrialState.FAIL)
+        self._tell(trial, value, TrialState.PRUNED if in_flight else TrialState.FAIL)
         self.free += 1
+
+    def _tell(self, trial, value: float | None, state: TrialState) -> None:
+        """``value``, or where it is None ``state``, told to the study and the sampler's copy
+        (only to the copy, a proposal never stored: invalid, or measured before)."""
+        if self.copy is not None and trial.study is self.copy.study:
+            self.copy.tell(trial, value, state)
+            return
+        try:
+            if value is not None:
+                self.study.tell(trial, value)
+            else:
+                self.study.tell(trial, state=state)
+        finally:
+            if self.copy is not None:
+                self.copy.tell(trial, value, state)
 
     def _propose(self):
         """(trial, config, invalid), or None when the strategy has nothing left."""
@@ -187,11 +180,14 @@ class Proposer:
             if choice is not ASK:
                 self.pending.append(choice)
         config = self.pending.pop(0) if self.pending else None
-        trial = self.proposals.start(study, config) if config is not None else None
+        if self.copy is not None:
+            trial, config = self.copy.ask(config)   # stored once it is to be measured (``_store``)
+        elif config is not None:
+            trial = self.proposals.start(study, config, self.batch)
         with one_read(study):
             if config is None:
                 trial = study.ask()
-            if self.asked is not None:
+            if self.asked is not None and self.copy is None:
                 self.asked(trial)
             with self.batch():
                 if config is None:
@@ -213,12 +209,13 @@ class Proposer:
             trial, config, invalid = proposed
             key = config_key(config.kernel, config.params)
             if invalid:
-                self.study.tell(trial, state=TrialState.PRUNED)
+                self._tell(trial, None, TrialState.PRUNED)
                 self.free += 1
                 continue
             if key in measured:
                 self._tell_known(trial, *measured[key])
                 continue
+            trial = self._store(trial, config)
             if self.claim is not None and not self.claim(key, trial):
                 if self.refresh is not None:
                     self.refresh()
@@ -229,16 +226,23 @@ class Proposer:
             measured[key] = ("in_flight", None)
             return trial, config, key
 
+    def _store(self, trial, config: Config):
+        """The study's trial of a proposal to measure: with a copy, written now, bound to it."""
+        if self.copy is None:
+            return trial
+        stored = self.proposals.start(self.study, config, self.batch)
+        self.copy.bind(stored, trial)
+        if self.asked is not None:
+            self.asked(stored)
+        return stored
+
     def tell(self, trial, config: Config, value: float | None, status: str | None = None) -> None:
         """A measured candidate's result: its GFLOP/s, or None for a failure (``status`` kept
         on the trial where given)."""
         try:
             if status is not None:
                 trial.set_user_attr("status", status)
-            if value is not None:
-                self.study.tell(trial, value)
-            else:
-                self.study.tell(trial, state=TrialState.FAIL)
+            self._tell(trial, value, TrialState.FAIL)
         except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
             pass  # failed as stale while this process was paused past the grace period; its row stands
         self.strategy.tell(config, value)
@@ -246,7 +250,69 @@ class Proposer:
     def abandon(self, trial, status: str) -> None:
         """A candidate dropped before it was measured: told failed, with why."""
         trial.set_user_attr("status", status)
-        self.study.tell(trial, state=TrialState.FAIL)
+        self._tell(trial, None, TrialState.FAIL)
+
+
+# The sampler's copy of a study kept in a database. Optuna's samplers read the whole study for
+# every proposal, and on a relational storage that read and the writes around it are most of a
+# proposal's time: 41-54 ms where the same TPE takes 2-7 ms on a study in memory
+# (docs/performance.md, "The search pipeline"). So a search proposes from a copy in memory and
+# writes each trial to the database once, with its parameters, as before: the database's study
+# stays the record that other processes share and a later search resumes. The copy starts from
+# the database's finished trials and learns what other processes measure from the results rows
+# (``learn``), which the search reads anyway.
+class StudyCopy:
+    """An in-memory study beside ``study``, sampled by ``sampler``; ``proposals`` (a
+    ``session.Proposals``) maps configurations to trial parameters and back."""
+
+    def __init__(self, study: optuna.Study, sampler: optuna.samplers.BaseSampler, proposals):
+        self.proposals = proposals
+        self.study = optuna.create_study(storage=None, direction="maximize", sampler=sampler)
+        done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+        self.study.add_trials(done)
+        self.known = {self._key(t.params) for t in done}   # configurations with a finished trial here
+        self.copies: dict[int, optuna.Trial] = {}          # the database trial's id -> its copy
+
+    def _key(self, params: dict) -> tuple | None:
+        config = self.proposals.decode(params)
+        return config_key(config.kernel, config.params) if config is not None else None
+
+    def ask(self, config: Config | None) -> tuple[optuna.Trial, Config]:
+        """A running trial here: the sampler's choice, or ``config``."""
+        if config is not None:
+            self.study.enqueue_trial(self.proposals.params(config), skip_if_exists=False)
+        trial = self.study.ask()
+        return trial, self.proposals.suggest(trial)
+
+    def bind(self, stored: optuna.Trial, copy: optuna.Trial) -> None:
+        self.copies[trial_id(stored)] = copy
+
+    def tell(self, trial: optuna.Trial, value: float | None = None, state: TrialState | None = None) -> None:
+        """What the database's trial was told, told to its copy (or to ``trial`` itself, a copy
+        never stored)."""
+        copy = trial if trial.study is self.study else self.copies.pop(trial_id(trial), None)
+        if copy is None:
+            return
+        if value is not None:
+            self.study.tell(copy, value)
+        else:
+            self.study.tell(copy, state=state)
+        if state != TrialState.PRUNED:
+            self.known.add(self._key(copy.params))
+
+    def learn(self, config: Config, value: float | None) -> None:
+        """Another process's result for ``config`` (None: failed), unless one is known here."""
+        key = config_key(config.kernel, config.params)
+        ours = self.proposals.decode(self.proposals.params(config))
+        if key in self.known or ours is None or config_key(ours.kernel, ours.params) != key:
+            return   # known here, or not a point of this search's space: it teaches the sampler nothing
+        params, distributions = self.proposals.params(config), self.proposals.distributions(config)
+        if any(params[name] not in dist.choices for name, dist in distributions.items()):
+            return
+        self.study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=distributions, value=value,
+            state=TrialState.COMPLETE if value is not None else TrialState.FAIL))
+        self.known.add(key)
 
 
 class StudySession:
@@ -255,7 +321,7 @@ class StudySession:
     failed by whichever process notices (``lost(number, params)`` is called for it, once here)."""
 
     def __init__(self, url: str, name: str, strategy: Strategy, grace: float,
-                 lost: Callable[[int, dict], None], attempts: int = 3):
+                 lost: Callable[[int, dict], None], proposals: Proposals, attempts: int = 3):
         self.name, self.grace, self.on_lost = name, grace, lost
         self.beat = heartbeat_interval(grace)
         self.flying: dict[int, optuna.Trial] = {}   # trial id -> trial, everything asked and not told
@@ -269,6 +335,7 @@ class StudySession:
                 self.study = optuna.create_study(storage=self.storage, study_name=name, direction="maximize",
                                                  load_if_exists=True, sampler=strategy.sampler(constant_liar=True))
                 self.study_id = self.storage.get_study_id_from_name(name)
+                self.copy = StudyCopy(self.study, strategy.sampler(constant_liar=True), proposals)
                 return
             except sa.exc.IntegrityError:
                 # Processes starting together race to create Optuna's tables; the loser retries.

@@ -1,0 +1,43 @@
+"""What a strategy may draw from while it proposes: the valid configurations not yet measured
+(``gemmtune.strategies.base.Candidates``)."""
+
+from __future__ import annotations
+
+import random
+
+from gemmtune.space import Config
+
+
+def config_key(kernel: str, params: dict) -> tuple:
+    return (kernel, tuple(sorted(params.items())))
+
+
+class Unmeasured:
+    """The configurations of ``valid`` whose keys are not in ``measured``, drawn with ``rng``."""
+
+    valid: list[Config]
+    measured: dict
+    rng: random.Random
+
+    def unmeasured(self) -> list[Config]:
+        return [c for c in self.valid if config_key(c.kernel, c.params) not in self.measured]
+
+    def random_unmeasured(self) -> Config | None:
+        for _ in range(64):  # rejection is cheap while most of the space is unmeasured
+            c = self.rng.choice(self.valid)
+            if config_key(c.kernel, c.params) not in self.measured:
+                return c
+        left = self.unmeasured()
+        return self.rng.choice(left) if left else None
+
+    def sample_unmeasured(self, count: int) -> list[Config]:
+        """Up to ``count`` unmeasured configurations, drawn without replacement (every one, where
+        the valid set is no larger)."""
+        if len(self.valid) <= count:
+            return self.unmeasured()
+        drawn = self.valid.sample(count, self.rng) if hasattr(self.valid, "sample") else self.rng.sample(
+            list(self.valid), count)
+        return [c for c in drawn if config_key(c.kernel, c.params) not in self.measured]
+
+    def first_unmeasured(self, order) -> Config | None:
+        return next((c for c in order if config_key(c.kernel, c.params) not in self.measured), None)

@@ -1,0 +1,139 @@
+"""The sampler's in-memory copy of a database study (gemmtune.search.session.StudyCopy): it
+starts from the database's finished trials, mirrors what each stored trial is told, and learns
+other processes' results from the results rows."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
+from helpers_foundation import SMALL_SPACE  # noqa: E402
+
+from gemmtune.search.optuna_adapter import BatchedStorage  # noqa: E402
+from gemmtune.search.recording import read_results
+from gemmtune.search.session import Proposals, Proposer, StudyCopy, config_key
+from gemmtune.space import Config, parse_space
+from gemmtune.strategies import make_strategy
+
+SPACE = parse_space(SMALL_SPACE, "test")
+
+
+def configs() -> list[Config]:
+    """Every point of SPACE (all valid here: the proposer is given them as its valid set)."""
+    fs = SPACE.families[0]
+    return [Config.of("xgemm_k5", dict(zip(fs.values, point))) for point in itertools.product(*fs.values.values())]
+
+
+@pytest.fixture
+def study(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = BatchedStorage(f"sqlite:///{tmp_path / 'o.db'}")
+    yield optuna.create_study(storage=storage, study_name="s", direction="maximize",
+                              sampler=optuna.samplers.RandomSampler(seed=1))
+    storage.engine.dispose()
+
+
+def proposer(study, copy, pending=()):
+    valid = configs()
+    return Proposer(study, Proposals(SPACE), valid, {}, make_strategy("tpe", 3), random.Random(3), list(pending),
+                    copy=copy)
+
+
+def test_the_copy_starts_from_the_finished_trials_of_the_database(study):
+    proposals = Proposals(SPACE)
+    done, running = configs()[:2], configs()[2]
+    for config, value in zip(done, (5.0, 7.0)):
+        study.tell(proposals.start(study, config), value)
+    proposals.start(study, running)   # another process's, still running
+    copy = StudyCopy(study, optuna.samplers.RandomSampler(seed=1), proposals)
+    got = {config_key(c.kernel, c.params): t.value for t in copy.study.trials
+           for c in [proposals.decode(t.params)]}
+    assert got == {config_key(c.kernel, c.params): v for c, v in zip(done, (5.0, 7.0))}
+
+
+def test_every_stored_trial_is_told_to_its_copy_alike(study):
+    proposals = Proposals(SPACE)
+    copy = StudyCopy(study, make_strategy("tpe", 3).sampler(constant_liar=True), proposals)
+    study.sampler = Refusing()   # proposals come from the copy: the database's study is never sampled
+    seeded = configs()[3]
+    p = proposer(study, copy, pending=[seeded])
+    values = {}
+    for i in range(6):
+        trial, config, key = p.next()
+        value = None if i == 2 else float(10 + i)
+        p.tell(trial, config, value, "ok" if value else "wrong_result")
+        values[key] = value
+    first, *_ = p.study.trials
+    assert proposals.decode(first.params) == seeded   # the pending configuration went first, in both
+    stored = {config_key(*_kp(proposals, t)): (t.state, t.value) for t in study.trials}
+    copied = {config_key(*_kp(proposals, t)): (t.state, t.value) for t in copy.study.trials}
+    assert stored == copied and len(copied) == 6
+    assert {k: v for k, (s, v) in copied.items()} == values
+    assert not copy.copies and not any(t.state == TrialState.RUNNING for t in copy.study.trials)
+
+
+class Refusing(optuna.samplers.RandomSampler):
+    def sample_relative(self, study, trial, search_space):
+        raise AssertionError("the database's study was sampled")
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        raise AssertionError("the database's study was sampled")
+
+
+def _kp(proposals, trial):
+    config = proposals.decode(trial.params)
+    return config.kernel, config.params
+
+
+def test_other_processes_results_are_learned_once_and_only_theirs(study, tmp_path):
+    from gemmtune.store import Store
+
+    proposals = Proposals(SPACE)
+    copy = StudyCopy(study, optuna.samplers.RandomSampler(seed=1), proposals)
+    mine, in_flight, theirs, failed = configs()[:4]
+    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    for number, (config, status, gflops) in enumerate(((mine, "ok", 3.0), (in_flight, "ok", 4.0),
+                                                        (theirs, "ok", 9.0), (failed, "wrong_result", None))):
+        store.add(study="s", trial=number, device="d", device_name="d", precision="s", m=8, n=8, k=8,
+                  kernel=config.kernel, params=json.dumps(config.params), status=status, gflops=gflops)
+    measured = {config_key(mine.kernel, mine.params): ("ok", 3.0),
+                config_key(in_flight.kernel, in_flight.params): ("in_flight", None)}
+    read_results(store, "s", SPACE, 0, measured, copy.learn)
+    learned = {config_key(*_kp(proposals, t)): (t.state, t.value) for t in copy.study.trials}
+    assert learned == {config_key(theirs.kernel, theirs.params): (TrialState.COMPLETE, 9.0),
+                       config_key(failed.kernel, failed.params): (TrialState.FAIL, None)}
+    # Read again (another refresh, or a row of a configuration already known): nothing new.
+    copy.learn(theirs, 9.0)
+    read_results(store, "s", SPACE, 0, measured, copy.learn)
+    assert len(copy.study.trials) == 2
+    # A configuration this search's space cannot express teaches nothing.
+    copy.learn(Config.of("xgemm_k5", {**theirs.params, "TSM": 64}), 1.0)
+    assert len(copy.study.trials) == 2
+    store.close()
+
+
+def test_only_the_proposals_to_measure_are_written_to_the_database(study):
+    proposals = Proposals(SPACE)
+    copy = StudyCopy(study, make_strategy("tpe", 3).sampler(constant_liar=True), proposals)
+    half = configs()[::2]   # the others break a constraint here
+    p = Proposer(study, proposals, half, {}, make_strategy("tpe", 3), random.Random(3), [], copy=copy)
+    for i in range(8):
+        trial, config, key = p.next()
+        assert config in half and trial.study is study
+        p.measured[key] = ("ok", float(i))   # as the search records it
+        p.tell(trial, config, float(i), "ok")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 8
+    # In the copy alone: the invalid proposals, pruned, and those measured before, told their value.
+    pruned = [t for t in copy.study.trials if t.state == TrialState.PRUNED]
+    assert pruned and all(proposals.decode(t.params) not in half for t in pruned)
+    again = [t for t in copy.study.trials if t.state == TrialState.COMPLETE][8:]
+    assert all(p.measured[config_key(*_kp(proposals, t))] == ("ok", t.value) for t in again)
+    assert len(copy.study.trials) == 8 + len(pruned) + len(again)
