@@ -6,6 +6,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from gemmtune.families.base import (Constraint, Params, _safe, register_budget, work_group_fits,
                                     work_per_item)
 from gemmtune.families.padded import TRANSPOSE_FITS, Padded
@@ -142,7 +144,7 @@ def _rt_unstaged(p: Params):
 
 def _rt_async(p: Params):
     pipe = p["PIPE"]
-    known = (pipe == 0) | (pipe == 1) | (pipe == 2) | (pipe == 5) | (pipe == 6) | (pipe == 7)
+    known = np.isin(pipe, (0, 1, 2, 5, 6, 7))
     return known & ((pipe < 5) | (p["BKFAST"] != 2))
 
 

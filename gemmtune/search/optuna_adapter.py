@@ -40,8 +40,8 @@ def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
 
 def start_running_trial(study: optuna.Study, params: dict, distributions: dict,
                         batch: Callable = contextlib.nullcontext) -> optuna.Trial:
-    """A running trial with ``params``: the trial, then its parameters, in ``batch()`` (one
-    transaction with ``BatchedStorage.batch``). enqueue_trial, ask and the suggestions take five
+    """A running trial with ``params``: the trial, then its parameters together in ``batch()``
+    (one transaction with ``BatchedStorage.batch``). enqueue_trial, ask and the suggestions take five
     transactions and ask a scan for waiting trials besides; a template trial takes one, but
     Optuna's relational storage then looks each parameter's earlier distribution up in the
     database (15 parameters: 42 ms a trial on the 2-core test machine), where the storage's cache

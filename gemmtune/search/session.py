@@ -302,11 +302,10 @@ class StudyCopy:
 
     def learn(self, config: Config, value: float | None) -> None:
         """Another process's result for ``config`` (None: failed), unless one is known here."""
-        key = config_key(config.kernel, config.params)
-        ours = self.proposals.decode(self.proposals.params(config))
-        if key in self.known or ours is None or config_key(ours.kernel, ours.params) != key:
+        key, params = config_key(config.kernel, config.params), self.proposals.params(config)
+        if key in self.known or self._key(params) != key:
             return   # known here, or not a point of this search's space: it teaches the sampler nothing
-        params, distributions = self.proposals.params(config), self.proposals.distributions(config)
+        distributions = self.proposals.distributions(config)
         if any(params[name] not in dist.choices for name, dist in distributions.items()):
             return
         self.study.add_trial(optuna.trial.create_trial(
