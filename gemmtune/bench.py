@@ -32,7 +32,7 @@ import numpy as np
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import Precision, get_precision
 from gemmtune.shapes import Shape
-from gemmtune.timing import TimingPolicy, converged, gflops, median_ci
+from gemmtune.timing import TimingPolicy, enough, gflops, median_ci
 
 CHECK_ROWS = 64
 REWARM_MS = 2.0   # a contender whose calls are shorter is called once unrecorded before each sample
@@ -165,7 +165,7 @@ def _measure(contenders: list[Contender], policy: TimingPolicy) -> None:
             c.samples.append(sample)
             spent[id(c)] += sample[0] * 1e-3
             walls = [s[0] for s in c.samples]
-            if len(walls) >= policy.max_repeats or spent[id(c)] >= policy.max_seconds or converged(walls, policy):
+            if enough(walls, spent[id(c)], policy):
                 active.remove(c)
 
 

@@ -34,7 +34,7 @@ from gemmtune.precision import PRECISIONS, Precision, get_precision
 from gemmtune.resources import load_kernel_source
 from gemmtune.space import require_precision
 from gemmtune.store import Store, database_url, probe
-from gemmtune.timing import TimingPolicy, converged
+from gemmtune.timing import TimingPolicy, enough
 from gemmtune.urls import shown
 
 CHAINS = 16            # must match the CHAINS the kernel is built with
@@ -103,13 +103,11 @@ def _time(launch, policy: TimingPolicy) -> list[float]:
     for _ in range(policy.warmup):
         launch().wait()
     samples, spent = [], 0.0
-    while len(samples) < policy.max_repeats:
+    while not enough(samples, spent, policy):
         event = launch()
         event.wait()
         samples.append((event.profile.end - event.profile.start) * 1e-6)
         spent += samples[-1] * 1e-3
-        if spent >= policy.max_seconds or converged(samples, policy):
-            break
     return samples
 
 

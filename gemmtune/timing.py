@@ -21,6 +21,7 @@ import numpy as np
 # 0.5-2 s on a 2-core machine, longer than a search otherwise needs to reach its first trial.
 
 CONFIDENCE = 0.95
+MIN_SAMPLES = 6   # the fewest samples whose median has a 95 % interval
 
 
 @dataclass(frozen=True)
@@ -28,14 +29,14 @@ class TimingPolicy:
     warmup: int = 2            # launches before any sample is kept
     min_repeats: int = 10      # samples before the interval is judged
     max_repeats: int = 200     # cap on samples
-    max_seconds: float = 2.0   # cap on device time spent sampling one configuration
+    max_seconds: float = 2.0   # cap on time spent sampling one configuration (after MIN_SAMPLES)
     rel_ci: float = 0.02       # stop once the interval lies within this fraction of the median
 
 
 def median_ci(samples) -> tuple[float, float]:
-    """95 % confidence interval of the median; (nan, nan) with too few samples (< 6)."""
+    """95 % confidence interval of the median; (nan, nan) with too few samples (< MIN_SAMPLES)."""
     x = np.asarray(samples, dtype=float)
-    if x.size < 6:
+    if x.size < MIN_SAMPLES:
         return math.nan, math.nan
     from scipy import stats
 
@@ -49,6 +50,14 @@ def converged(samples, policy: TimingPolicy) -> bool:
     med = float(np.median(samples))
     low, high = median_ci(samples)
     return med - low <= policy.rel_ci * med and high - med <= policy.rel_ci * med
+
+
+def enough(samples, spent_s: float, policy: TimingPolicy) -> bool:
+    """Sampling stops at the repeat cap, once the interval is tight, or once the time cap is
+    spent: but never before the median has an interval, so every timed row carries one."""
+    n = len(samples)
+    return (n >= policy.max_repeats or converged(samples, policy)
+            or (spent_s >= policy.max_seconds and n >= MIN_SAMPLES))
 
 
 @dataclass(frozen=True)

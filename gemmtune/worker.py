@@ -5,6 +5,7 @@ gemmtune.runner, which is why a crash or a hang here costs one trial, never the 
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import signal
@@ -15,10 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.jobs import Built, Job, Outcome, StopAbove
-from gemmtune.timing import Timing, converged, median_ci
+from gemmtune.timing import MIN_SAMPLES, Timing, enough, median_ci
 
 DETAIL_LIMIT = 8000       # characters of build log or error text kept per trial
-EARLY_STOP_SAMPLES = 6    # the fewest samples whose median has a 95 % interval
 BATCH_MS = 1.0            # device time a sample's batch of calls fills, at least (see _time)
 MAX_BATCH = 64
 
@@ -113,9 +113,11 @@ def _stop_above(job: Job) -> float | None:
     return min(limits) if limits else None
 
 
-def batch_size(device_ms: float) -> int:
-    """Calls per sample: enough back-to-back calls to fill BATCH_MS of device time."""
-    return max(1, min(MAX_BATCH, int(BATCH_MS / max(device_ms, 1e-6))))
+def batch_size(device_ms: float, call_ms: float = 0.0, cap_s: float = math.inf) -> int:
+    """Calls per sample: enough back-to-back calls to fill BATCH_MS of device time, but few
+    enough that MIN_SAMPLES samples of calls costing ``call_ms`` each fit the time cap."""
+    fit = cap_s * 1e3 / (MIN_SAMPLES * call_ms) if call_ms > 0 else math.inf
+    return max(1, int(min(MAX_BATCH, BATCH_MS / max(device_ms, 1e-6), fit)))
 
 
 def _time(cl, queue, run, job: Job, kernel_events: int = 1) -> tuple[str, Timing, str]:
@@ -131,12 +133,14 @@ def _time(cl, queue, run, job: Job, kernel_events: int = 1) -> tuple[str, Timing
     from gemmtune.kernels import device_time_ms
 
     policy = job.policy
-    for _ in range(policy.warmup):
+    for _ in range(max(1, policy.warmup)):   # the last warm call sizes the batch
+        t0 = time.perf_counter()
         events = run()
-    events[-1].wait()
-    batch = batch_size(device_time_ms(events))
+        events[-1].wait()
+        call_ms = (time.perf_counter() - t0) * 1e3
+    batch = batch_size(device_time_ms(events), call_ms, policy.max_seconds)
     total, kernel, device, spent = [], [], [], 0.0
-    while len(total) < policy.max_repeats:
+    while True:
         t0 = time.perf_counter()
         for _ in range(batch):
             events = run()
@@ -146,10 +150,10 @@ def _time(cl, queue, run, job: Job, kernel_events: int = 1) -> tuple[str, Timing
         device.append(device_time_ms(events))
         kernel.append(device_time_ms(events[-kernel_events:]))
         spent += wall * 1e-3
-        if spent >= policy.max_seconds or converged(total, policy):
+        if enough(total, spent, policy):
             break
         limit = _stop_above(job)
-        if limit is not None and len(total) >= EARLY_STOP_SAMPLES and median_ci(total)[0] > limit:
+        if limit is not None and len(total) >= MIN_SAMPLES and median_ci(total)[0] > limit:
             return ("slow", Timing(tuple(total), tuple(kernel), tuple(device)),
                     f"stopped after {len(total)} samples: time interval above {limit:.4g} ms")
     return "ok", Timing(tuple(total), tuple(kernel), tuple(device)), ""

@@ -22,7 +22,7 @@ from gemmtune.cli.base import (cli, db_option, device_option, emit, format_optio
               help="numpy, torch, cupy, and/or config:NAME=VALUE,... (';' separates several configs).")
 @db_option
 @click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
-              help="Seconds of timing per contender and problem, at most.")
+              help="Seconds of timing per contender and problem once it has 6 samples.")
 @format_option("table", "json")
 def bench(device, precision, sizes, shapes_spec, baselines, db, time_cap, fmt):
     """Measure the tuned configuration against baselines as a caller pays: wall clock per call."""

@@ -281,7 +281,7 @@ def print_summary(d: dict) -> None:
 @click.option("--study", default=None, help="Study name (default: from device, precision and shape).")
 @space_option
 @click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
-              help="Device seconds of timing per configuration, at most.")
+              help="Seconds of timing per configuration once it has 6 samples.")
 @click.option("--jobs", type=click.IntRange(min=0), default=None,
               help="Compiler processes building ahead of the device (default: one per spare core; "
                    "0: build on the timing worker, one candidate at a time).")

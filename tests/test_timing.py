@@ -1,0 +1,51 @@
+"""When timing stops: every timed row has a 95 % interval of its median, however small the time cap."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gemmtune.precision import get_precision
+from gemmtune.space import load_space
+from gemmtune.timing import MIN_SAMPLES, TimingPolicy, enough, median_ci
+from gemmtune.valid import valid_configs
+from gemmtune.worker import MAX_BATCH, batch_size
+
+from helpers_foundation import TINY_SPACE
+
+
+def test_the_time_cap_stops_sampling_only_once_the_median_has_an_interval():
+    policy = TimingPolicy(max_seconds=0.01, max_repeats=200)
+    spread = list(np.linspace(1.0, 3.0, MIN_SAMPLES))  # too wide to converge
+    assert math.isnan(median_ci(spread[:-1])[0]) and not math.isnan(median_ci(spread)[0])
+    assert not enough(spread[:-1], spent_s=5.0, policy=policy)
+    assert enough(spread, spent_s=5.0, policy=policy)
+    assert not enough(spread, spent_s=0.001, policy=policy)
+    assert enough([2.0] * 10, spent_s=0.0, policy=policy)               # converged
+    assert enough([1.0, 9.0] * 2, spent_s=0.0, policy=TimingPolicy(max_repeats=4))
+
+
+def test_a_sample_batches_fewer_calls_when_the_cap_could_not_hold_enough_samples():
+    assert batch_size(0.001) == MAX_BATCH                                   # tiny kernel: amortise
+    assert batch_size(0.001, call_ms=0.5, cap_s=0.03) == 10                 # 6 samples x 10 x 0.5 ms = 30 ms
+    assert batch_size(0.001, call_ms=50.0, cap_s=0.03) == 1
+    assert batch_size(0.5, call_ms=0.6, cap_s=100.0) == 2                   # device time decides
+
+
+@pytest.mark.parametrize("cap", [1e-6, 0.05])
+def test_a_trial_under_any_time_cap_has_an_interval_around_its_median(cap, tmp_path):
+    from gemmtune.runner import Job, Runner
+
+    (tmp_path / "tiny.toml").write_text(TINY_SPACE)
+    space = load_space(tmp_path / "tiny.toml")
+    with Runner(0, trial_timeout=30) as runner:
+        config = valid_configs(space, runner.device, get_precision("s"))[0]
+        outcome = runner.run(Job(config, space.family("xgemm_k5").source, "s", 40, 24, 56,
+                                 TimingPolicy(max_seconds=cap)))
+    assert outcome.status == "ok" and outcome.check.passed
+    t = outcome.timing
+    assert t.repeats >= MIN_SAMPLES
+    low, high = t.ci_ms
+    assert low <= t.median_ms <= high
