@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from gemmtune.search.optuna_adapter import BatchedStorage, one_read, start_running_trial, trial_id
+from gemmtune.search.optuna_adapter import BatchedStorage, GroupedTpe, one_read, start_running_trial, trial_id
 
 # What Optuna says of its experimental heartbeats, which the search uses through ask/tell
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning",
@@ -100,3 +100,32 @@ def test_unbeaten_trials_are_read_from_optuna_tables(storage, study):
     time.sleep(1.1)
     assert storage.unbeaten_trial_ids(study_id, 1.0) == [trial_id(silent)]
     assert storage.unbeaten_trial_ids(study_id, 3600.0) == []
+
+
+@pytest.mark.parametrize("constant_liar", [False, True])
+def test_grouped_tpe_proposes_what_optunas_grouped_tpe_proposes(constant_liar):
+    # A conditional space as gemmtune's: each family's parameters exist only with its KERNEL;
+    # some proposals are pruned, as invalid ones are.
+    def run(sampler):
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        proposed = []
+        for i in range(60):
+            trial = study.ask()
+            kernel = trial.suggest_categorical("KERNEL", ["a", "b", "c"])
+            params = {f"{kernel}.{p}": trial.suggest_categorical(f"{kernel}.{p}", [1, 2, 4, 8, 16])
+                      for p in ("x", "y", "z")}
+            proposed.append((kernel, params))
+            if i % 7 == 3:
+                study.tell(trial, state=TrialState.PRUNED)
+            else:
+                study.tell(trial, sum(params.values()) * (2 if kernel == "b" else 1) - (i % 5))
+        return proposed
+
+    args = dict(n_startup_trials=10, n_ei_candidates=24, constant_liar=constant_liar, seed=7)
+    with pytest.warns(optuna.exceptions.ExperimentalWarning):
+        stock = optuna.samplers.TPESampler(multivariate=True, group=True, **args)
+    ours = GroupedTpe(**args)
+    got, expected = run(ours), run(stock)
+    assert got == expected
+    assert {k for k, _ in got} == {"a", "b", "c"}
+    assert len(ours._grouped) == sum(1 for i in range(60) if i % 7 != 3)   # each completed trial added once

@@ -10,6 +10,7 @@ batched writes do not hold (Optuna 4.0's RDBStorage has neither ``_set_trial_par
 * ``one_read``: the study's trials read once for a whole proposal.
 * ``start_running_trial``: a running trial created with its parameters in one write.
 * ``trial_id``: the storage's id of a trial, which heartbeats and stale-trial checks take.
+* ``GroupedTpe``: Optuna's grouped TPE, its parameter groups updated from new trials only.
 
 Optuna commits every ``suggest_*`` on its own: a gemmtune configuration has a dozen parameters,
 so a proposal cost a dozen transactions, and with the devices waiting on the search process
@@ -83,6 +84,29 @@ def one_read(study: optuna.Study):
             del study._get_trials
         else:
             study._get_trials = outer
+
+
+class GroupedTpe(optuna.samplers.TPESampler):
+    """``TPESampler(multivariate=True, group=True, ...)`` that proposes the same, for less.
+
+    Optuna's grouped TPE works out which parameters occur together by adding the distributions
+    of every completed trial to its groups, again for each proposal: a quarter of a proposal's
+    time once a study holds a thousand trials (the GPU space). Adding a trial a second time
+    changes nothing, so this adds each completed trial once."""
+
+    def __init__(self, **kwargs):
+        super().__init__(multivariate=True, group=True, **kwargs)
+        self._grouped: set[int] = set()   # numbers of the trials already in the groups
+
+    def infer_relative_search_space(self, study, trial) -> dict:
+        groups = self._group_decomposed_search_space._search_space
+        for done in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if done.number not in self._grouped:
+                groups.add_distributions(done.distributions)
+                self._grouped.add(done.number)
+        self._search_space_group = copy.deepcopy(groups)   # what sample_relative reads
+        return {name: dist for space in self._search_space_group.search_spaces
+                for name, dist in sorted(space.items()) if not dist.single()}
 
 
 class BatchedStorage(optuna.storages.RDBStorage):

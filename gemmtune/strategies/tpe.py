@@ -17,6 +17,8 @@ class Tpe(Strategy):
     def sampler(self, constant_liar: bool = False) -> optuna.samplers.BaseSampler:
         import optuna
 
+        from gemmtune.search.optuna_adapter import GroupedTpe   # TPESampler, multivariate and grouped
+
         # Arguments spelled out: Optuna 5 changed TPE's defaults, and results should not move with
         # them. With several candidates in flight, the constant liar keeps TPE from proposing them
         # again. group: each kernel family's parameters exist only with its KERNEL value; grouped,
@@ -24,5 +26,4 @@ class Tpe(Strategy):
         # one, and asks cost less: with the constant liar, every sampling reads the study afresh.
         with warnings.catch_warnings():  # "group is experimental": not the user's concern
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(n_startup_trials=10, n_ei_candidates=24, multivariate=True,
-                                              group=True, constant_liar=constant_liar, seed=self.seed)
+            return GroupedTpe(n_startup_trials=10, n_ei_candidates=24, constant_liar=constant_liar, seed=self.seed)
