@@ -102,30 +102,45 @@ def test_unbeaten_trials_are_read_from_optuna_tables(storage, study):
     assert storage.unbeaten_trial_ids(study_id, 3600.0) == []
 
 
-@pytest.mark.parametrize("constant_liar", [False, True])
-def test_grouped_tpe_proposes_what_optunas_grouped_tpe_proposes(constant_liar):
+def _conditional_run(sampler, families=("a", "b", "c"), n=60):
     # A conditional space as gemmtune's: each family's parameters exist only with its KERNEL;
     # some proposals are pruned, as invalid ones are.
-    def run(sampler):
-        study = optuna.create_study(direction="maximize", sampler=sampler)
-        proposed = []
-        for i in range(60):
-            trial = study.ask()
-            kernel = trial.suggest_categorical("KERNEL", ["a", "b", "c"])
-            params = {f"{kernel}.{p}": trial.suggest_categorical(f"{kernel}.{p}", [1, 2, 4, 8, 16])
-                      for p in ("x", "y", "z")}
-            proposed.append((kernel, params))
-            if i % 7 == 3:
-                study.tell(trial, state=TrialState.PRUNED)
-            else:
-                study.tell(trial, sum(params.values()) * (2 if kernel == "b" else 1) - (i % 5))
-        return proposed
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    proposed = []
+    for i in range(n):
+        trial = study.ask()
+        kernel = trial.suggest_categorical("KERNEL", list(families)) if len(families) > 1 else families[0]
+        params = {f"{kernel}.{p}": trial.suggest_categorical(f"{kernel}.{p}", [1, 2, 4, 8, 16])
+                  for p in ("x", "y", "z")}
+        proposed.append((kernel, params, set(trial.relative_params)))
+        if i % 7 == 3:
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, sum(params.values()) * (2 if kernel == "b" else 1) - (i % 5))
+    return proposed
 
+
+@pytest.mark.parametrize("constant_liar", [False, True])
+def test_grouped_tpe_adds_each_trial_to_its_groups_once_and_proposes_as_optuna_does(constant_liar):
     args = dict(n_startup_trials=10, n_ei_candidates=24, constant_liar=constant_liar, seed=7)
+    for families in (("a",), ("a", "b", "c")):   # without a choice, several families too
+        with pytest.warns(optuna.exceptions.ExperimentalWarning):
+            stock = optuna.samplers.TPESampler(multivariate=True, group=True, **args)
+        ours = GroupedTpe(**args)
+        assert _conditional_run(ours, families) == _conditional_run(stock, families)
+        assert len(ours._grouped) == sum(1 for i in range(60) if i % 7 != 3)   # each completed trial once
+
+
+@pytest.mark.parametrize("constant_liar", [False, True])
+def test_grouped_tpe_samples_only_the_chosen_familys_group(constant_liar):
+    args = dict(n_startup_trials=10, n_ei_candidates=24, constant_liar=constant_liar, seed=7)
+    got = _conditional_run(GroupedTpe(choice="KERNEL", **args))
     with pytest.warns(optuna.exceptions.ExperimentalWarning):
-        stock = optuna.samplers.TPESampler(multivariate=True, group=True, **args)
-    ours = GroupedTpe(**args)
-    got, expected = run(ours), run(stock)
-    assert got == expected
-    assert {k for k, _ in got} == {"a", "b", "c"}
-    assert len(ours._grouped) == sum(1 for i in range(60) if i % 7 != 3)   # each completed trial added once
+        stock = _conditional_run(optuna.samplers.TPESampler(multivariate=True, group=True, **args))
+    assert got[:10] == stock[:10]                      # random start-up trials: nothing to skip
+    for kernel, params, relative in got[10:]:
+        assert "KERNEL" in relative and relative - {"KERNEL"} == set(params)
+    for kernel, params, relative in stock[10:]:
+        assert relative > {"KERNEL", *params}          # Optuna samples the other families' too
+    # It still learns: family b scores twice as much, and most proposals after the start go to it.
+    assert sum(k == "b" for k, _, _ in got[30:]) > 15
