@@ -63,7 +63,7 @@ def bench(device, precision, sizes, shapes_spec, baselines, db, time_cap, fmt):
 @click.option("--copy-mib", type=click.IntRange(min=1), default=None,
               help="MiB copied for the bandwidth (default 256 on a GPU, 64 otherwise).")
 @click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="Device seconds of timing per quantity, at most.")
+              help="Device seconds of timing per quantity once it has 6 samples.")
 @format_option("table", "json")
 def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
     """Measure the device's multiply-add throughput per precision and its memory bandwidth."""
