@@ -16,7 +16,11 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
   trial, as in search; ``tpe-seeded`` then enqueues the model's K seeds (``model.seeds``: the
   best-predicted configurations, one per distinct prediction);
 * ``default`` replays what ``gemmtune search`` does without ``--sampler`` and ``--no-seed``:
-  the default strategy, after the model's seeds where that strategy allows them;
+  after the baseline, the best configurations of the nearest other tuned shapes of the device
+  and precision in the same database (``tuned.nearby_configs``: the study's own shape never
+  among them; those outside the recorded space left out, as the search would measure them at
+  no gain here), then the model's seeds where the default strategy allows them, then the
+  strategy;
 * a strategy that learns from the device's other results (``learned``) gets the rows of the
   other studies of the same device in the same database: the study replayed is never among
   them, so a database of several exhaustive studies replays each one left out.
@@ -168,11 +172,13 @@ class ReplayRun:
 
 
 def replay_once(land: Landscape, sampler: str, seed: int, target: float,
-                first: Sequence[Config] = (), device: DeviceInfo | None = None, prior=None) -> ReplayRun:
+                first: Sequence[Config] = (), device: DeviceInfo | None = None, prior=None,
+                nearby: Sequence[Config] = ()) -> ReplayRun:
     """One search of ``land`` with the strategy ``sampler``, stopping at the first measured ``ok``
     trial that reaches ``target`` x the best. ``first`` (the model's picks) are enqueued after
-    the baseline where the strategy is model-seeded, or ``default`` and allows them; ``device``
-    and ``prior`` (the device's other results rows) are what the strategy is prepared with."""
+    the baseline where the strategy is model-seeded, or ``default`` and allows them; ``nearby``
+    (the nearest tuned shapes' bests) before them for ``default`` only; ``device`` and ``prior``
+    (the device's other results rows) are what the strategy is prepared with."""
     from gemmtune.learned import Problem
 
     threshold = target * land.best
@@ -181,6 +187,8 @@ def replay_once(land: Landscape, sampler: str, seed: int, target: float,
         strategy.prepare(Problem(device, land.precision, *land.shape, peaks=land.peaks), prior)
     if not (strategy.model_seeded or (sampler == "default" and strategy.allows_model_seeds)):
         first = ()
+    if sampler == "default":
+        first = [*nearby, *first]
     with quiet_optuna():
         return _replay(land, strategy, memory_study(strategy), random.Random(seed), threshold, first)
 
@@ -292,10 +300,21 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     prior = other_studies(land) if any(s == "default" or STRATEGIES[s].wants_prior for s in samplers) else None
     if prior is not None and device is not None:
         result.learned_spearman = learned_spearman(land, device, prior)
+    nearby = nearby_configs(land, device) if "default" in samplers and device is not None else []
     for sampler in samplers:
-        runs = [replay_once(land, sampler, s, target, top, device, prior) for s in range(seeds)]
+        runs = [replay_once(land, sampler, s, target, top, device, prior, nearby) for s in range(seeds)]
         result.trials[sampler] = [r.trials for r in runs]
     return result
+
+
+def nearby_configs(land: Landscape, dev: DeviceInfo) -> list[Config]:
+    """What a search at the study's shape starts from after its baseline: the best recorded
+    configurations of the nearest other tuned shapes in the same database, as the landscape
+    spells them; those it did not record are left out."""
+    from gemmtune.tuned import nearby_configs as tuned_nearby
+
+    placed = [_place(land.space, c.kernel, c.params) for c in tuned_nearby(land.url, dev, land.precision, *land.shape)]
+    return [config for _, config in filter(None, placed) if config_key(config.kernel, config.params) in land.values]
 
 
 def other_studies(land: Landscape) -> pd.DataFrame:

@@ -359,3 +359,28 @@ def test_the_model_uses_the_device_the_search_stored(tmp_path, add_result):
         store.close()
     land = rp.load_landscape(f"sqlite:///{db}", "far")
     assert rp.device_for(land) == dev
+
+
+def test_default_starts_from_the_best_of_the_nearest_tuned_shape(tmp_path):
+    """As search does: after the baseline, the nearest other tuned shape's best is measured
+    before the model's seeds, so a tiling that carries over is found at once."""
+    from gemmtune.families import FAMILIES
+
+    dev, s = gpu(), get_precision("s")
+    ranked = [c for c in model.rank(SYNTHETIC, dev, s, 512, 512, 512)
+              if FAMILIES[c.kernel].broken(recorded_as(c).params, dev, s) is None]
+    best = spelled(ranked[-1])   # the model's last pick: no seed finds it
+    value = lambda c: 2000.0 if c == best else 1000.0 + SYNTHETIC.index(c)
+    with_other, alone = tmp_path / "n.db", tmp_path / "alone.db"
+    for db in (with_other, alone):
+        landscape(db, value)
+    landscape(with_other, lambda c: 900.0 if c == best else 100.0, study="other", m=1024)
+    # and a study of the replayed shape itself, which must not be used
+    landscape(with_other, lambda c: 5000.0 if c == SYNTHETIC[0] else 10.0, study="same-shape")
+
+    land = rp.load_landscape(f"sqlite:///{with_other}", "synthetic")
+    assert rp.nearby_configs(land, dev) == [recorded_as(best)]
+    assert rp.replay(land, ["default"], seeds=3, target=1.0, device=dev).trials["default"] == [1, 1, 1]
+    land = rp.load_landscape(f"sqlite:///{alone}", "synthetic")
+    assert rp.nearby_configs(land, dev) == []
+    assert min(rp.replay(land, ["default"], seeds=3, target=1.0, device=dev).trials["default"]) > 10
