@@ -73,9 +73,14 @@ def test_without_other_studies_the_strategy_starts_from_the_model_seeds(two_stud
 
 def test_replay_default_is_what_search_does_without_options(two_studies, monkeypatch):
     """"default" replays the search's default strategy, seeded by the model where that strategy
-    allows it, with the same prior."""
+    allows it, with the same prior, after the nearest other tuned shape's best."""
     land, dev = rp.load_landscape(two_studies, "at-256"), gpu()
+    nearby = rp.nearby_configs(land, dev)
+    assert len(nearby) == 1 and land.gflops(nearby[0]) < land.best   # at-512's best is not at-256's
     monkeypatch.setattr(rp, "DEFAULT", "tpe")
+    seeded = rp.replay(land, ["default", "tpe-seeded"], seeds=3, target=1.0, device=dev)
+    assert seeded.trials["default"] == [t + 1 for t in seeded.trials["tpe-seeded"]]
+    monkeypatch.setattr(rp, "nearby_configs", lambda land, dev: [])
     seeded = rp.replay(land, ["default", "tpe-seeded"], seeds=3, target=1.0, device=dev)
     assert seeded.trials["default"] == seeded.trials["tpe-seeded"]
     monkeypatch.setattr(rp, "DEFAULT", "learned")
