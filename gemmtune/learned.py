@@ -101,6 +101,23 @@ class CostModel:
         return each.mean(axis=0), each.std(axis=0)
 
 
+class Corrected:
+    """A prior model plus trees fitted to its errors on this search's rows; with no prior, the
+    trees alone. The spreads add as independent errors do."""
+
+    def __init__(self, prior: CostModel | None, x: np.ndarray, y: np.ndarray, seed: int | None = None):
+        self.prior = prior
+        base = prior.predict(x)[0] if prior is not None else 0.0
+        self.correction = CostModel(seed).fit(x, y - base) if len(y) >= 2 else None
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mean, spread = self.prior.predict(x) if self.prior is not None else (np.zeros(len(x)), np.zeros(len(x)))
+        if self.correction is not None:
+            more, more_spread = self.correction.predict(x)
+            mean, spread = mean + more, np.hypot(spread, more_spread)
+        return mean, spread
+
+
 def training_rows(rows: pd.DataFrame, dev: DeviceInfo, peaks=None) -> tuple[np.ndarray, np.ndarray]:
     """Features and targets of the ``ok`` and ``slow`` rows of ``rows`` (a results frame),
     each at its own problem, on ``dev``; rows of families or parameters not shipped are left

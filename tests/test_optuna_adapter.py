@@ -11,7 +11,8 @@ import sqlalchemy as sa
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from gemmtune.search.optuna_adapter import BatchedStorage, GroupedTpe, one_read, start_running_trial, trial_id
+from gemmtune.search.optuna_adapter import (BatchedStorage, BoundedHistory, GroupedTpe, one_read, start_running_trial,
+                                             trial_id)
 
 # What Optuna says of its experimental heartbeats, which the search uses through ask/tell
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning",
@@ -144,3 +145,62 @@ def test_grouped_tpe_samples_only_the_chosen_familys_group(constant_liar):
         assert relative > {"KERNEL", *params}          # Optuna samples the other families' too
     # It still learns: family b scores twice as much, and most proposals after the start go to it.
     assert sum(k == "b" for k, _, _ in got[30:]) > 15
+
+
+def _told(study, value=None, state=None):
+    trial = study.ask({"x": CategoricalDistribution([1, 2, 3])})
+    if value is not None:
+        study.tell(trial, value)
+    elif state is not None:
+        study.tell(trial, state=state)
+    return trial
+
+
+def test_bounded_history_shows_the_best_the_latest_and_the_running():
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    history = BoundedHistory(keep=5, best=3)
+    late = _told(study)                                    # running while the others finish
+    for i in range(20):
+        _told(study, value=float((i * 7) % 20)) if i % 4 else _told(study, state=TrialState.PRUNED)
+    running = _told(study)
+    numbers = lambda trials: [t.number for t in trials]    # noqa: E731
+    everything = study.get_trials(deepcopy=False)
+    with history.view(study):
+        seen = study._get_trials(deepcopy=False, states=None, use_cache=False)
+        complete = study._get_trials(deepcopy=True, states=(TrialState.COMPLETE,))
+    done = [t for t in everything if t.state == TrialState.COMPLETE]
+    best3 = sorted(done, key=lambda t: t.value)[-3:]
+    latest5 = [t for t in everything if t.state.is_finished()][-5:]
+    assert numbers(seen) == sorted({*numbers(best3), *numbers(latest5), late.number, running.number})
+    assert all(t.state == TrialState.COMPLETE for t in complete) and len(complete) < len(done)
+    assert "_get_trials" not in vars(study)                # the study is put back
+    # A trial that finishes after later ones did, with the best value, is among the best next time.
+    study.tell(late, 100.0)
+    with history.view(study):
+        seen = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=False)
+    assert late.number in numbers(seen) and running.number not in numbers(seen)
+    assert len(seen) <= 3 + 5
+
+
+def test_grouped_tpe_reads_a_bounded_history_and_proposes_as_optuna_does_within_it():
+    args = dict(n_startup_trials=10, n_ei_candidates=24, constant_liar=True, seed=7)
+    with pytest.warns(optuna.exceptions.ExperimentalWarning):
+        stock = optuna.samplers.TPESampler(multivariate=True, group=True, **args)
+    # Within the bound, the same proposals; beyond it, TPE's estimators see at most the bound.
+    assert _conditional_run(GroupedTpe(**args), ("a",), n=80) == _conditional_run(stock, ("a",), n=80)
+    ours = GroupedTpe(**args)
+    ours._history = BoundedHistory(keep=20, best=5)
+    read = []
+    real = GroupedTpe._build_parzen_estimator
+
+    def spy(self, study, search_space, trials, handle_below):
+        read.append(len(trials))
+        return real(self, study, search_space, trials, handle_below)
+
+    GroupedTpe._build_parzen_estimator = spy
+    try:
+        _conditional_run(ours, ("a",), n=80)
+    finally:
+        GroupedTpe._build_parzen_estimator = real
+    assert read and max(read) <= 20 + 5 + 1                # below + above: the kept trials, and the one asked
+    assert max(read) > 20                                  # the bound is reached, not undershot
