@@ -9,7 +9,8 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
 * the first proposal of a recorded configuration is a measured trial: told its recorded GFLOP/s
   (for ``slow``, the estimate search recorded and told), or FAIL for a failure (compile_error,
   wrong_result, ...); it counts;
-* a proposal measured before in this replay is told the same again and does not count;
+* a proposal measured before in this replay is told the same again and does not count; what
+  the strategy names instead (``Strategy.repeated``) is proposed next, as in search;
 * after ``strategies.MAX_FREE_PROPOSALS`` proposals in a row that did not count, a random
   unmeasured recorded configuration is enqueued (as search does with the valid space);
 * the study's baseline configuration (its row with ``baseline`` = 1), if any, is the first

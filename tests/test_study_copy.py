@@ -137,3 +137,71 @@ def test_only_the_proposals_to_measure_are_written_to_the_database(study):
     again = [t for t in copy.study.trials if t.state == TrialState.COMPLETE][8:]
     assert all(p.measured[config_key(*_kp(proposals, t))] == ("ok", t.value) for t in again)
     assert len(copy.study.trials) == 8 + len(pruned) + len(again)
+
+
+WIDE = parse_space("[xgemm_k5]\nTSM = [16, 32, 64, 128]\nTSN = [16, 32, 64]\nTSK = [8, 16]\nWPTN = [1, 2, 4]\n"
+                   "PAD = [0, 1]\nTRANSPOSEX = [8]\nTRANSPOSEY = [8]\n", "test")
+
+
+def wide_configs() -> list[Config]:
+    fs = WIDE.families[0]
+    return [Config.of("xgemm_k5", dict(zip(fs.values, point))) for point in itertools.product(*fs.values.values())]
+
+
+def _differ(a: Config, b: Config) -> list[str]:
+    return [name for name in a.params if a.params[name] != b.params[name]]
+
+
+def test_an_unmeasured_neighbour_differs_in_one_parameter_a_step_first():
+    p = Proposer(None, Proposals(WIDE), wide_configs(), {}, make_strategy("tpe", 3), random.Random(3), [])
+    values = WIDE.families[0].values
+    middle = Config.of("xgemm_k5", {name: v[len(v) // 2] for name, v in values.items()})
+    seen = set()
+    for _ in range(30):
+        got = p.unmeasured_neighbour(middle)
+        (name,) = _differ(middle, got)
+        seen.add(name)
+        step = abs(values[name].index(got.params[name]) - values[name].index(middle.params[name]))
+        assert step == 1 and p.is_valid(got)
+    assert len(seen) > 2                                   # drawn at random among the steps
+    # Every step measured: a larger change of one parameter; everything measured: none.
+    for name, choices in values.items():
+        i = choices.index(middle.params[name])
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(choices):
+                c = Config.of("xgemm_k5", {**middle.params, name: choices[j]})
+                p.measured[config_key(c.kernel, c.params)] = ("ok", 1.0)
+    got = p.unmeasured_neighbour(middle)
+    (name,) = _differ(middle, got)
+    assert abs(values[name].index(got.params[name]) - values[name].index(middle.params[name])) > 1
+    for c in wide_configs():
+        p.measured[config_key(c.kernel, c.params)] = ("ok", 1.0)
+    assert p.unmeasured_neighbour(middle) is None
+
+
+def test_a_repeated_proposal_is_followed_by_a_neighbour_for_tpe_only():
+    """TPE's sampler re-proposing what was measured costs an ask each time: the proposer then
+    measures an unmeasured neighbour of it. Other strategies ask again."""
+    from gemmtune.strategies.base import Strategy
+    from gemmtune.strategies.tpe import REPEATS, Tpe
+
+    fixed = wide_configs()[40]
+    for base, neighbour in ((Tpe, True), (Strategy, False)):
+        class Stuck(base):
+            def propose(self, candidates):
+                return fixed if candidates.free < 25 else candidates.random_unmeasured()
+
+        strategy = Stuck(3)
+        p = Proposer(optuna.create_study(direction="maximize", sampler=strategy.sampler()), Proposals(WIDE),
+                     wide_configs(), {}, strategy, random.Random(3), [])
+        trial, config, key = p.next()
+        assert config == fixed
+        p.measured[key] = ("ok", 5.0)
+        p.tell(trial, config, 5.0)
+        trial, config, key = p.next()
+        repeats = [t for t in p.study.trials if t.params == p.study.trials[0].params][1:]
+        assert repeats and all(t.state == TrialState.COMPLETE and t.value == 5.0 for t in repeats)  # told again
+        if neighbour:   # after REPEATS free proposals in a row
+            assert len(_differ(fixed, config)) == 1 and len(repeats) == REPEATS
+        else:   # asked again until the run of free proposals ends in a random pick
+            assert len(repeats) == 25 and config != fixed

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import random
+from typing import Callable
 
-from gemmtune.space import Config
+from gemmtune.space import Config, Space
 
 
 def config_key(kernel: str, params: dict) -> tuple:
@@ -13,11 +14,15 @@ def config_key(kernel: str, params: dict) -> tuple:
 
 
 class Unmeasured:
-    """The configurations of ``valid`` whose keys are not in ``measured``, drawn with ``rng``."""
+    """The configurations of ``valid`` whose keys are not in ``measured``, drawn with ``rng``;
+    ``is_valid`` says whether a configuration is one of ``valid``, ``space`` what values each
+    family's parameters take."""
 
     valid: list[Config]
     measured: dict
     rng: random.Random
+    is_valid: Callable[[Config], bool]
+    space: Space
 
     def unmeasured(self) -> list[Config]:
         return [c for c in self.valid if config_key(c.kernel, c.params) not in self.measured]
@@ -41,3 +46,25 @@ class Unmeasured:
 
     def first_unmeasured(self, order) -> Config | None:
         return next((c for c in order if config_key(c.kernel, c.params) not in self.measured), None)
+
+    def unmeasured_neighbour(self, config: Config) -> Config | None:
+        """A valid, unmeasured configuration that differs from ``config`` in one parameter, drawn
+        at random: a step to the next value of the space first, any other value after; None
+        where there is none."""
+        values = self.space.family(config.kernel).values
+        steps, jumps = [], []
+        for name, choices in values.items():
+            here = config.params.get(name)
+            if here not in choices:
+                continue
+            i = choices.index(here)
+            for j, value in enumerate(choices):
+                if j != i:
+                    (steps if abs(j - i) == 1 else jumps).append((name, value))
+        self.rng.shuffle(steps)
+        self.rng.shuffle(jumps)
+        for name, value in steps + jumps:
+            c = Config.of(config.kernel, {**config.params, name: value})
+            if config_key(c.kernel, c.params) not in self.measured and self.is_valid(c):
+                return c
+        return None

@@ -7,7 +7,8 @@ Driven with ``study.ask()`` / ``study.tell()`` so that gemmtune decides what a t
 * A proposal that breaks a constraint is told to Optuna as PRUNED (TPE ranks pruned trials
   below every completed one, so it learns to avoid them) without any build, and does not count
   against ``--trials``. Neither does a proposal measured before in this study: Optuna is told
-  the earlier value, and nothing is rebuilt.
+  the earlier value, and nothing is rebuilt; the strategy may name what to measure instead
+  (``Strategy.repeated``: TPE's takes an unmeasured neighbour).
 * What to propose is the strategy's choice (``gemmtune.strategies``): a configuration of its
   own, or Optuna's sampler's.
 """
@@ -137,6 +138,7 @@ class Proposer(Unmeasured):
                  asked: Callable | None = None, is_valid: Callable[[Config], bool] | None = None,
                  copy: StudyCopy | None = None):
         self.study, self.proposals, self.valid, self.measured = study, proposals, valid, measured
+        self.space = proposals.space
         self.copy = copy   # where proposals are sampled, if not in ``study`` itself
         self.strategy, self.rng, self.pending, self.why_invalid = strategy, rng, pending, why_invalid
         self.claim, self.refresh, self.batch, self.asked = claim, refresh, batch, asked
@@ -214,6 +216,9 @@ class Proposer(Unmeasured):
                 continue
             if key in measured:
                 self._tell_known(trial, *measured[key])
+                instead = None if measured[key][0] in IN_FLIGHT else self.strategy.repeated(config, self)
+                if instead is not None:
+                    self.pending.append(instead)
                 continue
             trial = self._store(trial, config)
             if self.claim is not None and not self.claim(key, trial):

@@ -35,6 +35,7 @@ class Candidates(Protocol):
     def random_unmeasured(self) -> Config | None: ...
     def sample_unmeasured(self, count: int) -> list[Config]: ...
     def first_unmeasured(self, order: Sequence[Config]) -> Config | None: ...
+    def unmeasured_neighbour(self, config: Config) -> Config | None: ...
 
 
 class Strategy:
@@ -72,6 +73,11 @@ class Strategy:
         if candidates.free >= MAX_FREE_PROPOSALS:
             return candidates.random_unmeasured()
         return ASK
+
+    def repeated(self, config: Config, candidates: Candidates) -> Config | None:
+        """The sampler proposed ``config``, measured before (it is told the value again): what to
+        measure next instead, or None to ask the strategy again."""
+        return None
 
     def prepare(self, problem: Problem, prior: pd.DataFrame | None) -> None:
         """Before the first proposal: the problem searched (``gemmtune.learned.Problem``) and the

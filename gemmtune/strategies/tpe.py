@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from gemmtune.strategies.base import Strategy
 
+REPEATS = 3   # free proposals in a row before a repeat is answered with its neighbour
+
 if TYPE_CHECKING:
     import optuna
 
@@ -29,3 +31,10 @@ class Tpe(Strategy):
             # KERNEL picks the family (session.Proposals): only the chosen family's group is sampled.
             return GroupedTpe(choice="KERNEL", n_startup_trials=10, n_ei_candidates=24, constant_liar=constant_liar,
                               seed=self.seed)
+
+    def repeated(self, config, candidates):
+        # Once TPE has found a good region it proposes what it measured there again and again
+        # (each repeat told its value again sharpens its estimate of that region): runs of up
+        # to MAX_FREE_PROPOSALS asks late in a search, each a full TPE proposal. After a few,
+        # one step away from the repeat is where it points; before, TPE's own next choice.
+        return candidates.unmeasured_neighbour(config) if candidates.free >= REPEATS else None
