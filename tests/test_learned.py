@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_replay import SYNTHETIC, gpu, landscape  # noqa: E402
 
 from gemmtune import learned, replay as rp  # noqa: E402
+from gemmtune.model import spearman  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.strategies import STRATEGIES  # noqa: E402
 
@@ -55,7 +56,6 @@ def test_a_correction_fitted_to_this_searchs_rows_overrules_a_wrong_prior():
     here = rng.uniform(0, 1, (40, 2))
     fresh = rng.uniform(0, 1, (200, 2))
     truth = fresh[:, 1]
-    spearman = lambda a, b: np.corrcoef(np.argsort(np.argsort(a)), np.argsort(np.argsort(b)))[0, 1]  # noqa: E731
     assert spearman(prior.predict(fresh)[0], truth) < 0.3
     for base in (prior, None):
         corrected = learned.Corrected(base, here, here[:, 1], seed=0)

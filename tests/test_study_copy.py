@@ -26,9 +26,9 @@ from gemmtune.strategies import make_strategy
 SPACE = parse_space(SMALL_SPACE, "test")
 
 
-def configs() -> list[Config]:
-    """Every point of SPACE (all valid here: the proposer is given them as its valid set)."""
-    fs = SPACE.families[0]
+def configs(space=SPACE) -> list[Config]:
+    """Every point of ``space`` (all valid here: the proposer is given them as its valid set)."""
+    fs = space.families[0]
     return [Config.of("xgemm_k5", dict(zip(fs.values, point))) for point in itertools.product(*fs.values.values())]
 
 
@@ -143,17 +143,12 @@ WIDE = parse_space("[xgemm_k5]\nTSM = [16, 32, 64, 128]\nTSN = [16, 32, 64]\nTSK
                    "PAD = [0, 1]\nTRANSPOSEX = [8]\nTRANSPOSEY = [8]\n", "test")
 
 
-def wide_configs() -> list[Config]:
-    fs = WIDE.families[0]
-    return [Config.of("xgemm_k5", dict(zip(fs.values, point))) for point in itertools.product(*fs.values.values())]
-
-
 def _differ(a: Config, b: Config) -> list[str]:
     return [name for name in a.params if a.params[name] != b.params[name]]
 
 
 def test_an_unmeasured_neighbour_differs_in_one_parameter_a_step_first():
-    p = Proposer(None, Proposals(WIDE), wide_configs(), {}, make_strategy("tpe", 3), random.Random(3), [])
+    p = Proposer(None, Proposals(WIDE), configs(WIDE), {}, make_strategy("tpe", 3), random.Random(3), [])
     values = WIDE.families[0].values
     middle = Config.of("xgemm_k5", {name: v[len(v) // 2] for name, v in values.items()})
     seen = set()
@@ -174,7 +169,7 @@ def test_an_unmeasured_neighbour_differs_in_one_parameter_a_step_first():
     got = p.unmeasured_neighbour(middle)
     (name,) = _differ(middle, got)
     assert abs(values[name].index(got.params[name]) - values[name].index(middle.params[name])) > 1
-    for c in wide_configs():
+    for c in configs(WIDE):
         p.measured[config_key(c.kernel, c.params)] = ("ok", 1.0)
     assert p.unmeasured_neighbour(middle) is None
 
@@ -182,18 +177,18 @@ def test_an_unmeasured_neighbour_differs_in_one_parameter_a_step_first():
 def test_a_repeated_proposal_is_followed_by_a_neighbour_for_tpe_only():
     """TPE's sampler re-proposing what was measured costs an ask each time: the proposer then
     measures an unmeasured neighbour of it. Other strategies ask again."""
-    from gemmtune.strategies.base import Strategy
+    from gemmtune.strategies.base import MAX_FREE_PROPOSALS, Strategy
     from gemmtune.strategies.tpe import REPEATS, Tpe
 
-    fixed = wide_configs()[40]
+    fixed = configs(WIDE)[40]
     for base, neighbour in ((Tpe, True), (Strategy, False)):
         class Stuck(base):
             def propose(self, candidates):
-                return fixed if candidates.free < 25 else candidates.random_unmeasured()
+                return fixed if candidates.free < MAX_FREE_PROPOSALS else candidates.random_unmeasured()
 
         strategy = Stuck(3)
         p = Proposer(optuna.create_study(direction="maximize", sampler=strategy.sampler()), Proposals(WIDE),
-                     wide_configs(), {}, strategy, random.Random(3), [])
+                     configs(WIDE), {}, strategy, random.Random(3), [])
         trial, config, key = p.next()
         assert config == fixed
         p.measured[key] = ("ok", 5.0)
@@ -204,4 +199,4 @@ def test_a_repeated_proposal_is_followed_by_a_neighbour_for_tpe_only():
         if neighbour:   # after REPEATS free proposals in a row
             assert len(_differ(fixed, config)) == 1 and len(repeats) == REPEATS
         else:   # asked again until the run of free proposals ends in a random pick
-            assert len(repeats) == 25 and config != fixed
+            assert len(repeats) == MAX_FREE_PROPOSALS and config != fixed
