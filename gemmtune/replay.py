@@ -26,6 +26,10 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
   other studies of the same device in the same database: the study replayed is never among
   them, so a database of several exhaustive studies replays each one left out.
 
+A search proposes a few candidates ahead of its devices (``search.ahead``: the sampler sees
+them as running trials, as it sees every candidate in flight); a replay proposes one at a time,
+each after the previous one's value, so that a seed replays alike.
+
 A replay stops at the first measured ``ok`` trial that reaches ``target`` x the study's best
 GFLOP/s and reports how many measured trials that took. For a study that is not exhaustive, the
 replay is a search of the configurations it recorded. A grid study searched with early stop

@@ -93,6 +93,27 @@ def test_a_batch_queues_parameters_and_attributes_through_the_private_writers(st
     assert set(frozen.params) == {"A", "B"} and frozen.user_attrs == {"k": "v"}
 
 
+def test_a_batch_reads_the_trial_once_for_all_its_parameters(storage, study):
+    names = [f"P{i}" for i in range(12)]
+    dists = {name: CategoricalDistribution([1, 2, 4]) for name in names}
+    start_running_trial(study, {name: 1 for name in names}, dists, storage.batch)   # distributions now known
+    reads = []
+    sa.event.listen(storage.engine, "before_cursor_execute",
+                    lambda conn, cursor, text, *a: reads.append(text) if text.lstrip().upper().startswith("SELECT") else None)
+    trial = start_running_trial(study, {name: 4 for name in names}, dists, storage.batch)
+    of_trials = [t for t in reads if "FROM trials" in t and "trial_params" not in t]
+    assert len(of_trials) <= 3   # creating it and reading it back; not once per parameter
+    assert storage.get_trial(trial_id(trial)).params == {name: 4 for name in names}
+    study.tell(trial, 1.0)
+    cached = study._storage   # what passes the parameter's known distribution, as in a search
+    with pytest.raises(RuntimeError):   # a finished trial takes no parameters, as with Optuna's writer
+        with storage.batch():
+            cached.set_trial_param(trial_id(trial), "P1", 0, dists["P1"])
+    with pytest.raises(ValueError):     # nor a distribution incompatible with the study's
+        with storage.batch():
+            cached.set_trial_param(trial_id(study.ask()), "P0", 0, CategoricalDistribution(["x", "y"]))
+
+
 def test_unbeaten_trials_are_read_from_optuna_tables(storage, study):
     study_id = storage.get_study_id_from_name("a")
     silent = start_running_trial(study, {"A": 1}, {"A": CategoricalDistribution([1, 2])})
@@ -103,17 +124,22 @@ def test_unbeaten_trials_are_read_from_optuna_tables(storage, study):
     assert storage.unbeaten_trial_ids(study_id, 3600.0) == []
 
 
-def _conditional_run(sampler, families=("a", "b", "c"), n=60):
+def _conditional_run(sampler, families=("a", "b", "c"), n=60, ahead=0):
     # A conditional space as gemmtune's: each family's parameters exist only with its KERNEL;
-    # some proposals are pruned, as invalid ones are.
+    # some proposals are pruned, as invalid ones are; ``ahead`` trials stay running while the
+    # next is asked, as candidates in flight do.
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    proposed = []
+    proposed, flying = [], []
     for i in range(n):
         trial = study.ask()
         kernel = trial.suggest_categorical("KERNEL", list(families)) if len(families) > 1 else families[0]
         params = {f"{kernel}.{p}": trial.suggest_categorical(f"{kernel}.{p}", [1, 2, 4, 8, 16])
                   for p in ("x", "y", "z")}
         proposed.append((kernel, params, set(trial.relative_params)))
+        flying.append((i, trial, kernel, params))
+        if len(flying) <= ahead:
+            continue
+        i, trial, kernel, params = flying.pop(0)
         if i % 7 == 3:
             study.tell(trial, state=TrialState.PRUNED)
         else:
@@ -204,3 +230,33 @@ def test_grouped_tpe_reads_a_bounded_history_and_proposes_as_optuna_does_within_
         GroupedTpe._build_parzen_estimator = real
     assert read and max(read) <= 20 + 5 + 1                # below + above: the kept trials, and the one asked
     assert max(read) > 20                                  # the bound is reached, not undershot
+
+
+def test_grouped_tpe_splits_once_per_proposal_and_converts_a_trial_once_proposing_as_optuna_does(monkeypatch):
+    from optuna.samplers._tpe import sampler as tpe_module
+
+    args = dict(n_startup_trials=10, n_ei_candidates=24, constant_liar=True, seed=3)
+    with pytest.warns(optuna.exceptions.ExperimentalWarning):
+        stock = optuna.samplers.TPESampler(multivariate=True, group=True, **args)
+    # Candidates in flight while others are asked, pruned ones among the finished: the same
+    # proposals as Optuna's, though its split and conversions are done once.
+    assert _conditional_run(GroupedTpe(**args), ("a",), n=70, ahead=3) == _conditional_run(stock, ("a",), n=70, ahead=3)
+    splits, converted = [], []
+    real_split = tpe_module._split_trials
+    spy = lambda *a: splits.append(1) or real_split(*a)   # noqa: E731
+    monkeypatch.setattr(tpe_module, "_split_trials", spy)
+    real_convert = CategoricalDistribution.to_internal_repr
+    monkeypatch.setattr(CategoricalDistribution, "to_internal_repr",
+                        lambda self, v: converted.append(1) or real_convert(self, v))
+    ours = GroupedTpe(choice="KERNEL", **args)
+    proposed = _conditional_run(ours, n=60, ahead=3)
+    assert tpe_module._split_trials is spy                 # put back after each proposal
+    # Two groups a proposal (KERNEL, then the family's) once 10 have finished: one split each.
+    sampled = sum(1 for _, _, relative in proposed if relative)
+    assert sampled >= 40 and len(splits) == sampled
+    # Each finished trial's 4 parameters converted once (60 asked, 3 running at the end), and the
+    # running trials' each time they are read; converting every trial for each estimator costs
+    # ten times as many.
+    assert len(converted) < 10 * 60 * 4
+    assert ours._rows and all(len(row) == len(names) for names, rows in ours._rows.items()
+                              for row in rows.values() if row is not None)

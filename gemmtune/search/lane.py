@@ -16,6 +16,7 @@ from gemmtune.info import DeviceInfo
 from gemmtune.launch import Problem
 from gemmtune.precision import Precision
 from gemmtune.runner import Compilers, Outcome, Runner
+from gemmtune.search.ahead import AheadProposer, Journal, NotReady, ahead_possible
 from gemmtune.search.pipeline import Pipeline
 from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
@@ -54,6 +55,37 @@ def prepared_strategy(req: SearchRequest, prec: Precision, dev: DeviceInfo, stor
     return strategy
 
 
+class Broken:
+    """The constraint a configuration breaks on ``dev`` for ``prec``, or None."""
+
+    def __init__(self, dev: DeviceInfo, prec: Precision):
+        self.dev, self.prec = dev, prec
+
+    def __call__(self, c: Config):
+        return FAMILIES[c.kernel].broken(c.params, self.dev, self.prec)
+
+
+def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid: ValidConfigs, store: Store,
+                     proposer: Proposer, strategy, rng: random.Random) -> tuple[tuple, list[Config]]:
+    """The baseline's key, and what to measure first: the shipped default (or the valid
+    configuration nearest it), the best of the nearest tuned shapes (or ``--start``), and the
+    model's seeds where the strategy takes them; none measured before."""
+    m, n, k = req.m, req.n, req.k
+    measured = proposer.measured
+    baseline = default_config(dev, prec, (m, n, k))
+    if not proposer.is_valid(baseline):
+        baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
+    baseline_key = config_key(baseline.kernel, baseline.params)
+    first = [baseline] if baseline_key not in measured else []
+    start = req.start if req.start is not None else tuned.nearby_configs(store.url, dev, prec, m, n, k,
+                                                                        req.trans_a + req.trans_b)
+    first += [c for c in start if config_key(c.kernel, c.params) not in {baseline_key, *measured}
+              and proposer.is_valid(c)]
+    if req.seeds and strategy.allows_model_seeds:
+        first += model_seeds(valid, req.seeds, dev, prec, m, n, k, store, rng, {*measured, baseline_key})
+    return baseline_key, first
+
+
 class Lane:
     """Other processes (``--db postgresql://...``) may search the same study: Optuna shares the
     trials, the claims table makes sure each configuration is measured once, and the results
@@ -71,35 +103,26 @@ class Lane:
         self.proposals = Proposals(space)
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)
         store.save_device(dev)
-        self.measured: dict[tuple, tuple[str, float | None]] = {}
+        self.measured: dict[tuple, tuple[str, float | None]] = Journal()
         self.seen_id = 0
+        self.learn = self.session.copy.learn   # other processes' results, for the sampler
         self.refresh()
         rng = random.Random(req.seed)
-
-        def broken(c: Config):
-            return FAMILIES[c.kernel].broken(c.params, dev, prec)
-
         self.proposer = proposer = Proposer(
-            self.session.study, self.proposals, valid, self.measured, strategy, rng, [], why_invalid=broken,
+            self.session.study, self.proposals, valid, self.measured, strategy, rng, [], why_invalid=Broken(dev, prec),
             claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
             batch=self.session.storage.batch, asked=self.session.asked,
-            is_valid=lambda c: space.allows(c) and broken(c) is None, copy=self.session.copy)
-        baseline = default_config(dev, prec, (m, n, k))
-        if not proposer.is_valid(baseline):
-            baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
-        self.baseline_key = config_key(baseline.kernel, baseline.params)
-        first = [baseline] if self.baseline_key not in self.measured else []
-        start = req.start if req.start is not None else tuned.nearby_configs(store.url, dev, prec, m, n, k,
-                                                                            req.trans_a + req.trans_b)
-        first += [c for c in start if config_key(c.kernel, c.params) not in {self.baseline_key, *self.measured}
-                  and proposer.is_valid(c)]
-        if req.seeds and strategy.allows_model_seeds:
-            first += model_seeds(valid, req.seeds, dev, prec, m, n, k, store, rng, {*self.measured, self.baseline_key})
+            is_valid=lambda c: space.allows(c) and proposer.why_invalid(c) is None, copy=self.session.copy)
+        self.baseline_key, first = first_candidates(req, prec, dev, valid, store, proposer, strategy, rng)
         proposer.pending += first
         self.budget = req.trials
         if strategy.exhaustive:
             left = len(proposer.unmeasured())
             self.budget = left if self.budget is None else min(self.budget, left)
+        self.ahead = ahead_possible()   # the sampler in a process of its own (``search.ahead``)
+        if self.ahead:
+            self.proposer = AheadProposer(proposer)
+            self.learn = self.proposer.learn
         self.done, self.failures = 0, Counter()
         self.stopped_by: str | None = None
         self.start, self.progress = time.monotonic(), None
@@ -122,8 +145,7 @@ class Lane:
 
     def refresh(self) -> None:
         """Read results rows recorded since the last look (by any process) into ``measured``."""
-        self.seen_id = read_results(self.store, self.name, self.space, self.seen_id, self.measured,
-                                    self.session.copy.learn)
+        self.seen_id = read_results(self.store, self.name, self.space, self.seen_id, self.measured, self.learn)
 
     def _lost(self, number: int, params: dict) -> None:
         """Another process's trial failed as stale: record it, once."""
@@ -144,6 +166,8 @@ class Lane:
             return False
         with quiet_heartbeat():
             proposal = self.proposer.next()
+        if proposal is NotReady:   # the proposing process is still at it; its connection wakes the loop
+            return False
         if proposal is None:  # every configuration measured or in flight: let those finish
             self.stopped_by = self.stopped_by or "exhausted"
             return False
@@ -193,6 +217,11 @@ class Lane:
             self.progress(Progress(self.done, self.budget, self.best, sum(self.failures.values()), elapsed,
                                    outcome, config, value if outcome.status == "ok" else None, dev, self.name,
                                    left))
+
+    def close(self) -> None:
+        if self.ahead:
+            self.proposer.close()
+        self.session.close()
 
     def heartbeat(self) -> None:
         self.session.heartbeat()

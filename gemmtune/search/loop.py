@@ -135,7 +135,7 @@ class Workers:
             return _search(lanes, req, progress)
         finally:
             for lane in lanes:
-                lane.session.close()  # Optuna's connections closed before the store's
+                lane.close()  # the proposing process, then Optuna's connections, before the store's
 
     def close(self) -> None:
         if self.store is not None:
@@ -224,6 +224,8 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
             waits, deadlines = [], []
             for lane in lanes:
                 w, d = lane.pipeline.waits()
+                if lane.ahead and lane.stopped_by is None and lane.pipeline.has_room():
+                    w.append(lane.proposer.connection)   # a proposal made ahead would be taken
                 waits += w
                 deadlines += d
             if asked:

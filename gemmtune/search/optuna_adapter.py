@@ -11,7 +11,8 @@ batched writes do not hold (Optuna 4.0's RDBStorage has neither ``_set_trial_par
 * ``start_running_trial``: a running trial created with its parameters in one write.
 * ``trial_id``: the storage's id of a trial, which heartbeats and stale-trial checks take.
 * ``GroupedTpe``: Optuna's grouped TPE, its parameter groups updated from new trials only, its
-  estimators built from a bounded history (``BoundedHistory``).
+  estimators built from a bounded history (``BoundedHistory``), each finished trial's
+  parameters converted once, and the trials split into good and bad once per proposal.
 
 Optuna commits every ``suggest_*`` on its own: a gemmtune configuration has a dozen parameters,
 so a proposal cost a dozen transactions, and with the devices waiting on the search process
@@ -30,8 +31,10 @@ import json
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
+import numpy as np
 import optuna
 from optuna.storages._rdb import models
+from optuna.samplers._tpe import sampler as tpe_module
 from optuna.samplers._tpe.sampler import _RELATIVE_PARAMS_KEY, _SYSTEM_ATTR_MAX_LENGTH
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
@@ -175,21 +178,85 @@ class GroupedTpe(optuna.samplers.TPESampler):
     random stream, and so a seed's proposals, differ from Optuna's.
 
     Its estimators see a bounded history (``BoundedHistory``), so that a proposal costs the
-    same in the tenth thousand trials as in the first."""
+    same in the tenth thousand trials as in the first.
+
+    What a proposal spent most of its time on then, with a thousand trials read (the GPU space,
+    two groups sampled: KERNEL, then the family's): splitting the trials into good and bad, once
+    per group, though both see the same trials (and Optuna 5 looks up each trial's constraints
+    on the way), and converting every trial's parameters to the estimators' representation,
+    once per group and estimator. Here the split is done once per proposal
+    (``_split_once``) and a finished trial's parameters and constraints are converted once
+    (``_get_internal_repr``), as they never change: the same proposals, for less."""
 
     def __init__(self, choice: str | None = None, **kwargs):
         super().__init__(multivariate=True, group=True, **kwargs)
         self._grouped: set[int] = set()   # numbers of the trials already in the groups
         self._history = BoundedHistory()
         self._choice = choice
+        self._converted_in = None   # the study whose finished trials' conversions are kept:
+        self._rows: dict[tuple, dict] = {}        # parameter names -> trial number -> internal values
+        self._infeasible: dict[int, float] = {}   # trial number -> its constraints' score
 
     def sample_relative(self, study, trial, search_space: dict) -> dict:
-        with self._history.view(study):
+        with self._history.view(study), self._split_once(study):
             return self._sample_groups(study, trial, search_space)
 
     def sample_independent(self, study, trial, param_name, param_distribution):
-        with self._history.view(study):
+        with self._history.view(study), self._split_once(study):
             return super().sample_independent(study, trial, param_name, param_distribution)
+
+    @contextlib.contextmanager
+    def _split_once(self, study):
+        """Within the block TPE's split of the trials into good and bad (``_split_trials``,
+        which ``_sample`` calls for every group) is worked out once per set of trials, and a
+        finished trial's constraints are looked up once. Nothing is told while a proposal
+        samples, so the groups of one proposal split alike."""
+        if study is not self._converted_in:
+            self._converted_in, self._rows, self._infeasible = study, {}, {}
+        split_trials, infeasible_score, memo = tpe_module._split_trials, tpe_module._get_infeasible_trial_score, {}
+
+        def split(study, trials, n_below, *rest):
+            key = (n_below, *rest, tuple(t.number for t in trials))
+            if key not in memo:
+                memo[key] = split_trials(study, trials, n_below, *rest)
+            below, above = memo[key]
+            return list(below), list(above)
+
+        def infeasible(trial):   # only finished trials are asked
+            score = self._infeasible.get(trial.number)
+            if score is None:
+                score = self._infeasible[trial.number] = infeasible_score(trial)
+            return score
+
+        tpe_module._split_trials, tpe_module._get_infeasible_trial_score = split, infeasible
+        try:
+            yield
+        finally:
+            tpe_module._split_trials, tpe_module._get_infeasible_trial_score = split_trials, infeasible_score
+
+    def _get_internal_repr(self, trials, search_space, *study) -> dict:
+        """Optuna's, with each finished trial's values converted once per set of parameters.
+        (Optuna 5 passes the study; 4.9 does not.) A parameter's distribution is the same in
+        every trial of a study (Optuna refuses one that differs), so the trial's own converts
+        as the search space's."""
+        names = tuple(search_space)
+        rows = self._rows.setdefault(names, {})   # trial number -> its values, or None without them all
+        picked = []
+        for trial in trials:
+            if trial.state.is_finished():
+                row = rows.get(trial.number, False)
+                if row is False:
+                    params, dists = trial.params, trial.distributions
+                    row = rows[trial.number] = (tuple(dists[n].to_internal_repr(params[n]) for n in names)
+                                                if params.keys() >= search_space.keys() else None)
+            else:
+                params = self._get_params(trial, *study)
+                row = (tuple(search_space[n].to_internal_repr(params[n]) for n in names)
+                       if params.keys() >= search_space.keys() else None)
+            if row is not None:
+                picked.append(row)
+        columns = list(zip(*picked)) if picked else [()] * len(names)
+        return {name: np.asarray(column) for name, column in zip(names, columns)}
 
     def _sample_groups(self, study, trial, search_space: dict) -> dict:
         spaces = self._search_space_group.search_spaces
@@ -225,6 +292,7 @@ class BatchedStorage(optuna.storages.RDBStorage):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._queued: list[Callable] | None = None
+        self._read: dict[int, Any] = {}   # trial id -> its row, read once while a batch is written
 
     @contextlib.contextmanager
     def batch(self):
@@ -239,9 +307,13 @@ class BatchedStorage(optuna.storages.RDBStorage):
         finally:
             queued, self._queued = self._queued, None
             if queued:
-                with _create_scoped_session(self.scoped_session) as session:
-                    for write in queued:
-                        write(session)
+                self._read = {}
+                try:
+                    with _create_scoped_session(self.scoped_session) as session:
+                        for write in queued:
+                            write(session)
+                finally:
+                    self._read = {}
 
     # Optuna's cached storage calls this one for every suggested parameter.
     def _set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
@@ -249,8 +321,22 @@ class BatchedStorage(optuna.storages.RDBStorage):
         if self._queued is None:
             return super()._set_trial_param(trial_id, param_name, param_value_internal, distribution,
                                             previous_distribution)
-        self._queued.append(lambda session: self._set_trial_param_without_commit(
+        self._queued.append(lambda session: self._add_param(
             session, trial_id, param_name, param_value_internal, distribution, previous_distribution))
+
+    def _add_param(self, session, trial_id: int, name: str, value: float, distribution, previous) -> None:
+        """``_set_trial_param_without_commit`` with the trial read once per batch: Optuna's
+        queries it afresh for every parameter (a dozen reads a proposal). Without the parameter's earlier distribution
+        (the first trial that has it), Optuna's own, which looks it up."""
+        if previous is None:
+            return self._set_trial_param_without_commit(session, trial_id, name, value, distribution, None)
+        trial = self._read.get(trial_id)   # held here: the session keeps only weak references
+        if trial is None:
+            trial = self._read[trial_id] = models.TrialModel.find_or_raise_by_id(trial_id, session)
+        self.check_trial_is_updatable(trial_id, trial.state)
+        optuna.distributions.check_distribution_compatibility(previous, distribution)
+        session.add(models.TrialParamModel(trial_id=trial_id, param_name=name, param_value=value,
+                                           distribution_json=optuna.distributions.distribution_to_json(distribution)))
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         if self._queued is None:
