@@ -27,11 +27,10 @@ import sys
 from collections import deque
 
 import optuna
-from optuna.trial import TrialState
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.search.candidates import config_key
-from gemmtune.search.session import IN_FLIGHT, Proposer
+from gemmtune.search.session import Proposer
 
 AHEAD = 4   # proposals the child keeps ready: enough to cover a burst of free builders
 
@@ -113,7 +112,7 @@ def _serve(conn, parent_end, proposer: Proposer, learn) -> None:
         elif kind == "known":     # measured or claimed elsewhere before the parent took it
             number, status, value = args
             out -= 1
-            proposer._tell_known(flying.pop(number), status, value)
+            proposer.tell_known(flying.pop(number), status, value)
         elif kind == "tell":
             number, config, value, status = args
             proposer.tell(flying.pop(number), config, value, status)
@@ -125,24 +124,23 @@ def _serve(conn, parent_end, proposer: Proposer, learn) -> None:
 class AheadProposer:
     """``session.Proposer``'s interface for a search (``next``, ``tell``, ``abandon``), its
     proposals made in a child process. ``next`` returns ``NotReady`` rather than wait for the
-    child; ``connection`` becomes readable when a proposal arrives."""
+    child; ``connection`` becomes readable when a proposal arrives. ``proposer`` (over the
+    study's copy, its ``measured`` a ``Journal``) stays here for what touches the database:
+    storing, claiming and telling the trials."""
 
     def __init__(self, proposer: Proposer):
-        if proposer.copy is None:
-            raise GemmtuneError("proposals are made ahead only from a study's copy")
-        self.study, self.proposals, self.copy = proposer.study, proposer.proposals, proposer.copy
-        self.claim, self.refresh, self.batch, self.asked = proposer.claim, proposer.refresh, proposer.batch, proposer.asked
-        self.measured = proposer.measured if isinstance(proposer.measured, Journal) else None
-        if self.measured is None:
-            raise GemmtuneError("proposals made ahead need the search's measured as a Journal")
+        if proposer.copy is None or not isinstance(proposer.measured, Journal):
+            raise ValueError("proposals are made ahead from a study's copy, with measured a Journal")
+        self.proposer, self.measured = proposer, proposer.measured
         self.measured.take()
         child = copy.copy(proposer)   # proposes from the copy alone, as a replay does
-        child.study, child.copy, child.measured = self.copy.study, None, dict(proposer.measured)
+        child.study, child.copy, child.measured = proposer.copy.study, None, dict(proposer.measured)
         child.claim = child.refresh = child.asked = None
         child.batch = contextlib.nullcontext
         self.connection, child_end = mp.Pipe()
-        self.process = mp.get_context("fork").Process(target=_serve, args=(child_end, self.connection, child, self.copy.learn),
-                                                      name="gemmtune-proposer", daemon=True)
+        self.process = mp.get_context("fork").Process(
+            target=_serve, args=(child_end, self.connection, child, proposer.copy.learn), name="gemmtune-proposer",
+            daemon=True)
         self.process.start()
         child_end.close()
         self.ready: deque = deque()
@@ -165,6 +163,7 @@ class AheadProposer:
     def next(self):
         """(trial, config, key) as ``Proposer.next``; ``NotReady`` while none is ready."""
         self._send()
+        p = self.proposer
         while True:
             try:
                 while self.connection.poll(0):
@@ -181,42 +180,23 @@ class AheadProposer:
             if key in self.measured:   # became known after the child proposed it
                 self._send("known", number, *self.measured[key])
                 continue
-            trial = self.proposals.start(self.study, config, self.batch)
-            if self.asked is not None:
-                self.asked(trial)
-            if self.claim is not None and not self.claim(key, trial):
-                if self.refresh is not None:
-                    self.refresh()
-                status, value = self.measured.setdefault(key, ("elsewhere", None))
-                self._tell_known(trial, status)
-                self._send("known", number, status, value)
+            trial = p.proposals.start(p.study, config, p.batch)
+            if p.asked is not None:
+                p.asked(trial)
+            if not p.claimed(key, trial):
+                self._send("known", number, *self.measured[key])
                 continue
             self.measured[key] = ("in_flight", None)
             self.numbers[trial.number] = number
             self._send("took", number)
             return trial, config, key
 
-    def _tell_known(self, trial, status: str) -> None:
-        in_flight = status in IN_FLIGHT
-        with self.batch():
-            trial.set_user_attr("skipped", "in flight" if in_flight else "measured before")
-        self.study.tell(trial, state=TrialState.PRUNED if in_flight else TrialState.FAIL)
-
     def tell(self, trial, config, value: float | None, status: str | None = None) -> None:
-        try:
-            if status is not None:
-                trial.set_user_attr("status", status)
-            if value is not None:
-                self.study.tell(trial, value)
-            else:
-                self.study.tell(trial, state=TrialState.FAIL)
-        except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
-            pass  # failed as stale while this process was paused past the grace period; its row stands
+        self.proposer.tell_study(trial, value, status)
         self._send("tell", self.numbers.pop(trial.number), config, value, status)
 
     def abandon(self, trial, status: str) -> None:
-        trial.set_user_attr("status", status)
-        self.study.tell(trial, state=TrialState.FAIL)
+        self.proposer.abandon(trial, status)
         self._send("abandon", self.numbers.pop(trial.number), status)
 
     def close(self) -> None:

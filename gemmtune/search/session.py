@@ -150,7 +150,8 @@ class Proposer(Unmeasured):
         self.is_valid = is_valid
         self.free = 0   # proposals in a row that cost nothing (invalid or measured before)
 
-    def _tell_known(self, trial, status: str, value: float | None) -> None:
+    def tell_known(self, trial, status: str, value: float | None) -> None:
+        """A proposal of a configuration measured before (or in flight) told so: nothing measured."""
         in_flight = status in IN_FLIGHT
         with self.batch():
             trial.set_user_attr("skipped", "in flight" if in_flight else "measured before")
@@ -215,21 +216,27 @@ class Proposer(Unmeasured):
                 self.free += 1
                 continue
             if key in measured:
-                self._tell_known(trial, *measured[key])
+                self.tell_known(trial, *measured[key])
                 instead = None if measured[key][0] in IN_FLIGHT else self.strategy.repeated(config, self)
                 if instead is not None:
                     self.pending.append(instead)
                 continue
             trial = self._store(trial, config)
-            if self.claim is not None and not self.claim(key, trial):
-                if self.refresh is not None:
-                    self.refresh()
-                measured.setdefault(key, ("elsewhere", None))
-                self._tell_known(trial, *measured[key])
+            if not self.claimed(key, trial):
                 continue
             self.free = 0
             measured[key] = ("in_flight", None)
             return trial, config, key
+
+    def claimed(self, key: tuple, trial) -> bool:
+        """Whether this process measures ``key`` (``trial`` stored for it); if not, ``trial`` is told so."""
+        if self.claim is None or self.claim(key, trial):
+            return True
+        if self.refresh is not None:
+            self.refresh()
+        self.measured.setdefault(key, ("elsewhere", None))
+        self.tell_known(trial, *self.measured[key])
+        return False
 
     def _store(self, trial, config: Config):
         """The study's trial of a proposal to measure: with a copy, written now, bound to it."""
@@ -242,15 +249,18 @@ class Proposer(Unmeasured):
         return stored
 
     def tell(self, trial, config: Config, value: float | None, status: str | None = None) -> None:
-        """A measured candidate's result: its GFLOP/s, or None for a failure (``status`` kept
-        on the trial where given)."""
+        """A measured candidate's result (GFLOP/s, None for a failure), told to both."""
+        self.tell_study(trial, value, status)
+        self.strategy.tell(config, value)
+
+    def tell_study(self, trial, value: float | None, status: str | None = None) -> None:
+        """The result told to the study (and its copy), ``status`` kept on the trial where given."""
         try:
             if status is not None:
                 trial.set_user_attr("status", status)
             self._tell(trial, value, TrialState.FAIL)
         except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
             pass  # failed as stale while this process was paused past the grace period; its row stands
-        self.strategy.tell(config, value)
 
     def abandon(self, trial, status: str) -> None:
         """A candidate dropped before it was measured: told failed, with why."""
