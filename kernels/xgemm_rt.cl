@@ -40,7 +40,7 @@
 // The parts, split as CLBlast splits its xgemm: xgemm_rt_checks.cl (derived sizes, the
 // constraints, vector types), xgemm_rt_copy.cl (global to local memory), xgemm_rt_compute.cl or
 // xgemm_rt_mma.cl (the multiply of one slice), xgemm_rt_pipe.cl (the pipeline schedules) and
-// xgemm_rt_streamk.cl (stream-K's tiles and xgemm_fixup); the kernel is at the end of this file.
+// xgemm_rt_streamk.cl (where a tile is, and stream-K's xgemm_fixup); the kernel is at the end of this file.
 #include "common.cl"
 
 #ifndef MWG
@@ -90,6 +90,9 @@
 #endif
 #ifndef STREAMK
 #define STREAMK 0   // 0: one work-group per tile; n: the last round's tiles (rounds of n work-groups per compute unit) cut along K into pieces that end together
+#endif
+#ifndef BANDM
+#define BANDM 0     // 0: tiles in launch order down M, column after column; n: in bands of n tile rows, down each band's columns in turn (the L2 cache serves the rows of A a band shares)
 #endif
 #if !defined(CP_ASYNC)  // a fact about the device, not a tuned parameter: gemmtune defines it when it builds
 #define CP_ASYNC 0
@@ -158,10 +161,10 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     // One tile, over K-slices s0 to s1: the whole GEMM of one tile, in a scope of its own so that
     // nothing of the piece is kept through the inner loop.
 #if STREAMK
-    TILE_ORIGIN(M, tile_v)
+    TILE_ORIGIN(M, N, tile_v)
     const int s0 = s0_v, s1 = s1_v;
 #else
-    const int m0 = get_group_id(0) * MWG, n0 = get_group_id(1) * NWG;
+    GRID_ORIGIN
     const int s0 = 0, s1 = slices;
 #endif
     const __global real* const Ablock = A + m0 + (size_t)s0 * KWG * lda;
@@ -191,7 +194,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
 
 #if STREAMK
   // The piece again, from memory: nothing of it was kept through the inner loop.
-  TILE_ORIGIN(M, tile_v)
+  TILE_ORIGIN(M, N, tile_v)
   if (slot_v >= 0) {
     // Part of a split tile.
     __global real* const part = work + (size_t)slot_v * (MWG * NWG);
@@ -203,7 +206,7 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     return;
   }
 #else
-  const int m0 = get_group_id(0) * MWG, n0 = get_group_id(1) * NWG;
+  GRID_ORIGIN
 #endif
   // Every loop over acc is unrolled: one the compiler leaves rolled indexes acc at run time,
   // which puts it in memory (WPTM x WPTN = 16 x 8: a 512-byte stack frame, s 44,437 GFLOP/s).

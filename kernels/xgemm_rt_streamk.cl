@@ -1,10 +1,29 @@
-// xgemm_rt with STREAMK: where a tile is, and xgemm_fixup, which adds the parts of split tiles
+// xgemm_rt: where a tile is; with STREAMK, xgemm_fixup, which adds the parts of split tiles
 // up into C. Included by xgemm_rt.cl before its kernel.
 
-// Tile number `tile`, counted down M first (as the 2D grid's groups are), is the tile of C at
-// (m0, n0), for an M x N matrix C.
-#define TILE_ORIGIN(M, tile) \
+// Tile number `tile` is the tile of C at (m0, n0), for an M x N matrix C. Counted down M first,
+// column after column, as the 2D grid's groups are, unless BANDM > 0: then down the first BANDM
+// tile rows a column at a time, then the next BANDM rows (the last band may be narrower). The
+// work-groups running at once then share a few tile rows of A and columns of B, which the L2
+// cache holds, instead of reading all of A each round: at 8192^3 in doubles, 128 x 64 tiles in
+// launch order read all 512 MB of A in each round of work-groups.
+#if BANDM
+#define TILE_ORIGIN(M, N, tile) \
+  const int band_ = (tile) / (BANDM * ((N + NWG - 1) / NWG)), in_band_ = (tile) % (BANDM * ((N + NWG - 1) / NWG)); \
+  const int rows_ = min(BANDM, (M + MWG - 1) / MWG - band_ * BANDM); \
+  const int m0 = (band_ * BANDM + in_band_ % rows_) * MWG, n0 = (in_band_ / rows_) * NWG;
+#else
+#define TILE_ORIGIN(M, N, tile) \
   const int m0 = ((tile) % ((M + MWG - 1) / MWG)) * MWG, n0 = ((tile) / ((M + MWG - 1) / MWG)) * NWG;
+#endif
+// Without STREAMK, the tile of a work-group of the 2D grid. In launch order the group ids as they
+// are: numbering the groups and dividing, as bands must, cost the c default (8 x 8 complex results
+// per work-item) 12 % at 4096^3 on the H200.
+#if BANDM
+#define GRID_ORIGIN TILE_ORIGIN(M, N, (int)(get_group_id(0) + get_group_id(1) * get_num_groups(0)))
+#else
+#define GRID_ORIGIN const int m0 = get_group_id(0) * MWG, n0 = get_group_id(1) * NWG;
+#endif
 
 // With STREAMK: C <- alpha * (the sum of a split tile's parts, in order) + beta * C, FIXV
 // consecutive elements along M per work-item (read from the parts as one vector: on the H200,
@@ -23,7 +42,7 @@ __kernel void xgemm_fixup(const int M, const int N, const real alpha, const real
                           const __global real* restrict work) {
   const int4 fix = fixups[get_global_id(0) / (MWG * NWG / FIXV)];
   const int e = (get_global_id(0) % (MWG * NWG / FIXV)) * FIXV;
-  TILE_ORIGIN(M, fix.x)
+  TILE_ORIGIN(M, N, fix.x)
   const int m = m0 + e % MWG, n = n0 + e / MWG;
   funion sum;
   for (int i = 0; i < FIXV; i++) { sum.e[i] = ZERO; }

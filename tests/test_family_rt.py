@@ -42,7 +42,7 @@ from gemmtune.valid import explain, valid_configs  # noqa: E402
 from gemmtune.verify import Reference, compare  # noqa: E402
 
 RT_PARAMS = ("MWG", "NWG", "KWG", "MDIMC", "NDIMC", "VWG", "VLM", "VLN", "PIPE", "PADL", "UNROLL",
-             "BKFAST", "WARPM", "STAGE", "MMA", "STREAMK", "TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")
+             "BKFAST", "WARPM", "STAGE", "MMA", "STREAMK", "BANDM", "TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")
 
 
 # ---------------------------------------------------------------- the rules, from the .cl comments
@@ -106,7 +106,7 @@ def key(params: dict) -> tuple:
 # Every parameter at a small value that breaks nothing on the devices below; each test widens
 # only the parameters its constraint is about.
 BASE = dict(MWG=[16], NWG=[16], KWG=[8], MDIMC=[4], NDIMC=[4], VWG=[1], VLM=[1], VLN=[1], PIPE=[0],
-            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], STAGE=[1], MMA=[0], STREAMK=[0], TRANSPOSEX=[8], TRANSPOSEY=[8],
+            PADL=[0], UNROLL=[1], BKFAST=[0], WARPM=[0], STAGE=[1], MMA=[0], STREAMK=[0], BANDM=[0], TRANSPOSEX=[8], TRANSPOSEY=[8],
             TRANSPOSEW=[1])
 
 
@@ -162,7 +162,7 @@ def point(table: dict, **values) -> dict:
 
 def test_family_parameters_are_the_cl_defaults():
     assert [k for k in XGEMM_RT.parameters if k != "PRECISION"] == list(RT_PARAMS)
-    assert XGEMM_RT.may_be_zero == {"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA", "STREAMK"}
+    assert XGEMM_RT.may_be_zero == {"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA", "STREAMK", "BANDM"}
     # The .cl file's own defaults are a valid configuration on a GPU-like device, in s.
     assert not rt_broken(XGEMM_RT.defaults, GPU_LIKE, "s")
     assert [c.number for c in XGEMM_RT.constraints] == list(range(1, 13))
@@ -540,6 +540,25 @@ def run_case(code: str, config: dict, shape, ta: str, tb: str, alpha, beta, c_ki
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("code, config", CASES, ids=CASE_IDS)
 def test_gemm_matches_numpy(code, config, shape):
+    check_every_case(code, config, shape)
+
+
+# Tiles dealt in bands of BANDM tile rows (the kernel's M is numpy's n): d's 16 x 32 tiles over 7 x 3
+# tiles make bands of 3, 3 and 1 rows; with stream-K, s's 32 x 16 tiles over 5 x 4 make bands of
+# 2, 2 and 1 whose last tiles are cut along K, so the pieces and xgemm_fixup must find the same tiles.
+BANDED = [("d", {**CONFIGS["d"], "BANDM": 3}, (70, 100, 40)),
+          ("s", {**SHARED[1], "BANDM": 2}, (50, 130, 20)),
+          ("z", {**CONFIGS["z"], "BANDM": 4}, (33, 65, 9))]
+
+
+@pytest.mark.parametrize("code, config, shape", BANDED, ids=["d-band3", "s-band2-streamk3", "z-band4"])
+def test_gemm_in_bands_of_tile_rows_matches_numpy(code, config, shape):
+    from gemmtune.device import resolve_device
+
+    assert not rt_broken(config, resolve_device(0), code)
+    m, n, _ = shape
+    tiles_m, tiles_n = -(-n // config["MWG"]), -(-m // config["NWG"])
+    assert tiles_m % config["BANDM"] and tiles_n > 1   # a last band narrower than the others
     check_every_case(code, config, shape)
 
 

@@ -149,10 +149,14 @@ MMA_VARIANTS = [
     ("z", dict(MWG=64, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VWG=1, PIPE=7, PADL=2, MMA=1)),
     ("z", dict(MWG=64, NWG=128, KWG=8, MDIMC=8, NDIMC=32, VWG=1, PIPE=6, PADL=2, MMA=1)),
     ("d", dict(MWG=128, NWG=128, KWG=16, MDIMC=16, NDIMC=16, VWG=2, PIPE=6, PADL=4, MMA=1)),
+    # tiles in bands of tile rows, with and without stream-K
+    ("d", dict(MWG=128, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VWG=2, PIPE=6, PADL=4, MMA=1, STREAMK=2, BANDM=3)),
+    ("z", dict(MWG=64, NWG=64, KWG=8, MDIMC=8, NDIMC=16, VWG=2, PIPE=7, PADL=2, MMA=1, BANDM=5)),
 ]
 
 
-@pytest.mark.parametrize("code, given", MMA_VARIANTS, ids=["d-pipe7-streamk", "z-padl2-pipe7", "z-72k", "d-99k"])
+@pytest.mark.parametrize("code, given", MMA_VARIANTS, ids=["d-pipe7-streamk", "z-padl2-pipe7", "z-72k", "d-99k",
+                                                           "d-band3-streamk", "z-band5"])
 def test_matrix_instruction_variants_on_the_gpu(queue, gpu, code, given):
     from gemmtune.compute import resolve_config
 

@@ -215,7 +215,7 @@ XGEMM_RT = RegisterTiled(
                    "and VLM == VLN == UNROLL == 1, WARPM == 0, which do not apply to it",
                    _rt_matrix),
     ),
-    may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA", "STREAMK"}),
+    may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA", "STREAMK", "BANDM"}),
 )
 
 
