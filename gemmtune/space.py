@@ -34,6 +34,47 @@ RESERVED = {"PRECISION"}  # set by gemmtune itself, never tuned
 CHUNK_ROWS = 1 << 16
 
 
+class Layout:
+    """How a family's product is cut into chunks (``FamilySpace.layout``): ``lead`` leading
+    parameters fixed per chunk; the columns of the trailing ones (``tail``, of ``shape``), and
+    the same with each ``free`` parameter at its first value only (``reduced``, of
+    ``reduced_shape``), each built when first asked for."""
+
+    def __init__(self, lead: int, trailing: list[tuple[str, np.ndarray]], free: frozenset[str]):
+        self.lead, self.trailing = lead, trailing
+        self.shape = tuple(len(v) for _, v in trailing)
+        self.reduced_shape = tuple(1 if n in free else len(v) for n, v in trailing)
+        self.free = free
+
+    @cached_property
+    def tail(self) -> dict[str, np.ndarray]:
+        grids = np.meshgrid(*(v for _, v in self.trailing), indexing="ij")
+        return {n: g.ravel() for (n, _), g in zip(self.trailing, grids)}
+
+    @cached_property
+    def reduced(self) -> dict[str, np.ndarray]:
+        if not self.free & {n for n, _ in self.trailing}:
+            return self.tail
+        grids = np.meshgrid(*(v[:1] if n in self.free else v for n, v in self.trailing), indexing="ij")
+        return {n: g.ravel() for (n, _), g in zip(self.trailing, grids)}
+
+
+class _Reads(dict):
+    """Columns that remember which of them were read."""
+
+    def __init__(self, cols):
+        super().__init__(cols)
+        self.read: set[str] = set()
+
+    def __getitem__(self, name):
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        self.read.add(name)
+        return super().get(name, default)
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """One point of the space: a kernel family and a value for each of its parameters."""
@@ -80,38 +121,65 @@ class FamilySpace:
         for combo in itertools.product(*self.values.values()):
             yield Config.of(self.family.name, dict(zip(names, combo)))
 
-    def _layout(self, rows: int) -> tuple[int, dict[str, np.ndarray]]:
-        """How ``chunks(rows)`` cuts the product: the number of leading parameters that stay
-        fixed within a chunk, and the columns of the trailing ones, which vary within it."""
-        names = list(self.values)
-        lists = [np.asarray(v, dtype=np.int64) for v in self.values.values()]
-        lead, inner = len(lists), 1
-        while lead > 0 and inner * len(lists[lead - 1]) <= rows:
-            lead -= 1
-            inner *= len(lists[lead])
-        tail = {name: g.ravel() for name, g in zip(names[lead:], np.meshgrid(*lists[lead:], indexing="ij"))}
-        return lead, tail
+    def free_parameters(self, dev: DeviceInfo, prec: Precision) -> frozenset[str]:
+        """The parameters no constraint reads on this device and precision: every point of the
+        product is valid or not whatever their values (BANDM, which only orders the tiles).
+        Found by watching the constraints read the first chunk's columns."""
+        cache = self.__dict__.setdefault("_free", {})   # the dataclass is frozen; its caches are not
+        key = (dev, prec.code)
+        if key not in cache:
+            cols = _Reads(self.chunk(0))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self.checks(cols, dev, prec)
+            cache[key] = frozenset(self.values) - cols.read
+        return cache[key]
 
-    def chunks(self, rows: int = CHUNK_ROWS) -> Iterator[dict[str, np.ndarray]]:
+    def layout(self, rows: int | None = None, free: frozenset[str] = frozenset()) -> "Layout":
+        """How ``chunks(rows, free)`` cuts the product: the leading parameters stay fixed within a
+        chunk, the trailing ones vary within it; a free parameter counts as one value, since its
+        values share one mask (``chunk_mask``)."""
+        rows = rows or CHUNK_ROWS
+        cache = self.__dict__.setdefault("_layouts", {})
+        if (rows, free) not in cache:
+            names = list(self.values)
+            lists = [np.asarray(v, dtype=np.int64) for v in self.values.values()]
+            lead, inner = len(lists), 1
+            while lead > 0 and inner * (1 if names[lead - 1] in free else len(lists[lead - 1])) <= rows:
+                lead -= 1
+                inner *= 1 if names[lead] in free else len(lists[lead])
+            cache[(rows, free)] = Layout(lead, list(zip(names[lead:], lists[lead:])), free)
+        return cache[(rows, free)]
+
+    def chunks(self, rows: int | None = None, free: frozenset[str] = frozenset()) -> Iterator[dict[str, np.ndarray]]:
         """The Cartesian product in ``configs()`` order as one int64 column per parameter, at most
-        ``rows`` points at a time (the whole product of the shipped space is tens of millions of
-        points, of which a few percent are valid): the trailing parameters whose product fits
-        vary within a chunk, built once; each chunk holds one combination of the leading ones."""
-        layout = self._layout(rows)
-        for j in range(math.prod(len(v) for v in list(self.values.values())[:layout[0]])):
-            yield self.chunk(j, rows, layout)
+        ``rows`` points at a time (times the values of the ``free`` parameters) (the whole
+        product of the shipped space is tens of millions of points, of which a few percent are
+        valid): the trailing parameters whose product fits vary within a chunk, built once; each
+        chunk holds one combination of the leading ones."""
+        layout = self.layout(rows, free)
+        for j in range(self.chunk_count(layout)):
+            yield self.chunk(j, layout)
 
-    def chunk_count(self, rows: int = CHUNK_ROWS) -> int:
-        return math.prod(len(v) for v in list(self.values.values())[:self._layout(rows)[0]])
+    def chunk_count(self, layout: "Layout") -> int:
+        return math.prod(len(v) for v in list(self.values.values())[:layout.lead])
 
-    def chunk(self, j: int, rows: int = CHUNK_ROWS, layout=None) -> dict[str, np.ndarray]:
-        """The ``j``-th chunk of ``chunks(rows)``, without the ones before it."""
-        lead, tail = layout or self._layout(rows)
+    def _head(self, j: int, layout: "Layout", inner: int) -> dict[str, np.ndarray]:
         names, lists = list(self.values), list(self.values.values())
-        inner = len(next(iter(tail.values()))) if tail else 1
-        head = np.unravel_index(j, [len(v) for v in lists[:lead]]) if lead else ()
-        return {**{name: np.full(inner, lists[i][int(d)], dtype=np.int64)
-                   for i, (name, d) in enumerate(zip(names, head))}, **tail}
+        head = np.unravel_index(j, [len(v) for v in lists[:layout.lead]]) if layout.lead else ()
+        return {name: np.full(inner, lists[i][int(d)], dtype=np.int64) for i, (name, d) in enumerate(zip(names, head))}
+
+    def chunk(self, j: int, layout: "Layout | None" = None) -> dict[str, np.ndarray]:
+        """The ``j``-th chunk of ``chunks``, without the ones before it."""
+        layout = layout or self.layout()
+        return {**self._head(j, layout, math.prod(layout.shape)), **layout.tail}
+
+    def chunk_mask(self, j: int, layout: "Layout", dev: DeviceInfo, prec: Precision, *, reduced: bool = False) -> np.ndarray:
+        """``mask(chunk(j, layout))``, computed once for all the values of the layout's free
+        parameters; ``reduced``: that mask alone, one point per combination of the others."""
+        small = self.mask({**self._head(j, layout, math.prod(layout.reduced_shape)), **layout.reduced}, dev, prec)
+        if reduced or layout.reduced_shape == layout.shape:
+            return small
+        return np.broadcast_to(small.reshape(layout.reduced_shape), layout.shape).ravel()
 
     def points(self, index: np.ndarray) -> dict[str, np.ndarray]:
         """Columns of the points at these positions of ``configs()`` order."""
@@ -138,10 +206,11 @@ class FamilySpace:
     def valid_chunks(self, dev: DeviceInfo, prec: Precision) -> Iterator[dict[str, np.ndarray]]:
         """The valid points, chunk by chunk in ``configs()`` order, as columns (empty chunks
         left out)."""
-        for cols in self.chunks():
-            mask = self.mask(cols, dev, prec)
+        layout = self.layout(free=self.free_parameters(dev, prec))
+        for j in range(self.chunk_count(layout)):
+            mask = self.chunk_mask(j, layout, dev, prec)
             if mask.any():
-                yield {name: c[mask] for name, c in cols.items()}
+                yield {name: c[mask] for name, c in self.chunk(j, layout).items()}
 
     def valid(self, dev: DeviceInfo, prec: Precision) -> list[Config]:
         return [c for cols in self.valid_chunks(dev, prec) for c in self.to_configs(cols)]

@@ -61,8 +61,10 @@ def _chunk_counts(space: Space, dev: DeviceInfo, prec: Precision) -> list[tuple[
     counts = []
     with np.errstate(divide="ignore", invalid="ignore"):
         for fs in space.families:
-            counts += [(fs, j, int(np.count_nonzero(fs.mask(cols, dev, prec))))
-                       for j, cols in enumerate(fs.chunks())]
+            layout = fs.layout(free=fs.free_parameters(dev, prec))
+            repeat = math.prod(layout.shape) // math.prod(layout.reduced_shape)   # the free values
+            counts += [(fs, j, repeat * int(np.count_nonzero(fs.chunk_mask(j, layout, dev, prec, reduced=True))))
+                       for j in range(fs.chunk_count(layout))]
     return counts
 
 
@@ -173,8 +175,9 @@ class ValidConfigs(Sequence):
         with np.errstate(divide="ignore", invalid="ignore"):
             for c, local in sorted(wanted.items()):
                 fs, j, _ = self._counts[c]
-                cols = fs.chunk(j)
-                rows = np.flatnonzero(fs.mask(cols, self.dev, self.prec))[local]
+                layout = fs.layout(free=fs.free_parameters(self.dev, self.prec))   # as counted
+                cols = fs.chunk(j, layout)
+                rows = np.flatnonzero(fs.chunk_mask(j, layout, self.dev, self.prec))[local]
                 start = ends[c - 1] if c else 0
                 got.update(zip((start + r for r in local), fs.to_configs({k: v[rows] for k, v in cols.items()})))
         return [got[i % size] for i in indices]

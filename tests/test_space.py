@@ -595,13 +595,41 @@ def test_count_iteration_and_view_agree_with_the_list(tmp_path, dev, code):
     assert invalid not in view
 
 
+# BANDM and STREAMK, which no constraint reads, each at several values: the valid set is counted
+# and listed with one mask for all their values.
+RT_FREE = {**RT_SMALL, "STREAMK": [0, 2], "BANDM": [0, 4, 16]}
+
+
+@pytest.mark.parametrize("chunk_rows", [1 << 16, 300, 5], ids=["one-chunk", "tail-split", "tiny"])
+@pytest.mark.parametrize("dev", [GPU_LIKE, TIGHT], ids=["gpu-like", "tight"])
+def test_parameters_no_constraint_reads_share_one_mask(tmp_path, monkeypatch, chunk_rows, dev):
+    monkeypatch.setattr(space_module, "CHUNK_ROWS", chunk_rows)
+    space = load_space(write_space(tmp_path, toml_space(K5_SMALL) + toml_space(RT_FREE, "xgemm_rt")))
+    prec = get_precision("d")
+    rt = space.family("xgemm_rt")
+    assert rt.free_parameters(dev, prec) == {"STREAMK", "BANDM"}
+    assert space.family("xgemm_k5").free_parameters(dev, prec) == set()
+    # The list, the count and the view against each configuration checked on its own, in order.
+    every = [c for fs in space.families for c in fs.configs()
+             if FAMILIES[c.kernel].broken(c.params, dev, prec) is None]
+    assert 0 < len(every) < space.size
+    assert valid_configs(space, dev, prec) == every
+    assert count_valid(space, dev, prec) == len(every)
+    view = ValidConfigs(space, dev, prec)
+    picks = random.Random(3).sample(range(len(every)), 40)
+    assert view.take(picks) == [every[i] for i in picks]
+    # Each value of a free parameter keeps the same others.
+    by_band = Counter(c.params["BANDM"] for c in every if c.kernel == "xgemm_rt")
+    assert len(set(by_band.values())) == 1 and set(by_band) == {0, 4, 16}
+
+
 @pytest.mark.parametrize("rows", [1, 7, 100, 1 << 16])
 def test_chunks_in_any_size_cover_the_product_in_order(tmp_path, rows):
     fs = load_space(write_space(tmp_path, toml_space(K5_SMALL))).families[0]
     chunks = list(fs.chunks(rows))
-    assert len(chunks) == fs.chunk_count(rows) and all(len(c["TSM"]) <= rows for c in chunks)
+    assert len(chunks) == fs.chunk_count(fs.layout(rows)) and all(len(c["TSM"]) <= rows for c in chunks)
     for j in (0, len(chunks) // 2, len(chunks) - 1):   # a chunk on its own is the same chunk
-        alone = fs.chunk(j, rows)
+        alone = fs.chunk(j, fs.layout(rows))
         assert alone.keys() == chunks[j].keys() and all((alone[k] == chunks[j][k]).all() for k in alone)
     points = [tuple(int(c[k][i]) for k in fs.values) for c in chunks for i in range(len(c["TSM"]))]
     assert points == [tuple(c.params.values()) for c in fs.configs()]
