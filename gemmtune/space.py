@@ -45,6 +45,7 @@ class Layout:
         self.shape = tuple(len(v) for _, v in trailing)
         self.reduced_shape = tuple(1 if n in free else len(v) for n, v in trailing)
         self.free = free
+        self.repeats = math.prod(self.shape) // math.prod(self.reduced_shape)   # points per point of ``reduced``
 
     @cached_property
     def tail(self) -> dict[str, np.ndarray]:
@@ -124,11 +125,11 @@ class FamilySpace:
     def free_parameters(self, dev: DeviceInfo, prec: Precision) -> frozenset[str]:
         """The parameters no constraint reads on this device and precision: every point of the
         product is valid or not whatever their values (BANDM, which only orders the tiles).
-        Found by watching the constraints read the first chunk's columns."""
+        Found by watching the constraints read the columns of the product's first points."""
         cache = self.__dict__.setdefault("_free", {})   # the dataclass is frozen; its caches are not
         key = (dev, prec.code)
         if key not in cache:
-            cols = _Reads(self.chunk(0))
+            cols = _Reads(self.points(np.arange(min(self.size, 1024))))
             with np.errstate(divide="ignore", invalid="ignore"):
                 self.checks(cols, dev, prec)
             cache[key] = frozenset(self.values) - cols.read
@@ -150,13 +151,16 @@ class FamilySpace:
             cache[(rows, free)] = Layout(lead, list(zip(names[lead:], lists[lead:])), free)
         return cache[(rows, free)]
 
-    def chunks(self, rows: int | None = None, free: frozenset[str] = frozenset()) -> Iterator[dict[str, np.ndarray]]:
+    def valid_layout(self, dev: DeviceInfo, prec: Precision) -> "Layout":
+        """The layout the valid points are counted, listed and indexed in on this device."""
+        return self.layout(free=self.free_parameters(dev, prec))
+
+    def chunks(self, rows: int | None = None) -> Iterator[dict[str, np.ndarray]]:
         """The Cartesian product in ``configs()`` order as one int64 column per parameter, at most
-        ``rows`` points at a time (times the values of the ``free`` parameters) (the whole
-        product of the shipped space is tens of millions of points, of which a few percent are
-        valid): the trailing parameters whose product fits vary within a chunk, built once; each
-        chunk holds one combination of the leading ones."""
-        layout = self.layout(rows, free)
+        ``rows`` points at a time (the whole product of the shipped space is tens of millions of
+        points, of which a few percent are valid): the trailing parameters whose product fits
+        vary within a chunk, built once; each chunk holds one combination of the leading ones."""
+        layout = self.layout(rows)
         for j in range(self.chunk_count(layout)):
             yield self.chunk(j, layout)
 
@@ -206,7 +210,7 @@ class FamilySpace:
     def valid_chunks(self, dev: DeviceInfo, prec: Precision) -> Iterator[dict[str, np.ndarray]]:
         """The valid points, chunk by chunk in ``configs()`` order, as columns (empty chunks
         left out)."""
-        layout = self.layout(free=self.free_parameters(dev, prec))
+        layout = self.valid_layout(dev, prec)
         for j in range(self.chunk_count(layout)):
             mask = self.chunk_mask(j, layout, dev, prec)
             if mask.any():

@@ -61,9 +61,8 @@ def _chunk_counts(space: Space, dev: DeviceInfo, prec: Precision) -> list[tuple[
     counts = []
     with np.errstate(divide="ignore", invalid="ignore"):
         for fs in space.families:
-            layout = fs.layout(free=fs.free_parameters(dev, prec))
-            repeat = math.prod(layout.shape) // math.prod(layout.reduced_shape)   # the free values
-            counts += [(fs, j, repeat * int(np.count_nonzero(fs.chunk_mask(j, layout, dev, prec, reduced=True))))
+            layout = fs.valid_layout(dev, prec)
+            counts += [(fs, j, layout.repeats * int(np.count_nonzero(fs.chunk_mask(j, layout, dev, prec, reduced=True))))
                        for j in range(fs.chunk_count(layout))]
     return counts
 
@@ -175,7 +174,7 @@ class ValidConfigs(Sequence):
         with np.errstate(divide="ignore", invalid="ignore"):
             for c, local in sorted(wanted.items()):
                 fs, j, _ = self._counts[c]
-                layout = fs.layout(free=fs.free_parameters(self.dev, self.prec))   # as counted
+                layout = fs.valid_layout(self.dev, self.prec)   # as counted
                 cols = fs.chunk(j, layout)
                 rows = np.flatnonzero(fs.chunk_mask(j, layout, self.dev, self.prec))[local]
                 start = ends[c - 1] if c else 0

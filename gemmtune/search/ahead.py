@@ -180,9 +180,7 @@ class AheadProposer:
             if key in self.measured:   # became known after the child proposed it
                 self._send("known", number, *self.measured[key])
                 continue
-            trial = p.proposals.start(p.study, config, p.batch)
-            if p.asked is not None:
-                p.asked(trial)
+            trial = p.store(config)
             if not p.claimed(key, trial):
                 self._send("known", number, *self.measured[key])
                 continue

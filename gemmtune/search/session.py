@@ -221,7 +221,8 @@ class Proposer(Unmeasured):
                 if instead is not None:
                     self.pending.append(instead)
                 continue
-            trial = self._store(trial, config)
+            if self.copy is not None:   # sampled from the copy: the study's own trial, bound to it
+                trial = self.copy.bind(self.store(config), trial)
             if not self.claimed(key, trial):
                 continue
             self.free = 0
@@ -238,12 +239,9 @@ class Proposer(Unmeasured):
         self.tell_known(trial, *self.measured[key])
         return False
 
-    def _store(self, trial, config: Config):
-        """The study's trial of a proposal to measure: with a copy, written now, bound to it."""
-        if self.copy is None:
-            return trial
+    def store(self, config: Config):
+        """A running trial of ``config`` written to the study now."""
         stored = self.proposals.start(self.study, config, self.batch)
-        self.copy.bind(stored, trial)
         if self.asked is not None:
             self.asked(stored)
         return stored
@@ -299,8 +297,10 @@ class StudyCopy:
         trial = self.study.ask()
         return trial, self.proposals.suggest(trial)
 
-    def bind(self, stored: optuna.Trial, copy: optuna.Trial) -> None:
+    def bind(self, stored: optuna.Trial, copy: optuna.Trial) -> optuna.Trial:
+        """``stored``, whose results are from now on told to ``copy`` too."""
         self.copies[trial_id(stored)] = copy
+        return stored
 
     def tell(self, trial: optuna.Trial, value: float | None = None, state: TrialState | None = None) -> None:
         """What the database's trial was told, told to its copy (or to ``trial`` itself, a copy
