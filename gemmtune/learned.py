@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from gemmtune import model
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
@@ -50,8 +51,6 @@ class Problem:
 
 def features(configs: Sequence[Config], problem: Problem) -> np.ndarray:
     """One row of numbers per configuration at ``problem``."""
-    from gemmtune import model
-
     p = problem
     fixed = [math.log2(p.m), math.log2(p.n), math.log2(p.k), math.log2(min(p.m, p.n)), p.prec.bytes,
              float(p.prec.is_complex), float(p.trans_a != "N"), float(p.trans_b != "N")]
@@ -84,11 +83,12 @@ class CostModel:
         self.seed = seed
         self.forest = None
 
-    def fit(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> "CostModel":
+    def fit(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, jobs: int | None = None) -> "CostModel":
+        """``jobs``: processor cores to fit on (scikit-learn's n_jobs; None: one)."""
         from sklearn.ensemble import ExtraTreesRegressor   # here: most commands never learn
 
         self.forest = ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=2, max_features=0.5,
-                                          random_state=self.seed).fit(x, y, sample_weight=weight)
+                                          random_state=self.seed, n_jobs=jobs).fit(x, y, sample_weight=weight)
         return self
 
     @property
@@ -140,3 +140,33 @@ def training_rows(rows: pd.DataFrame, dev: DeviceInfo, peaks=None) -> tuple[np.n
     if not xs:
         return np.empty((0, 0)), np.empty(0)
     return np.vstack(xs), relative_targets(np.concatenate(ys), np.asarray(groups))
+
+
+def prior_model(rows: pd.DataFrame | None, dev: DeviceInfo, peaks=None, jobs: int | None = None) -> CostModel | None:
+    """The cost model fitted to ``rows`` (the device's results at other problems), or None where
+    they are fewer than ``MIN_ROWS`` usable ones."""
+    if rows is None:
+        return None
+    x, y = training_rows(rows, dev, peaks)
+    return CostModel(0).fit(x, y, jobs=jobs) if len(y) >= MIN_ROWS else None
+
+
+def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Sequence[Config] = (),
+          fitted: CostModel | None = None) -> list[Config]:
+    """What a search measures first after its baseline and the nearest tuned shapes' bests: the
+    analytic model's best tilings (``model.tied_groups``), each as the configuration of its
+    tiling nearest a known good one (``model.nearest``) and, with a model ``fitted`` to the
+    device's other problems, as the one that model predicts fastest. The analytic model judges
+    the tiling (the learned one, fitted at other sizes, misjudges how a tile count fills the
+    device); for what it cannot see, measured and learned knowledge each get their turn.
+    At most ``count``, best tiling first."""
+    p = problem
+    chosen: list[Config] = []
+    for tied in model.tied_groups(configs, p.dev, p.prec, p.m, p.n, p.k, count, p.peaks):
+        picks = [model.nearest(tied, near)]
+        if fitted is not None:
+            picks.append(tied[int(np.argmax(fitted.predict(features(tied, problem))[0]))])
+        chosen += [c for c in dict.fromkeys(picks) if c not in chosen]
+        if len(chosen) >= count:
+            break
+    return chosen[:count]

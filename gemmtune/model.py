@@ -72,7 +72,9 @@ Time
                      one efficiency tie, and the one that moves less data (more reuse, less for the
                      caches this model ignores) goes first.
     seeds          = the best-ranked configurations, one per distinct (time, bytes): those the
-                     model cannot tell apart are measured once, so that seeds differ in tiling.
+                     model cannot tell apart are measured once, so that seeds differ in tiling;
+                     which of them, the one nearest a configuration known to run well
+                     (``learned.seeds`` adds the learned model's pick of each).
 
 Peaks
     Measured ones (``gemmtune peak``, the ``peaks`` table: GFLOP/s per precision, GB/s of a copy)
@@ -90,7 +92,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from gemmtune.families import FAMILIES
 from gemmtune.launch import Problem
@@ -249,23 +251,39 @@ def rank(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: int, n:
     return sorted(configs, key=key)
 
 
-def seeds(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: int, n: int, k: int,
-          count: int = 10, peaks: Mapping[str, float] | None = None) -> list[Config]:
-    """The ``count`` best-predicted configurations to measure first, one per distinct prediction.
-
-    Configurations with the same predicted time and bytes differ only in what the model does
-    not see (vector widths, PIPE, UNROLL, padding, ...): the first of them in ``rank`` order
-    stands for all, so that the seeds try ``count`` different tilings and the search's sampler
-    decides the rest. Fewer than ``count`` when there are fewer distinct predictions."""
-    chosen, seen = [], set()
+def tied_groups(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: int, n: int, k: int,
+                count: int = 10, peaks: Mapping[str, float] | None = None) -> list[list[Config]]:
+    """The ``count`` best distinct predictions (time, then bytes), each as the configurations
+    predicted so, in ``rank`` order. Those of one prediction differ only in what the model does
+    not see (vector widths, PIPE, UNROLL, padding, ...); fewer groups when there are fewer
+    distinct predictions."""
+    groups: dict[tuple, list[Config]] = {}
     for config in rank(configs, dev, prec, m, n, k, peaks):
         p = predict(config, dev, prec, m, n, k, peaks)
-        if (p.time_s, p.bytes) not in seen:
-            seen.add((p.time_s, p.bytes))
-            chosen.append(config)
-            if len(chosen) == count:
+        if (p.time_s, p.bytes) not in groups:
+            if len(groups) == count:
                 break
-    return chosen
+            groups[p.time_s, p.bytes] = []
+        groups[p.time_s, p.bytes].append(config)
+    return list(groups.values())
+
+
+def nearest(tied: Sequence[Config], near: Sequence[Config] = ()) -> Config:
+    """The configuration of ``tied`` nearest (``defaults.distance``) to any of ``near``; the first
+    where none is nearer (no ``near``, or only other families')."""
+    from gemmtune.defaults import distance
+
+    return min(tied, key=lambda c: min((distance(c, ref) for ref in near), default=0.0))
+
+
+def seeds(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: int, n: int, k: int,
+          count: int = 10, peaks: Mapping[str, float] | None = None, near: Sequence[Config] = ()) -> list[Config]:
+    """The ``count`` best-predicted configurations to measure first, one per distinct prediction
+    (``tied_groups``), so that the seeds try ``count`` different tilings. Of the configurations
+    the model cannot tell apart, the one nearest a configuration of ``near`` (those the device is
+    known to run well: the shape's default, the nearest tuned shapes' bests), so that what the
+    model cannot judge is taken from what was measured; without ``near``, the first in rank order."""
+    return [nearest(tied, near) for tied in tied_groups(configs, dev, prec, m, n, k, count, peaks)]
 
 
 def spearman(predicted_times, measured_times) -> float:

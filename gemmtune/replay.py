@@ -247,11 +247,18 @@ class ReplayResult:
                              for row in self.table().to_dict(orient="records")]}
 
 
-def model_seeds(land: Landscape, dev: DeviceInfo, count: int) -> list[Config]:
-    """The model's ``count`` seeds among the recorded configurations (``model.seeds``: the best
-    predicted, one per distinct prediction)."""
+def model_seeds(land: Landscape, dev: DeviceInfo, count: int, fitted=None) -> list[Config]:
+    """What a search at the study's shape seeds with, among the recorded configurations
+    (``learned.seeds``: the analytic model's best tilings, each nearest the baseline or the
+    nearest tuned shapes' bests, and as the ``fitted`` model of the other studies picks it)."""
+    from gemmtune import learned
+    from gemmtune.tuned import nearby_configs as tuned_nearby
+
     m, n, k = land.shape
-    return model.seeds(land.configs, dev, land.precision, m, n, k, count, land.peaks)
+    near = [*([land.baseline] if land.baseline is not None else []),
+            *tuned_nearby(land.url, dev, land.precision, m, n, k)]
+    problem = learned.Problem(dev, land.precision, m, n, k, peaks=land.peaks)
+    return learned.seeds(land.configs, problem, count, near, fitted)
 
 
 def model_spearman(land: Landscape, dev: DeviceInfo) -> float:
@@ -262,15 +269,13 @@ def model_spearman(land: Landscape, dev: DeviceInfo) -> float:
     return model.spearman(predicted, [1 / land.gflops(c) for c in ok])
 
 
-def learned_spearman(land: Landscape, dev: DeviceInfo, prior: pd.DataFrame) -> float | None:
+def learned_spearman(land: Landscape, dev: DeviceInfo, fitted) -> float | None:
     """Rank correlation with the study's measured times of the learned cost model's predictions,
-    the model fitted to ``prior`` alone (never to the study itself); None without enough rows."""
+    the model ``fitted`` to the other studies alone (never to the study itself); None without one."""
     from gemmtune import learned
 
-    x, y = learned.training_rows(prior, dev, land.peaks)
-    if len(y) < learned.MIN_ROWS:
+    if fitted is None:
         return None
-    fitted = learned.CostModel(0).fit(x, y)
     ok = [c for c in land.configs if land.gflops(c) is not None]
     problem = learned.Problem(dev, land.precision, *land.shape, peaks=land.peaks)
     predicted, _ = fitted.predict(learned.features(ok, problem))
@@ -297,14 +302,17 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     if seeded and device is None:
         raise GemmtuneError(f"{seeded[0]} needs a description of the study's device ({land.device_name}) "
                             "for the model")
+    from gemmtune import learned
+
     result = ReplayResult(land, target, seed_count)
-    top = []
+    top, prior = [], None
     if device is not None:
-        top = model_seeds(land, device, seed_count)
+        # As search: the device's other studies teach a model whose picks are among the seeds.
+        prior = other_studies(land)
+        fitted = learned.prior_model(prior, device, land.peaks)
+        top = model_seeds(land, device, seed_count, fitted)
         result.model_spearman = model_spearman(land, device)
-    prior = other_studies(land) if any(s == "default" or STRATEGIES[s].wants_prior for s in samplers) else None
-    if prior is not None and device is not None:
-        result.learned_spearman = learned_spearman(land, device, prior)
+        result.learned_spearman = learned_spearman(land, device, fitted)
     nearby = nearby_configs(land, device) if "default" in samplers and device is not None else []
     for sampler in samplers:
         runs = [replay_once(land, sampler, s, target, top, device, prior, nearby) for s in range(seeds)]

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_replay import SYNTHETIC, gpu, landscape  # noqa: E402
+from test_replay import SYNTHETIC, gpu, k5, landscape, recorded_as  # noqa: E402
 
-from gemmtune import learned, replay as rp  # noqa: E402
+from gemmtune import learned, model, replay as rp  # noqa: E402
 from gemmtune.model import spearman  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.strategies import STRATEGIES  # noqa: E402
@@ -73,11 +73,33 @@ def test_the_model_learned_from_other_studies_ranks_a_new_one(two_studies):
     prior = rp.other_studies(land)
     assert set(prior.study) == {"at-512"}   # the study replayed is never in its own prior
     dev = gpu()
-    assert rp.learned_spearman(land, dev, prior) > 0.9
+    assert rp.learned_spearman(land, dev, learned.prior_model(prior, dev)) > 0.9
     assert abs(rp.model_spearman(land, dev)) < 0.9
     result = rp.replay(land, ["learned", "random"], seeds=5, target=1.0, device=dev)
     assert result.learned_spearman > 0.9
     assert np.median(result.trials["learned"]) <= 3 < np.median(result.trials["random"])
+
+
+def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_model_suggest(two_studies):
+    """Where the device's other problems taught a model, each of the analytic model's best
+    tilings is measured twice: as the nearest known good configuration spells it and as the
+    learned model picks it. Here the known one has K tiles of 64; the other study shows that
+    K tiles of 8 pay, which the analytic model cannot see, and the learned picks have them."""
+    land, dev = rp.load_landscape(two_studies, "at-256"), gpu()
+    problem = learned.Problem(dev, land.precision, *land.shape)
+    fitted = learned.prior_model(rp.other_studies(land), dev)
+    near = [recorded_as(k5(128, 128, 64))]
+    alone = learned.seeds(land.configs, problem, 10, near)
+    assert alone == model.seeds(land.configs, dev, land.precision, *land.shape, count=10, near=near)
+    assert len(alone) == 10 and {c.params["TSK"] for c in alone} == {64}
+    both = learned.seeds(land.configs, problem, 10, near, fitted)
+    assert [c.params["TSK"] for c in both] == [64, 8] * 5
+    tiling = lambda c: (c.params["TSM"], c.params["TSN"]) if c.params["TSM"] <= c.params["TSN"] else \
+        (c.params["TSN"], c.params["TSM"])   # one prediction holds a tiling and its transpose
+    assert [tiling(c) for c in both[::2]] == [tiling(c) for c in both[1::2]] == [tiling(c) for c in alone[:5]]
+    assert recorded_as(k5(64, 128, 8)) in both   # the unique best, which no seed of the analytic model is
+    assert learned.prior_model(None, dev) is None
+    assert learned.prior_model(rp.other_studies(land).head(learned.MIN_ROWS - 1), dev) is None
 
 
 def test_without_other_studies_the_strategy_starts_from_the_model_seeds(two_studies):

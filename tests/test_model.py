@@ -253,6 +253,20 @@ def test_seeds_are_the_best_predictions_one_per_distinct_prediction():
     assert model.seeds([worse, a, b], GPU, S, 512, 512, 512, count=10) == [a, worse]
 
 
+def test_each_seed_is_the_one_of_its_prediction_nearest_a_known_good_configuration():
+    # What the model cannot see is taken from the configurations given as near (the shape's
+    # default, the nearest tuned shapes' bests): of a, b and c, tied, the seed is the one
+    # nearest any of them (another family's is at no distance); without them, rank order.
+    a, b, c = rt(UNROLL=1, PADL=0, VWG=1), rt(UNROLL=8, PADL=0, VWG=4), rt(UNROLL=4, PADL=4, VWG=4)
+    worse = k5(TSM=16, TSN=16, TSK=16, WPTN=1, PAD=0)
+    tied = [a, b, c, worse]
+    assert model.seeds(tied, GPU, S, 512, 512, 512, count=2) == [a, worse]
+    assert model.seeds(tied, GPU, S, 512, 512, 512, count=2, near=[rt(UNROLL=8, PADL=0, VWG=2)]) == [b, worse]
+    assert model.seeds(tied, GPU, S, 512, 512, 512, count=2,
+                       near=[k5(TSM=64, TSN=64, TSK=32, WPTN=8, PAD=2), rt(UNROLL=4, PADL=2, VWG=4)]) == [c, worse]
+    assert model.seeds(tied, GPU, S, 512, 512, 512, count=2, near=[worse]) == [a, worse]
+
+
 @pytest.mark.parametrize("code", ["d", "z"])
 def test_matrix_instructions_double_the_compute_rate_where_the_device_has_them(code):
     prec = get_precision(code)

@@ -384,3 +384,20 @@ def test_default_starts_from_the_best_of_the_nearest_tuned_shape(tmp_path):
     land = rp.load_landscape(f"sqlite:///{alone}", "synthetic")
     assert rp.nearby_configs(land, dev) == []
     assert min(rp.replay(land, ["default"], seeds=3, target=1.0, device=dev).trials["default"]) > 10
+
+
+def test_model_seeds_take_what_the_model_cannot_see_from_the_nearest_tuned_shape(tmp_path):
+    """As search picks them: of the configurations the model predicts alike (here those differing
+    in TSK alone), each seed is the one nearest the nearest tuned shape's best."""
+    dev = gpu()
+    with_other, alone = tmp_path / "n.db", tmp_path / "alone.db"
+    for db in (with_other, alone):
+        landscape(db, lambda c: 1000.0 + SYNTHETIC.index(c))
+    tuned_best = k5(32, 32, 64)
+    landscape(with_other, lambda c: 900.0 if c == tuned_best else 100.0, study="other", m=1024)
+
+    seeds = rp.model_seeds(rp.load_landscape(f"sqlite:///{with_other}", "synthetic"), dev, 10)
+    assert len(seeds) == 10 and recorded_as(tuned_best) in seeds
+    assert {c.params["TSK"] for c in seeds} == {64}
+    seeds = rp.model_seeds(rp.load_landscape(f"sqlite:///{alone}", "synthetic"), dev, 10)
+    assert len(seeds) == 10 and {c.params["TSK"] for c in seeds} == {8}   # the first of each, in rank order

@@ -9,6 +9,8 @@ import time
 from collections import Counter
 from dataclasses import replace
 
+import pandas as pd
+
 from gemmtune import learned, tuned
 from gemmtune.defaults import default_config, distance
 from gemmtune.families import FAMILIES
@@ -29,30 +31,31 @@ from gemmtune.strategies import make_strategy
 MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole space may be 10^5
 
 
-def model_seeds(valid: ValidConfigs, count: int, dev, prec, m, n, k, store: Store, rng: random.Random,
-                skip: set) -> list[Config]:
-    """The best-predicted configurations not in ``skip``, one per distinct prediction (of a random
-    sample, when the space is large), with the device's measured peaks where `gemmtune peak`
-    stored them."""
-    from gemmtune.model import seeds
-
+def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: random.Random, skip: set,
+                near: list[Config], prior: pd.DataFrame | None) -> list[Config]:
+    """What the search measures first after its baseline and the nearest tuned shapes' bests
+    (``learned.seeds``), none of ``skip``, drawn from a random sample when the space is large;
+    ``prior`` (the device's other studies) teaches a model whose picks are among them."""
     sample = valid.sample(MODEL_SAMPLE, rng)   # drawn from the product: the space is never listed
     sample = [c for c in sample if config_key(c.kernel, c.params) not in skip]
-    return seeds(sample, dev, prec, m, n, k, count, store.latest_peaks(dev.key))
+    # Nothing else runs yet: the fit may take every core.
+    fitted = learned.prior_model(prior, problem.dev, problem.peaks, jobs=-1)
+    return learned.seeds(sample, problem, count, near, fitted)
 
 
-def prepared_strategy(req: SearchRequest, prec: Precision, dev: DeviceInfo, store: Store, study: str):
-    """The search's strategy, told its problem and, if it learns from them, the device's rows of
+def other_rows(store: Store, dev: DeviceInfo, study: str) -> pd.DataFrame:
+    """The device's results rows at every other study: what the search learns from."""
+    rows = store.frame(device=dev.key)
+    return rows[rows.study != study]
+
+
+def prepare(strategy, req: SearchRequest, prec: Precision, dev: DeviceInfo, store: Store,
+            prior: pd.DataFrame | None) -> None:
+    """Tell the search's strategy its problem and, if it learns from them, the device's rows of
     the other studies (every shape the device measured)."""
-    strategy = make_strategy(req.sampler, req.seed)
-    prior = None
-    if strategy.wants_prior:
-        prior = store.frame(device=dev.key)
-        prior = prior[prior.study != study]
     strategy.asynchronous = True   # a learning strategy learns beside the search, not in its way
     strategy.prepare(learned.Problem(dev, prec, req.m, req.n, req.k, req.trans_a, req.trans_b,
-                                     store.latest_peaks(dev.key)), prior)
-    return strategy
+                                     store.latest_peaks(dev.key)), prior if strategy.wants_prior else None)
 
 
 class Broken:
@@ -66,7 +69,8 @@ class Broken:
 
 
 def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid: ValidConfigs, store: Store,
-                     proposer: Proposer, strategy, rng: random.Random) -> tuple[tuple, list[Config]]:
+                     proposer: Proposer, strategy, rng: random.Random,
+                     prior: pd.DataFrame | None) -> tuple[tuple, list[Config]]:
     """The baseline's key, and what to measure first: the shipped default (or the valid
     configuration nearest it), the best of the nearest tuned shapes (or ``--start``), and the
     model's seeds where the strategy takes them; none measured before."""
@@ -82,7 +86,8 @@ def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid
     first += [c for c in start if config_key(c.kernel, c.params) not in {baseline_key, *measured}
               and proposer.is_valid(c)]
     if req.seeds and strategy.allows_model_seeds:
-        first += model_seeds(valid, req.seeds, dev, prec, m, n, k, store, rng, {*measured, baseline_key})
+        problem = learned.Problem(dev, prec, m, n, k, req.trans_a, req.trans_b, store.latest_peaks(dev.key))
+        first += model_seeds(valid, req.seeds, problem, rng, {*measured, baseline_key}, [baseline, *start], prior)
     return baseline_key, first
 
 
@@ -99,7 +104,9 @@ class Lane:
         m, n, k = req.m, req.n, req.k
         self.flops = prec.flops(m, n, k)
         self.name = name = req.study or default_study_name(dev, prec, m, n, k, req.trans_a, req.trans_b)
-        strategy = prepared_strategy(req, prec, dev, store, name)
+        strategy = make_strategy(req.sampler, req.seed)
+        prior = other_rows(store, dev, name) if req.seeds or strategy.wants_prior else None
+        prepare(strategy, req, prec, dev, store, prior)
         self.proposals = Proposals(space)
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)
         store.save_device(dev)
@@ -113,7 +120,7 @@ class Lane:
             claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
             batch=self.session.storage.batch, asked=self.session.asked,
             is_valid=lambda c: space.allows(c) and proposer.why_invalid(c) is None, copy=self.session.copy)
-        self.baseline_key, first = first_candidates(req, prec, dev, valid, store, proposer, strategy, rng)
+        self.baseline_key, first = first_candidates(req, prec, dev, valid, store, proposer, strategy, rng, prior)
         proposer.pending += first
         self.budget = req.trials
         if strategy.exhaustive:

@@ -5,6 +5,7 @@ pipeline builds and measures them (``pipeline``), and every measured trial becom
 
 from __future__ import annotations
 
+import importlib
 import signal
 import socket
 import threading
@@ -86,6 +87,10 @@ class Workers:
         self.close()
 
     def _open(self) -> None:
+        if self.req.seeds:
+            # The seeds fit a cost model to the device's other studies (``learned.seeds``); its
+            # library takes a second or more to import, here while the workers start anyway.
+            threading.Thread(target=importlib.import_module, args=("sklearn.ensemble",), daemon=True).start()
         # Several timing workers share the host: each gets cores of its own, and the compilers
         # the rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times
         # as long per trial on the host (read-back, comparison, even waiting for the device) as
