@@ -55,7 +55,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from gemmtune import model
+from gemmtune import learned, model
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
@@ -184,12 +184,10 @@ def replay_once(land: Landscape, sampler: str, seed: int, target: float,
     the baseline where the strategy is model-seeded, or ``default`` and allows them; ``nearby``
     (the nearest tuned shapes' bests) before them for ``default`` only; ``device`` and ``prior``
     (the device's other results rows) are what the strategy is prepared with."""
-    from gemmtune.learned import Problem
-
     threshold = target * land.best
     strategy = STRATEGIES[DEFAULT if sampler == "default" else sampler](seed)
     if device is not None:
-        strategy.prepare(Problem(device, land.precision, *land.shape, peaks=land.peaks), prior)
+        strategy.prepare(learned.Problem(device, land.precision, *land.shape, peaks=land.peaks), prior)
     if not (strategy.model_seeded or (sampler == "default" and strategy.allows_model_seeds)):
         first = ()
     if sampler == "default":
@@ -251,7 +249,6 @@ def model_seeds(land: Landscape, dev: DeviceInfo, count: int, fitted=None) -> li
     """What a search at the study's shape seeds with, among the recorded configurations
     (``learned.seeds``: the analytic model's best tilings, each nearest the baseline or the
     nearest tuned shapes' bests, and as the ``fitted`` model of the other studies picks it)."""
-    from gemmtune import learned
     from gemmtune.tuned import nearby_configs as tuned_nearby
 
     m, n, k = land.shape
@@ -272,8 +269,6 @@ def model_spearman(land: Landscape, dev: DeviceInfo) -> float:
 def learned_spearman(land: Landscape, dev: DeviceInfo, fitted) -> float | None:
     """Rank correlation with the study's measured times of the learned cost model's predictions,
     the model ``fitted`` to the other studies alone (never to the study itself); None without one."""
-    from gemmtune import learned
-
     if fitted is None:
         return None
     ok = [c for c in land.configs if land.gflops(c) is not None]
@@ -302,8 +297,6 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     if seeded and device is None:
         raise GemmtuneError(f"{seeded[0]} needs a description of the study's device ({land.device_name}) "
                             "for the model")
-    from gemmtune import learned
-
     result = ReplayResult(land, target, seed_count)
     top, prior = [], None
     if device is not None:

@@ -38,7 +38,7 @@ def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: 
     ``prior`` (the device's other studies) teaches a model whose picks are among them."""
     sample = valid.sample(MODEL_SAMPLE, rng)   # drawn from the product: the space is never listed
     sample = [c for c in sample if config_key(c.kernel, c.params) not in skip]
-    # Nothing else runs yet: the fit may take every core.
+    # The compilers wait for these candidates: the fit may take every core.
     fitted = learned.prior_model(prior, problem.dev, problem.peaks, jobs=-1)
     return learned.seeds(sample, problem, count, near, fitted)
 
