@@ -15,6 +15,7 @@ from test_replay import SYNTHETIC, gpu, k5, landscape, recorded_as  # noqa: E402
 from gemmtune import learned, model, replay as rp  # noqa: E402
 from gemmtune.model import spearman  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
+from gemmtune.store import Store  # noqa: E402
 from gemmtune.strategies import STRATEGIES  # noqa: E402
 
 
@@ -183,3 +184,24 @@ def test_a_learned_search_learns_from_the_devices_other_studies(tmp_path):
     assert found.exit_code == 0, found.output
     summary = json.loads(found.stdout)
     assert summary["trials"] == 6 and summary["best"]["gflops"] > 0 and not summary["failures"]
+
+
+def test_the_seeds_model_fitted_while_the_workers_start_serves_only_the_same_rows(two_studies):
+    """A search fits its seeds' model on a thread as it opens its workers; a lane takes that
+    model where its prior is exactly the rows it learned from, and fits its own otherwise."""
+    from gemmtune.search.prior import PriorModels
+
+    dev = gpu()
+    land = rp.load_landscape(two_studies, "at-256")
+    land_rows = rp.other_studies(land)
+    store = Store(two_studies, create=False)
+    every = store.frame(device=dev.key)   # what the thread read: the device's every row
+    store.close()
+    priors = PriorModels(two_studies, [dev])
+    early = priors.model(every, dev, None)
+    assert early is not None and priors.model(every, dev, None) is early          # the same rows: fitted once
+    own = priors.model(land_rows, dev, None)                                         # a study's own rows left out
+    assert own is not None and own is not early
+    fresh = learned.features(SYNTHETIC[:5], learned.Problem(dev, land.precision, 256, 256, 256))
+    assert np.array_equal(own.predict(fresh)[0], learned.prior_model(land_rows, dev).predict(fresh)[0])
+    assert PriorModels(two_studies, [gpu("Other GPU")]).model(None, gpu("Other GPU"), None) is None

@@ -20,6 +20,7 @@ from gemmtune.precision import Precision
 from gemmtune.runner import Compilers, Outcome, Runner
 from gemmtune.search.ahead import AheadProposer, Journal, NotReady, ahead_possible
 from gemmtune.search.pipeline import Pipeline
+from gemmtune.search.prior import PriorModels
 from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.session import Proposals, Proposer, StudySession, config_key, quiet_heartbeat
@@ -32,14 +33,15 @@ MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole
 
 
 def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: random.Random, skip: set,
-                near: list[Config], prior: pd.DataFrame | None) -> list[Config]:
+                near: list[Config], prior: pd.DataFrame | None, priors: PriorModels | None = None) -> list[Config]:
     """What the search measures first after its baseline and the nearest tuned shapes' bests
     (``learned.seeds``), none of ``skip``, drawn from a random sample when the space is large;
-    ``prior`` (the device's other studies) teaches a model whose picks are among them."""
+    ``prior`` (the device's other studies) teaches a model whose picks are among them (fitted
+    early by ``priors`` where it has the same rows)."""
     sample = valid.sample(MODEL_SAMPLE, rng)   # drawn from the product: the space is never listed
     sample = [c for c in sample if config_key(c.kernel, c.params) not in skip]
-    # The compilers wait for these candidates: the fit may take every core.
-    fitted = learned.prior_model(prior, problem.dev, problem.peaks, jobs=-1)
+    fitted = (priors.model(prior, problem.dev, problem.peaks) if priors is not None
+              else learned.prior_model(prior, problem.dev, problem.peaks, jobs=-1))
     return learned.seeds(sample, problem, count, near, fitted)
 
 
@@ -69,8 +71,8 @@ class Broken:
 
 
 def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid: ValidConfigs, store: Store,
-                     proposer: Proposer, strategy, rng: random.Random,
-                     prior: pd.DataFrame | None) -> tuple[tuple, list[Config]]:
+                     proposer: Proposer, strategy, rng: random.Random, prior: pd.DataFrame | None,
+                     priors: PriorModels | None = None) -> tuple[tuple, list[Config]]:
     """The baseline's key, and what to measure first: the shipped default (or the valid
     configuration nearest it), the best of the nearest tuned shapes (or ``--start``), and the
     model's seeds where the strategy takes them; none measured before."""
@@ -87,7 +89,8 @@ def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid
               and proposer.is_valid(c)]
     if req.seeds and strategy.allows_model_seeds:
         problem = learned.Problem(dev, prec, m, n, k, req.trans_a, req.trans_b, store.latest_peaks(dev.key))
-        first += model_seeds(valid, req.seeds, problem, rng, {*measured, baseline_key}, [baseline, *start], prior)
+        first += model_seeds(valid, req.seeds, problem, rng, {*measured, baseline_key}, [baseline, *start], prior,
+                             priors)
     return baseline_key, first
 
 
@@ -98,7 +101,7 @@ class Lane:
     heartbeats is failed by whichever process notices, and recorded as ``lost``."""
 
     def __init__(self, req: SearchRequest, prec: Precision, space: Space, valid: ValidConfigs,
-                 runners: list[Runner], compilers: Compilers | None, store: Store):
+                 runners: list[Runner], compilers: Compilers | None, store: Store, priors: PriorModels | None = None):
         self.req, self.prec, self.space, self.valid, self.store = req, prec, space, valid, store
         self.dev = dev = runners[0].device
         m, n, k = req.m, req.n, req.k
@@ -120,7 +123,8 @@ class Lane:
             claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
             batch=self.session.storage.batch, asked=self.session.asked,
             is_valid=lambda c: space.allows(c) and proposer.why_invalid(c) is None, copy=self.session.copy)
-        self.baseline_key, first = first_candidates(req, prec, dev, valid, store, proposer, strategy, rng, prior)
+        self.baseline_key, first = first_candidates(req, prec, dev, valid, store, proposer, strategy, rng, prior,
+                                                    priors)
         proposer.pending += first
         self.budget = req.trials
         if strategy.exhaustive:

@@ -5,7 +5,6 @@ pipeline builds and measures them (``pipeline``), and every measured trial becom
 
 from __future__ import annotations
 
-import importlib
 import signal
 import socket
 import threading
@@ -19,6 +18,7 @@ from gemmtune.inputs import check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
 from gemmtune.runner import Compilers, Runner
 from gemmtune.search.lane import Lane
+from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
 from gemmtune.space import Space, load_space
 from gemmtune.valid import ValidConfigs
@@ -73,7 +73,7 @@ class Workers:
         self.runners: list[Runner] = []
         self.compilers: dict[str, Compilers | None] = {}
         self.valid: dict[tuple[str, str], tuple[Space, ValidConfigs]] = {}
-        self.store = self.lock = None
+        self.store = self.lock = self.priors = None
 
     def __enter__(self):
         try:
@@ -87,10 +87,8 @@ class Workers:
         self.close()
 
     def _open(self) -> None:
-        if self.req.seeds:
-            # The seeds fit a cost model to the device's other studies (``learned.seeds``); its
-            # library takes a second or more to import, here while the workers start anyway.
-            threading.Thread(target=importlib.import_module, args=("sklearn.ensemble",), daemon=True).start()
+        # The seeds' cost model, fitted while the workers start (seconds each, on a GPU).
+        self.priors = PriorModels(database_url(self.req.db), self.infos) if self.req.seeds else None
         # Several timing workers share the host: each gets cores of its own, and the compilers
         # the rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times
         # as long per trial on the host (read-back, comparison, even waiting for the device) as
@@ -136,7 +134,8 @@ class Workers:
         lanes: list[Lane] = []
         try:
             for group, searched, valid in plans:
-                lanes.append(Lane(req, prec, searched, valid, group, self.compilers[group[0].device.key], self.store))
+                lanes.append(Lane(req, prec, searched, valid, group, self.compilers[group[0].device.key], self.store,
+                                  self.priors))
             return _search(lanes, req, progress)
         finally:
             for lane in lanes:

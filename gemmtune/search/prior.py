@@ -1,0 +1,48 @@
+"""What a search learns from before its first seed: the device's results rows at other studies
+and the cost model fitted to them (``learned.prior_model``, for ``learned.seeds``).
+
+Fitting takes seconds on a busy host (scikit-learn's import, the features of every row, the
+trees), so it starts on a thread when the search opens its workers, which take seconds to start
+anyway. A lane takes that model where its own prior is exactly the rows it learned from, and
+fits its own otherwise (a resumed study, a workload's later problem)."""
+
+from __future__ import annotations
+
+import threading
+
+import pandas as pd
+
+from gemmtune import learned
+from gemmtune.info import DeviceInfo
+from gemmtune.store import Store
+
+
+class PriorModels:
+    def __init__(self, url: str, devices: list[DeviceInfo]):
+        self._fitted: dict[str, tuple[tuple[int, ...], learned.CostModel | None]] = {}
+        self._thread = threading.Thread(target=self._fit, args=(url, devices), daemon=True)
+        self._thread.start()
+
+    def _fit(self, url: str, devices: list[DeviceInfo]) -> None:
+        try:
+            import sklearn.ensemble  # noqa: F401  (the import alone is a second on a laptop)
+
+            store = Store(url, create=False)
+            try:
+                for dev in devices:
+                    rows = store.frame(device=dev.key)
+                    fitted = learned.prior_model(rows, dev, store.latest_peaks(dev.key), jobs=-1)
+                    self._fitted[dev.key] = tuple(rows.id), fitted
+            finally:
+                store.close()
+        except Exception:  # noqa: BLE001  the lane fits for itself; what failed here fails there, reported
+            pass
+
+    def model(self, prior: pd.DataFrame | None, dev: DeviceInfo, peaks) -> learned.CostModel | None:
+        """The cost model of ``prior`` (the device's rows at other studies): the one fitted early
+        if it learned from exactly these rows, else one fitted now."""
+        self._thread.join()
+        ids, fitted = self._fitted.get(dev.key, (None, None))
+        if prior is not None and ids == tuple(prior.id):
+            return fitted
+        return learned.prior_model(prior, dev, peaks, jobs=-1)
