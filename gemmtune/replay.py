@@ -60,6 +60,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
+from gemmtune.search.prior import other_rows
 from gemmtune.search.session import Proposals, Proposer, config_key, memory_study, quiet_optuna
 from gemmtune.space import Config, FamilySpace, Space, load_space, shipped_families
 from gemmtune.store import Store, database_url
@@ -327,10 +328,9 @@ def other_studies(land: Landscape) -> pd.DataFrame:
     """The results rows of ``land``'s device in its database, but for its own study."""
     store = Store(land.url, create=False)
     try:
-        rows = store.frame(device=land.device)
+        return other_rows(store, land.device, land.study)
     finally:
         store.close()
-    return rows[rows.study != land.study]
 
 
 def device_for(land: Landscape, info_file: str | Path | None = None) -> DeviceInfo | None:

@@ -47,17 +47,17 @@ class Layout:
         self.free = free
         self.repeats = math.prod(self.shape) // math.prod(self.reduced_shape)   # points per point of ``reduced``
 
-    @cached_property
-    def tail(self) -> dict[str, np.ndarray]:
-        grids = np.meshgrid(*(v for _, v in self.trailing), indexing="ij")
+    def _grid(self, first_only: frozenset[str]) -> dict[str, np.ndarray]:
+        grids = np.meshgrid(*(v[:1] if n in first_only else v for n, v in self.trailing), indexing="ij")
         return {n: g.ravel() for (n, _), g in zip(self.trailing, grids)}
 
     @cached_property
+    def tail(self) -> dict[str, np.ndarray]:
+        return self._grid(frozenset())
+
+    @cached_property
     def reduced(self) -> dict[str, np.ndarray]:
-        if not self.free & {n for n, _ in self.trailing}:
-            return self.tail
-        grids = np.meshgrid(*(v[:1] if n in self.free else v for n, v in self.trailing), indexing="ij")
-        return {n: g.ravel() for (n, _), g in zip(self.trailing, grids)}
+        return self._grid(self.free) if self.reduced_shape != self.shape else self.tail
 
 
 class _Reads(dict):

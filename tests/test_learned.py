@@ -205,3 +205,5 @@ def test_the_seeds_model_fitted_while_the_workers_start_serves_only_the_same_row
     fresh = learned.features(SYNTHETIC[:5], learned.Problem(dev, land.precision, 256, 256, 256))
     assert np.array_equal(own.predict(fresh)[0], learned.prior_model(land_rows, dev).predict(fresh)[0])
     assert PriorModels(two_studies, [gpu("Other GPU")]).model(None, gpu("Other GPU"), None) is None
+    late = PriorModels(two_studies, [dev], early=False).model(every, dev, None)   # a search without seeds
+    assert np.array_equal(late.predict(fresh)[0], early.predict(fresh)[0])

@@ -20,7 +20,7 @@ from gemmtune.precision import Precision
 from gemmtune.runner import Compilers, Outcome, Runner
 from gemmtune.search.ahead import AheadProposer, Journal, NotReady, ahead_possible
 from gemmtune.search.pipeline import Pipeline
-from gemmtune.search.prior import PriorModels
+from gemmtune.search.prior import PriorModels, other_rows
 from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.session import Proposals, Proposer, StudySession, config_key, quiet_heartbeat
@@ -33,22 +33,14 @@ MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole
 
 
 def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: random.Random, skip: set,
-                near: list[Config], prior: pd.DataFrame | None, priors: PriorModels | None = None) -> list[Config]:
+                near: list[Config], prior: pd.DataFrame | None, priors: PriorModels) -> list[Config]:
     """What the search measures first after its baseline and the nearest tuned shapes' bests
     (``learned.seeds``), none of ``skip``, drawn from a random sample when the space is large;
-    ``prior`` (the device's other studies) teaches a model whose picks are among them (fitted
-    early by ``priors`` where it has the same rows)."""
+    ``prior`` (the device's other studies) teaches a model whose picks are among them (``priors``:
+    fitted early where it has the same rows)."""
     sample = valid.sample(MODEL_SAMPLE, rng)   # drawn from the product: the space is never listed
     sample = [c for c in sample if config_key(c.kernel, c.params) not in skip]
-    fitted = (priors.model(prior, problem.dev, problem.peaks) if priors is not None
-              else learned.prior_model(prior, problem.dev, problem.peaks, jobs=-1))
-    return learned.seeds(sample, problem, count, near, fitted)
-
-
-def other_rows(store: Store, dev: DeviceInfo, study: str) -> pd.DataFrame:
-    """The device's results rows at every other study: what the search learns from."""
-    rows = store.frame(device=dev.key)
-    return rows[rows.study != study]
+    return learned.seeds(sample, problem, count, near, priors.model(prior, problem.dev, problem.peaks))
 
 
 def prepare(strategy, req: SearchRequest, prec: Precision, dev: DeviceInfo, store: Store,
@@ -72,7 +64,7 @@ class Broken:
 
 def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid: ValidConfigs, store: Store,
                      proposer: Proposer, strategy, rng: random.Random, prior: pd.DataFrame | None,
-                     priors: PriorModels | None = None) -> tuple[tuple, list[Config]]:
+                     priors: PriorModels) -> tuple[tuple, list[Config]]:
     """The baseline's key, and what to measure first: the shipped default (or the valid
     configuration nearest it), the best of the nearest tuned shapes (or ``--start``), and the
     model's seeds where the strategy takes them; none measured before."""
@@ -101,14 +93,14 @@ class Lane:
     heartbeats is failed by whichever process notices, and recorded as ``lost``."""
 
     def __init__(self, req: SearchRequest, prec: Precision, space: Space, valid: ValidConfigs,
-                 runners: list[Runner], compilers: Compilers | None, store: Store, priors: PriorModels | None = None):
+                 runners: list[Runner], compilers: Compilers | None, store: Store, priors: PriorModels):
         self.req, self.prec, self.space, self.valid, self.store = req, prec, space, valid, store
         self.dev = dev = runners[0].device
         m, n, k = req.m, req.n, req.k
         self.flops = prec.flops(m, n, k)
         self.name = name = req.study or default_study_name(dev, prec, m, n, k, req.trans_a, req.trans_b)
         strategy = make_strategy(req.sampler, req.seed)
-        prior = other_rows(store, dev, name) if req.seeds or strategy.wants_prior else None
+        prior = other_rows(store, dev.key, name) if req.seeds or strategy.wants_prior else None
         prepare(strategy, req, prec, dev, store, prior)
         self.proposals = Proposals(space)
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)

@@ -88,7 +88,7 @@ class Workers:
 
     def _open(self) -> None:
         # The seeds' cost model, fitted while the workers start (seconds each, on a GPU).
-        self.priors = PriorModels(database_url(self.req.db), self.infos) if self.req.seeds else None
+        self.priors = PriorModels(database_url(self.req.db), self.infos, early=bool(self.req.seeds))
         # Several timing workers share the host: each gets cores of its own, and the compilers
         # the rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times
         # as long per trial on the host (read-back, comparison, even waiting for the device) as

@@ -17,11 +17,22 @@ from gemmtune.info import DeviceInfo
 from gemmtune.store import Store
 
 
+def other_rows(store: Store, device: str, study: str) -> pd.DataFrame:
+    """The results rows of device key ``device`` at every study but ``study``: what a search of
+    ``study`` learns from."""
+    rows = store.frame(device=device)
+    return rows[rows.study != study]
+
+
 class PriorModels:
-    def __init__(self, url: str, devices: list[DeviceInfo]):
+    """``early``: fit the devices' models on a thread now (a search with seeds); else each is
+    fitted when a lane asks for it."""
+
+    def __init__(self, url: str, devices: list[DeviceInfo], early: bool = True):
         self._fitted: dict[str, tuple[tuple[int, ...], learned.CostModel | None]] = {}
         self._thread = threading.Thread(target=self._fit, args=(url, devices), daemon=True)
-        self._thread.start()
+        if early:
+            self._thread.start()
 
     def _fit(self, url: str, devices: list[DeviceInfo]) -> None:
         try:
@@ -41,7 +52,8 @@ class PriorModels:
     def model(self, prior: pd.DataFrame | None, dev: DeviceInfo, peaks) -> learned.CostModel | None:
         """The cost model of ``prior`` (the device's rows at other studies): the one fitted early
         if it learned from exactly these rows, else one fitted now."""
-        self._thread.join()
+        if self._thread.ident is not None:
+            self._thread.join()
         ids, fitted = self._fitted.get(dev.key, (None, None))
         if prior is not None and ids == tuple(prior.id):
             return fitted
