@@ -81,3 +81,31 @@ def test_trials_that_never_sent_a_heartbeat_are_found_after_the_grace_period(sto
     assert storage.unbeaten_trial_ids(study._study_id, 3600.0) == []  # not yet past its grace
     other = optuna.create_study(storage=storage, study_name="other")
     assert storage.unbeaten_trial_ids(other._study_id, 1.0) == []
+
+
+def test_a_study_session_retries_when_another_process_creates_the_tables_first(tmp_path, monkeypatch):
+    """Processes starting together race to create Optuna's tables; on PostgreSQL the loser gets
+    a ProgrammingError (type "studydirection" already exists) and retries; a database that keeps
+    refusing is one line naming the study and the database's own message."""
+    from gemmtune.errors import GemmtuneError
+    from gemmtune.search import session
+    from gemmtune.space import load_space
+    from gemmtune.strategies import make_strategy
+
+    real, calls = session.BatchedStorage, []
+
+    def racing(url, **kwargs):
+        calls.append(url)
+        if len(calls) == 1 or "refusing" in url:
+            raise sa.exc.ProgrammingError("CREATE TYPE studydirection", {}, Exception('type "studydirection" already exists'))
+        return real(url, **kwargs)
+
+    monkeypatch.setattr(session, "BatchedStorage", racing)
+    monkeypatch.setattr(session.time, "sleep", lambda s: None)
+    args = (make_strategy("tpe", 0), 60.0, lambda number, params: None, session.Proposals(load_space()))
+    opened = session.StudySession(f"sqlite:///{tmp_path / 'o.db'}", "raced", *args)
+    assert len(calls) == 2 and opened.study.study_name == "raced"
+    opened.storage.engine.dispose()
+    with pytest.raises(GemmtuneError, match=r"cannot create the study 'refused' in .*refusing.*studydirection"):
+        session.StudySession(f"sqlite:///{tmp_path / 'refusing.db'}", "refused", *args)
+    assert len(calls) == 5

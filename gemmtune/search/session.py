@@ -351,11 +351,14 @@ class StudySession:
                 self.study_id = self.storage.get_study_id_from_name(name)
                 self.copy = StudyCopy(self.study, strategy.sampler(constant_liar=True), proposals)
                 return
-            except sa.exc.IntegrityError:
-                # Processes starting together race to create Optuna's tables; the loser retries.
+            except (sa.exc.IntegrityError, sa.exc.ProgrammingError) as e:
+                # Processes starting together race to create Optuna's tables (a duplicate key, or on
+                # PostgreSQL a type that already exists: a ProgrammingError); the loser retries, as
+                # store._open_tables does for the results tables.
                 if attempt == attempts - 1:
-                    raise GemmtuneError(f"cannot create the study {name!r} in {shown(url)}: tables created "
-                                        "concurrently by another process") from None
+                    why = ("tables created concurrently by another process" if isinstance(e, sa.exc.IntegrityError)
+                           else db_error(e, url))
+                    raise GemmtuneError(f"cannot create the study {name!r} in {shown(url)}: {why}") from None
                 time.sleep(0.5 * (attempt + 1))
             except Exception as e:  # storage errors come in many types; the message says which
                 raise GemmtuneError(f"cannot open the study {name!r} in {shown(url)}: {db_error(e, url)}") from None
