@@ -61,7 +61,8 @@ from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
 from gemmtune.search.prior import other_rows
-from gemmtune.search.session import Proposals, Proposer, config_key, memory_study, quiet_optuna
+from gemmtune.search.proposals import Proposals
+from gemmtune.search.session import Proposer, config_key, memory_study, quiet_optuna
 from gemmtune.space import Config, FamilySpace, Space, load_space, shipped_families
 from gemmtune.store import Store, database_url
 from gemmtune.strategies import DEFAULT, STRATEGIES, names
@@ -203,7 +204,7 @@ def _replay(land: Landscape, strategy, study, rng: random.Random, threshold: flo
     measured: dict[tuple, tuple[str, float | None]] = {}
     order: list[Config] = []
     # The search's own proposer: configurations not recorded count as invalid.
-    proposer = Proposer(study, Proposals(land.space), land.configs, measured, strategy, rng, pending)
+    proposer = Proposer(study, Proposals(land.space, strategy.ordinal), land.configs, measured, strategy, rng, pending)
     while True:
         proposal = proposer.next()
         if proposal is None:

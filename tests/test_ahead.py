@@ -21,7 +21,8 @@ from test_study_copy import Refusing, configs  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.search.ahead import AHEAD, AheadProposer, Journal, NotReady, ahead_possible  # noqa: E402
 from gemmtune.search.optuna_adapter import BatchedStorage  # noqa: E402
-from gemmtune.search.session import Proposals, Proposer, StudyCopy, config_key  # noqa: E402
+from gemmtune.search.proposals import Proposals
+from gemmtune.search.session import Proposer, StudyCopy, config_key  # noqa: E402
 from gemmtune.space import parse_space  # noqa: E402
 from gemmtune.strategies import make_strategy  # noqa: E402
 

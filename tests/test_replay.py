@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
 from helpers_foundation import make_device
@@ -130,7 +131,7 @@ def test_cli_json_counts_are_within_one_and_the_valid_count(grid):
     out = json.loads(result.stdout)
     ok = sum(s == "ok" for s, _ in recorded(db, GRID_STUDY).values())
     assert (out["study"], out["precision"], out["m"], out["recorded"], out["ok"]) == (GRID_STUDY, "s", 24, 13, ok)
-    assert [s["sampler"] for s in out["samplers"]] == ["tpe", "random", "tpe-seeded", "learned", "optuna-tpe"]
+    assert [s["sampler"] for s in out["samplers"]] == ["tpe", "random", "tpe-seeded", "learned", "optuna-tpe", "optuna-cmaes"]
     for s in out["samplers"]:
         assert len(s["trials"]) == s["seeds"] == 4
         assert all(1 <= t <= 13 for t in s["trials"])
@@ -309,6 +310,55 @@ def test_random_draws_only_valid_configurations_each_once(tmp_path):
     assert run.trials is None
     assert sorted(map(str, run.measured)) == sorted(map(str, land.configs))
     assert all(t.state == TrialState.COMPLETE for t in run.study.trials)
+
+
+def test_cmaes_searches_the_positions_of_the_values_and_is_told_the_recorded_ones(tmp_path):
+    # A smooth landscape with one best (TSM 64, TSN 32, TSK 16). CMA-ES drops categorical
+    # parameters from its search (every proposal would be its random fallback's): it must see
+    # each parameter as the position of its value.
+    db = tmp_path / "smooth.db"
+    def gflops(c):
+        p = c.params
+        return 100.0 - (np.log2(p["TSM"]) - 6) ** 2 - (np.log2(p["TSN"]) - 5) ** 2 - (np.log2(p["TSK"]) - 4) ** 2
+    landscape(db, gflops)
+    land = rp.load_landscape(f"sqlite:///{db}", "synthetic")
+    run = rp.replay_once(land, "optuna-cmaes", 3, 1.0)
+    best = max(land.configs, key=land.gflops)
+    assert run.trials is not None and run.measured[-1] == best
+    study = run.study
+    space = study.sampler.infer_relative_search_space(study, study.trials[-1])
+    values = land.space.family("xgemm_k5").values
+    varied = {p for p, v in values.items() if len(v) > 1}
+    assert varied == {"TSM", "TSN", "TSK"} and set(space) >= varied
+    assert all(space[p] == IntDistribution(0, len(values[p]) - 1) for p in varied)
+    for t in study.trials:
+        if t.state == TrialState.COMPLETE:   # positions in, the recorded value of that configuration out
+            config = Config.of("xgemm_k5", {p: values[p][t.params[p]] for p in values})
+            assert t.value == land.gflops(config)
+
+
+def test_ordinal_proposals_round_trip_every_configuration(tmp_path):
+    from optuna.trial import FixedTrial
+    from gemmtune.search.proposals import Proposals
+    from gemmtune.space import load_space
+
+    values = {"TSM": [16, 32, 64], "TSN": [16, 64], "TSK": [8, 32], "WPTN": [4], "PAD": [0, 1],
+              "TRANSPOSEX": [16], "TRANSPOSEY": [16], "TRANSPOSEW": [1]}
+    toml = tmp_path / "space.toml"
+    toml.write_text("[xgemm_k5]\n" + "".join(f"{p} = {v}\n" for p, v in values.items()))
+    space = load_space(toml)
+    assert space.family("xgemm_k5").values == values
+    ordinal, plain = Proposals(space, ordinal=True), Proposals(space)
+    configs = [Config.of("xgemm_k5", {**{p: v[0] for p, v in values.items()}, "TSM": a, "TSN": b, "PAD": d})
+               for a in values["TSM"] for b in values["TSN"] for d in values["PAD"]]
+    for c in configs:
+        params = ordinal.params(c)
+        assert params["TSM"] == values["TSM"].index(c.params["TSM"]) and params["TSN"] in (0, 1)
+        assert ordinal.decode(params) == c == plain.decode(plain.params(c))
+        assert ordinal.suggest(FixedTrial(params)) == c
+        assert all(isinstance(d, IntDistribution) for d in ordinal.distributions(c).values())
+    assert ordinal.decode({**ordinal.params(configs[0]), "TSM": 3}) is None   # no fourth TSM
+    assert ordinal.decode({**ordinal.params(configs[0]), "TSM": -1}) is None
 
 
 @pytest.mark.parametrize("args, message", [

@@ -414,7 +414,7 @@ def test_a_chosen_candidate_is_one_running_trial_written_at_once_that_samplers_a
     from optuna.trial import TrialState
 
     from gemmtune.search.optuna_adapter import BatchedStorage
-    from gemmtune.search.session import Proposals
+    from gemmtune.search.proposals import Proposals
     from gemmtune.strategies import make_strategy
 
     space = load_space(None)   # the shipped space: several families, so KERNEL is a parameter too
@@ -469,7 +469,7 @@ def test_one_read_serves_a_whole_tpe_proposal_and_changes_no_proposal(tmp_path):
     import optuna
 
     from gemmtune.search.optuna_adapter import BatchedStorage, one_read
-    from gemmtune.search.session import Proposals
+    from gemmtune.search.proposals import Proposals
     from gemmtune.strategies import make_strategy
 
     space = load_space(None)   # three families: TPE samples a group per family and KERNEL

@@ -19,7 +19,8 @@ from helpers_foundation import SMALL_SPACE  # noqa: E402
 
 from gemmtune.search.optuna_adapter import BatchedStorage  # noqa: E402
 from gemmtune.search.recording import read_results
-from gemmtune.search.session import Proposals, Proposer, StudyCopy, config_key
+from gemmtune.search.proposals import Proposals
+from gemmtune.search.session import Proposer, StudyCopy, config_key
 from gemmtune.space import Config, parse_space
 from gemmtune.strategies import make_strategy
 

@@ -121,7 +121,8 @@ def export(filters, db, fmt, output):
 @click.option("--samplers", default=",".join(strategies.names("replay")), show_default=True, metavar="S1,S2,...",
               help=f"Samplers to compare: default (what search does without --sampler), "
                    f"{', '.join(strategies.names('replay'))} (tpe-seeded: TPE after the model's best predictions; "
-                   "learned: the cost model trained on the device's other studies in the database).")
+                   "learned: the cost model trained on the device's other studies in the database; "
+                   "optuna-tpe, optuna-cmaes: Optuna's samplers as they come).")
 @click.option("--seeds", type=click.IntRange(min=1), default=20, show_default=True,
               help="Replays per sampler, with sampler seeds 0 .. SEEDS-1.")
 @click.option("--target", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,

@@ -23,7 +23,8 @@ from gemmtune.search.pipeline import Pipeline
 from gemmtune.search.prior import PriorModels, other_rows
 from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
-from gemmtune.search.session import Proposals, Proposer, StudySession, config_key, quiet_heartbeat
+from gemmtune.search.proposals import Proposals
+from gemmtune.search.session import Proposer, StudySession, config_key, quiet_heartbeat
 from gemmtune.space import Config, Space
 from gemmtune.valid import ValidConfigs
 from gemmtune.store import Store
@@ -102,7 +103,7 @@ class Lane:
         strategy = make_strategy(req.sampler, req.seed)
         prior = other_rows(store, dev.key, name) if req.seeds or strategy.wants_prior else None
         prepare(strategy, req, prec, dev, store, prior)
-        self.proposals = Proposals(space)
+        self.proposals = Proposals(space, strategy.ordinal)
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)
         store.save_device(dev)
         self.measured: dict[tuple, tuple[str, float | None]] = Journal()

@@ -1,6 +1,7 @@
-"""The Optuna session: the study a search or a replay runs in, and how a configuration becomes a
-trial. The only module that asks, tells and opens Optuna's studies (Optuna's private names are
-in ``optuna_adapter``).
+"""The Optuna session: the study a search or a replay runs in, and the proposer that fills its
+trials (``gemmtune.search.proposals`` spells a configuration as a trial's parameters). The
+only module that asks, tells and opens Optuna's studies (Optuna's private names are in
+``optuna_adapter``).
 
 Driven with ``study.ask()`` / ``study.tell()`` so that gemmtune decides what a trial costs:
 
@@ -24,13 +25,13 @@ from typing import Callable
 
 import optuna
 import sqlalchemy as sa
-from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.search.candidates import Unmeasured, config_key
-from gemmtune.search.optuna_adapter import BatchedStorage, one_read, start_running_trial, trial_id
-from gemmtune.space import Config, Space
+from gemmtune.search.proposals import Proposals
+from gemmtune.search.optuna_adapter import BatchedStorage, one_read, trial_id
+from gemmtune.space import Config
 from gemmtune.store import fast_sqlite
 from gemmtune.strategies import ASK, Strategy
 from gemmtune.urls import db_error, shown
@@ -67,53 +68,6 @@ def memory_study(strategy: Strategy) -> optuna.Study:
     """A study kept in memory, as replay uses."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.create_study(storage=None, direction="maximize", sampler=strategy.sampler())
-
-
-class Proposals:
-    """Maps configurations to Optuna parameters and back."""
-
-    def __init__(self, space: Space):
-        self.space = space
-        self.multi = len(space.families) > 1
-
-    def name(self, kernel: str, param: str) -> str:
-        return f"{kernel}.{param}" if self.multi else param
-
-    @property
-    def kernels(self) -> list[str]:
-        """The values of the KERNEL parameter (present only with several families)."""
-        return [fs.family.name for fs in self.space.families]
-
-    def suggest(self, trial: optuna.Trial) -> Config:
-        kernel = self.space.families[0].family.name
-        if self.multi:
-            kernel = trial.suggest_categorical("KERNEL", self.kernels)
-        fs = self.space.family(kernel)
-        return Config.of(kernel, {p: trial.suggest_categorical(self.name(kernel, p), values)
-                                  for p, values in fs.values.items()})
-
-    def decode(self, params: dict) -> Config | None:
-        """The configuration of a trial's Optuna parameters (None if it has none of this space)."""
-        kernel = params.get("KERNEL", self.space.families[0].family.name)
-        try:
-            fs = self.space.family(kernel)
-            return Config.of(kernel, {p: params[self.name(kernel, p)] for p in fs.values})
-        except (KeyError, GemmtuneError):
-            return None
-
-    def params(self, config: Config) -> dict:
-        """``config`` as a trial's parameters."""
-        params = {self.name(config.kernel, p): v for p, v in config.items}
-        return {**params, "KERNEL": config.kernel} if self.multi else params
-
-    def distributions(self, config: Config) -> dict:
-        dists = {self.name(config.kernel, p): CategoricalDistribution(values)
-                 for p, values in self.space.family(config.kernel).values.items()}
-        return {**dists, "KERNEL": CategoricalDistribution(self.kernels)} if self.multi else dists
-
-    def start(self, study: optuna.Study, config: Config, batch: Callable = contextlib.nullcontext) -> optuna.Trial:
-        """A running trial of ``config``, its parameters written together in ``batch()``."""
-        return start_running_trial(study, self.params(config), self.distributions(config), batch)
 
 
 class Proposer(Unmeasured):

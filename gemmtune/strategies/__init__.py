@@ -7,12 +7,14 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.strategies.base import ASK, MAX_FREE_PROPOSALS, Strategy
 from gemmtune.strategies.grid import Grid
 from gemmtune.strategies.learned import Learned
+from gemmtune.strategies.optuna_cmaes import OptunaCmaEs
 from gemmtune.strategies.optuna_tpe import OptunaTpe
 from gemmtune.strategies.random_pick import RandomPick
 from gemmtune.strategies.tpe import Tpe
 from gemmtune.strategies.tpe_seeded import TpeSeeded
 
-STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Tpe, RandomPick, Grid, TpeSeeded, Learned, OptunaTpe)}
+STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Tpe, RandomPick, Grid, TpeSeeded, Learned, OptunaTpe,
+                                                                OptunaCmaEs)}
 
 
 # What gemmtune search uses without --sampler, and what gemmtune replay's "default" replays.

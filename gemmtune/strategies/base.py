@@ -47,6 +47,8 @@ class Strategy:
     ``--no-seed`` turns that off for every strategy that allows it; ``allows_model_seeds``).
     ``exhaustive``: it measures every valid configuration, and the search's budget is the space.
     ``wants_prior``: ``prepare`` is given the device's results rows of other studies.
+    ``ordinal``: its sampler sees each parameter as the position of its value (a number), not as
+    a category (``gemmtune.search.session.Proposals``).
     """
 
     name = ""
@@ -55,6 +57,7 @@ class Strategy:
     allows_model_seeds = True
     exhaustive = False
     wants_prior = False   # reads the device's earlier results rows (``prepare``)
+    ordinal = False
 
     def __init__(self, seed: int | None = None):
         self.seed = seed
