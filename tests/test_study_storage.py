@@ -88,7 +88,7 @@ def test_a_study_session_retries_when_another_process_creates_the_tables_first(t
     a ProgrammingError (type "studydirection" already exists) and retries; a database that keeps
     refusing is one line naming the study and the database's own message."""
     from gemmtune.errors import GemmtuneError
-    from gemmtune.search import session
+    from gemmtune.search import proposals, session
     from gemmtune.space import load_space
     from gemmtune.strategies import make_strategy
 
@@ -102,7 +102,7 @@ def test_a_study_session_retries_when_another_process_creates_the_tables_first(t
 
     monkeypatch.setattr(session, "BatchedStorage", racing)
     monkeypatch.setattr(session.time, "sleep", lambda s: None)
-    args = (make_strategy("tpe", 0), 60.0, lambda number, params: None, session.Proposals(load_space()))
+    args = (make_strategy("tpe", 0), 60.0, lambda number, params: None, proposals.Proposals(load_space()))
     opened = session.StudySession(f"sqlite:///{tmp_path / 'o.db'}", "raced", *args)
     assert len(calls) == 2 and opened.study.study_name == "raced"
     opened.storage.engine.dispose()

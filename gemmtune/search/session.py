@@ -230,7 +230,7 @@ class Proposer(Unmeasured):
 # (``learn``), which the search reads anyway.
 class StudyCopy:
     """An in-memory study beside ``study``, sampled by ``sampler``; ``proposals`` (a
-    ``session.Proposals``) maps configurations to trial parameters and back."""
+    ``proposals.Proposals``) maps configurations to trial parameters and back."""
 
     def __init__(self, study: optuna.Study, sampler: optuna.samplers.BaseSampler, proposals):
         self.proposals = proposals

@@ -48,7 +48,7 @@ class Strategy:
     ``exhaustive``: it measures every valid configuration, and the search's budget is the space.
     ``wants_prior``: ``prepare`` is given the device's results rows of other studies.
     ``ordinal``: its sampler sees each parameter as the position of its value (a number), not as
-    a category (``gemmtune.search.session.Proposals``).
+    a category (``gemmtune.search.proposals.Proposals``).
     """
 
     name = ""

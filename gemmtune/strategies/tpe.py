@@ -28,7 +28,7 @@ class Tpe(Strategy):
         # one, and asks cost less: with the constant liar, every sampling reads the study afresh.
         with warnings.catch_warnings():  # "group is experimental": not the user's concern
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            # KERNEL picks the family (session.Proposals): only the chosen family's group is sampled.
+            # KERNEL picks the family (search.proposals.Proposals): only the chosen family's group is sampled.
             return GroupedTpe(choice="KERNEL", n_startup_trials=10, n_ei_candidates=24, constant_liar=constant_liar,
                               seed=self.seed)
 
