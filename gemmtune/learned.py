@@ -15,6 +15,7 @@ and numpy; no OpenCL.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -29,6 +30,7 @@ from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config
 
 TREES = 48
+LEARNED_FIRST = 3   # the learned model's own best picks among the seeds (``seeds``)
 MIN_ROWS = 8   # fewer rows than this teach nothing: the strategy leaves the choice to its sampler
 # Every parameter name of every family, in one order: a configuration's value, or -1 where its
 # family has no such parameter.
@@ -156,10 +158,15 @@ def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Se
     """What a search measures first after its baseline and the nearest tuned shapes' bests: the
     analytic model's best tilings (``model.tied_groups``), each as the configuration of its
     tiling nearest a known good one (``model.nearest``) and, with a model ``fitted`` to the
-    device's other problems, as the one that model predicts fastest. The analytic model judges
-    the tiling (the learned one, fitted at other sizes, misjudges how a tile count fills the
-    device); for what it cannot see, measured and learned knowledge each get their turn.
-    At most ``count``, best tiling first."""
+    device's other problems, as the one that model predicts fastest. At most ``count`` of
+    those, best tiling first. The analytic model judges the tiling (the learned one, fitted at
+    other sizes, can misjudge how a tile count fills the device); for what it cannot see,
+    measured and learned knowledge each get their turn.
+
+    With a fitted model, its own ``LEARNED_FIRST`` best picks over every tiling come too, one
+    before each of the first few: where the other problems taught it the tiling as well (a
+    large prior), one of them is often the best, and where they did not, the analytic seeds
+    follow a trial later."""
     p = problem
     chosen: list[Config] = []
     for tied in model.tied_groups(configs, p.dev, p.prec, p.m, p.n, p.k, count, p.peaks):
@@ -169,4 +176,10 @@ def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Se
         chosen += [c for c in dict.fromkeys(picks) if c not in chosen]
         if len(chosen) >= count:
             break
-    return chosen[:count]
+    chosen = chosen[:count]
+    if fitted is None:
+        return chosen
+    predicted = fitted.predict(features(configs, problem))[0]
+    own = [configs[i] for i in np.argsort(-predicted, kind="stable")[:LEARNED_FIRST]]
+    rest = [c for c in chosen if c not in own]
+    return [c for pair in itertools.zip_longest(own, rest) for c in pair if c is not None]

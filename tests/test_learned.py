@@ -81,10 +81,11 @@ def test_the_model_learned_from_other_studies_ranks_a_new_one(two_studies):
     assert np.median(result.trials["learned"]) <= 3 < np.median(result.trials["random"])
 
 
-def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_model_suggest(two_studies):
+def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_model_suggest(two_studies, monkeypatch):
     """Where the device's other problems taught a model, each of the analytic model's best
     tilings is measured twice: as the nearest known good configuration spells it and as the
-    learned model picks it. Here the known one has K tiles of 64; the other study shows that
+    learned model picks it, after the learned model's own best picks over every tiling, one
+    before each of the first pairs. Here the known one has K tiles of 64; the other study shows that
     K tiles of 8 pay, which the analytic model cannot see, and the learned picks have them."""
     land, dev = rp.load_landscape(two_studies, "at-256"), gpu()
     problem = learned.Problem(dev, land.precision, *land.shape)
@@ -93,11 +94,19 @@ def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_mod
     alone = learned.seeds(land.configs, problem, 10, near)
     assert alone == model.seeds(land.configs, dev, land.precision, *land.shape, count=10, near=near)
     assert len(alone) == 10 and {c.params["TSK"] for c in alone} == {64}
-    both = learned.seeds(land.configs, problem, 10, near, fitted)
-    assert [c.params["TSK"] for c in both] == [64, 8] * 5
+    monkeypatch.setattr(learned, "LEARNED_FIRST", 0)
+    paired = learned.seeds(land.configs, problem, 10, near, fitted)
+    assert [c.params["TSK"] for c in paired] == [64, 8] * 5
     tiling = lambda c: (c.params["TSM"], c.params["TSN"]) if c.params["TSM"] <= c.params["TSN"] else \
         (c.params["TSN"], c.params["TSM"])   # one prediction holds a tiling and its transpose
-    assert [tiling(c) for c in both[::2]] == [tiling(c) for c in both[1::2]] == [tiling(c) for c in alone[:5]]
+    assert [tiling(c) for c in paired[::2]] == [tiling(c) for c in paired[1::2]] == [tiling(c) for c in alone[:5]]
+    # And the learned model's own best picks over every tiling, one before each of the first.
+    monkeypatch.undo()
+    both = learned.seeds(land.configs, problem, 10, near, fitted)
+    predicted = fitted.predict(learned.features(land.configs, problem))[0]
+    own = [land.configs[i] for i in np.argsort(-predicted, kind="stable")[:learned.LEARNED_FIRST]]
+    assert len(own) == 3 and both[0:6:2] == own
+    assert [c for c in both if c not in own] == [c for c in paired if c not in own]
     assert recorded_as(k5(64, 128, 8)) in both   # the unique best, which no seed of the analytic model is
     assert learned.prior_model(None, dev) is None
     assert learned.prior_model(rp.other_studies(land).head(learned.MIN_ROWS - 1), dev) is None
