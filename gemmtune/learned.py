@@ -168,18 +168,20 @@ def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Se
     large prior), one of them is often the best, and where they did not, the analytic seeds
     follow a trial later."""
     p = problem
+    # One prediction per configuration, read by both uses below (None: nothing learned).
+    predicted = fitted.predict(features(configs, problem))[0] if fitted is not None else None
+    learned_score = dict(zip(configs, predicted)) if predicted is not None else {}
     chosen: list[Config] = []
     for tied in model.tied_groups(configs, p.dev, p.prec, p.m, p.n, p.k, count, p.peaks):
         picks = [model.nearest(tied, near)]
-        if fitted is not None:
-            picks.append(tied[int(np.argmax(fitted.predict(features(tied, problem))[0]))])
+        if predicted is not None:
+            picks.append(max(tied, key=learned_score.__getitem__))   # the first of equal ones, as argmax
         chosen += [c for c in dict.fromkeys(picks) if c not in chosen]
         if len(chosen) >= count:
             break
     chosen = chosen[:count]
-    if fitted is None:
+    if predicted is None:
         return chosen
-    predicted = fitted.predict(features(configs, problem))[0]
     own = [configs[i] for i in np.argsort(-predicted, kind="stable")[:LEARNED_FIRST]]
     rest = [c for c in chosen if c not in own]
     return [c for pair in itertools.zip_longest(own, rest) for c in pair if c is not None]
