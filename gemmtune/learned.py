@@ -161,7 +161,8 @@ def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Se
     device's other problems, as the one that model predicts fastest. At most ``count`` of
     those, best tiling first. The analytic model judges the tiling (the learned one, fitted at
     other sizes, can misjudge how a tile count fills the device); for what it cannot see,
-    measured and learned knowledge each get their turn.
+    measured and learned knowledge each get their turn; the best tiling also as the
+    configuration farthest from both (``model.farthest``), which explores what neither knows.
 
     With a fitted model, its own ``LEARNED_FIRST`` best picks over every tiling come too, one
     before each of the first few: where the other problems taught it the tiling as well (a
@@ -176,6 +177,12 @@ def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Se
         picks = [model.nearest(tied, near)]
         if predicted is not None:
             picks.append(max(tied, key=learned_score.__getitem__))   # the first of equal ones, as argmax
+            if not chosen:
+                # The best tiling once more, with what neither the known configurations nor the
+                # learned model would try: otherwise every seed shares their values of what the
+                # analytic model cannot see (an unroll, a warp layout), and TPE after the seeds
+                # tries others late; one trial finds where such a parameter is what matters.
+                picks.append(model.farthest(tied, picks))
         chosen += [c for c in dict.fromkeys(picks) if c not in chosen]
         if len(chosen) >= count:
             break

@@ -276,6 +276,15 @@ def nearest(tied: Sequence[Config], near: Sequence[Config] = ()) -> Config:
     return min(tied, key=lambda c: min((distance(c, ref) for ref in near), default=0.0))
 
 
+def farthest(tied: Sequence[Config], taken: Sequence[Config]) -> Config:
+    """The configuration of ``tied`` farthest (``defaults.distance``) from all of ``taken``: of
+    a tiling's configurations, the one whose values of what the model does not see differ most
+    from those already chosen; the first of equally far ones."""
+    from gemmtune.defaults import distance
+
+    return max(tied, key=lambda c: min((distance(c, ref) for ref in taken), default=0.0))
+
+
 def seeds(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: int, n: int, k: int,
           count: int = 10, peaks: Mapping[str, float] | None = None, near: Sequence[Config] = ()) -> list[Config]:
     """The ``count`` best-predicted configurations to measure first, one per distinct prediction

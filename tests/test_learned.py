@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_replay import SYNTHETIC, gpu, k5, landscape, recorded_as  # noqa: E402
 
 from gemmtune import learned, model, replay as rp  # noqa: E402
+from gemmtune.defaults import distance  # noqa: E402
 from gemmtune.model import spearman  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.store import Store  # noqa: E402
@@ -84,7 +85,7 @@ def test_the_model_learned_from_other_studies_ranks_a_new_one(two_studies):
 def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_model_suggest(two_studies, monkeypatch):
     """Where the device's other problems taught a model, each of the analytic model's best
     tilings is measured twice: as the nearest known good configuration spells it and as the
-    learned model picks it, after the learned model's own best picks over every tiling, one
+    learned model picks it (the best tiling a third time, as far from both as it goes), after the learned model's own best picks over every tiling, one
     before each of the first pairs. Here the known one has K tiles of 64; the other study shows that
     K tiles of 8 pay, which the analytic model cannot see, and the learned picks have them."""
     land, dev = rp.load_landscape(two_studies, "at-256"), gpu()
@@ -96,10 +97,16 @@ def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_mod
     assert len(alone) == 10 and {c.params["TSK"] for c in alone} == {64}
     monkeypatch.setattr(learned, "LEARNED_FIRST", 0)
     paired = learned.seeds(land.configs, problem, 10, near, fitted)
-    assert [c.params["TSK"] for c in paired] == [64, 8] * 5
     tiling = lambda c: (c.params["TSM"], c.params["TSN"]) if c.params["TSM"] <= c.params["TSN"] else \
         (c.params["TSN"], c.params["TSM"])   # one prediction holds a tiling and its transpose
-    assert [tiling(c) for c in paired[::2]] == [tiling(c) for c in paired[1::2]] == [tiling(c) for c in alone[:5]]
+    # The best tiling a third time, as the configuration of its prediction farthest from both picks.
+    best_tiling = model.tied_groups(land.configs, dev, land.precision, *land.shape, 10)[0]
+    far = max(best_tiling, key=lambda c: min(distance(c, paired[0]), distance(c, paired[1])))
+    assert paired[2] == far and far not in paired[:2] and tiling(far) == tiling(paired[0])
+    pairs = [*paired[:2], *paired[3:]]
+    assert [c.params["TSK"] for c in pairs] == [64, 8] * 4 + [64]
+    assert [tiling(c) for c in pairs[::2]] == [tiling(c) for c in alone[:5]]
+    assert [tiling(c) for c in pairs[1::2]] == [tiling(c) for c in alone[:4]]
     # And the learned model's own best picks over every tiling, one before each of the first.
     monkeypatch.undo()
     both = learned.seeds(land.configs, problem, 10, near, fitted)
