@@ -279,10 +279,12 @@ def nearest(tied: Sequence[Config], near: Sequence[Config] = ()) -> Config:
 def farthest(tied: Sequence[Config], taken: Sequence[Config]) -> Config:
     """The configuration of ``tied`` farthest (``defaults.distance``) from all of ``taken``: of
     a tiling's configurations, the one whose values of what the model does not see differ most
-    from those already chosen; the first of equally far ones."""
+    from those already chosen; the first of equally far ones. Only the families of ``taken``
+    are weighed (another family is at an infinite distance, not an unseen value)."""
     from gemmtune.defaults import distance
 
-    return max(tied, key=lambda c: min((distance(c, ref) for ref in taken), default=0.0))
+    kin = [c for c in tied if any(c.kernel == ref.kernel for ref in taken)] or list(tied)
+    return max(kin, key=lambda c: min((distance(c, ref) for ref in taken), default=0.0))
 
 
 def seeds(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: int, n: int, k: int,

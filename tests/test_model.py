@@ -335,3 +335,16 @@ def test_a_problem_smaller_than_one_tile_of_a_family_that_does_not_pad_is_one_wo
     assert tm > 40
     p = model.predict(config, GPU, S, 40, 40, 40)
     assert p.groups == -(-40 // tn) and p.time_s > 0
+
+
+def test_farthest_weighs_the_unseen_values_of_the_picks_family():
+    """Of configurations predicted alike, the one whose values differ most (log2 steps) from all
+    those taken; a configuration of another family is not "far", it is another kernel."""
+    space = load_space()
+    rt = lambda **p: make_config(space, "xgemm_rt", {"MWG": 64, "NWG": 64, "MDIMC": 8, "NDIMC": 8, **p})
+    taken = [rt(KWG=8, UNROLL=1, PIPE=1), rt(KWG=8, UNROLL=1, PIPE=6)]
+    near, far = rt(KWG=16, UNROLL=1, PIPE=1), rt(KWG=32, UNROLL=8, PIPE=1)
+    direct = make_config(space, "xgemm_direct", {"MWG": 64, "NWG": 64})
+    assert model.farthest([direct, near, far, *taken], taken) == far
+    assert model.farthest([near, far], taken[:1]) == far
+    assert model.farthest([direct], taken) == direct   # nothing of the family: what there is
