@@ -85,9 +85,10 @@ def test_the_model_learned_from_other_studies_ranks_a_new_one(two_studies):
 def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_model_suggest(two_studies, monkeypatch):
     """Where the device's other problems taught a model, each of the analytic model's best
     tilings is measured twice: as the nearest known good configuration spells it and as the
-    learned model picks it (the best tiling a third time, as far from both as it goes), after the learned model's own best picks over every tiling, one
-    before each of the first pairs. Here the known one has K tiles of 64; the other study shows that
-    K tiles of 8 pay, which the analytic model cannot see, and the learned picks have them."""
+    learned model picks it (the best tiling a third time, as far from both as it goes), after
+    the learned model's own best picks over every tiling, one before each of the first pairs.
+    Here the known one has K tiles of 64; the other study shows that K tiles of 8 pay, which
+    the analytic model cannot see, and the learned picks have them."""
     land, dev = rp.load_landscape(two_studies, "at-256"), gpu()
     problem = learned.Problem(dev, land.precision, *land.shape)
     fitted = learned.prior_model(rp.other_studies(land), dev)
