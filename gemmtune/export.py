@@ -148,10 +148,10 @@ padded to tile multiples. A configuration tuned on NVIDIA's compute capability 9
 up to 226 KiB of local memory, which its OpenCL driver builds although it reports 48 KiB.
 xgemm_rt's PIPE 5 to 7 copy with NVIDIA's cp.async only where the
 OpenCL build defines CP_ASYNC=1 (compute capability 8.0 and later, as gemmtune's own builds
-do); without it they copy with loads and stores, correct but slower. Its MMA 1 multiplies
+do); without it they copy with loads and stores, correct but slower. Its MMA 1 and 2 multiply
 with NVIDIA's FP64 matrix instructions only where the build defines MMA_F64=1 (compute
 capability 9.0 and later); without it the kernel spells each instruction out through local
-memory, correct but far slower (a path for testing; gemmtune never tunes MMA 1 there).
+memory, correct but far slower (a path for testing; gemmtune never tunes MMA there).
 With STREAMK > 0 the host also passes xgemm the list of pieces the last tiles are cut into,
 and launches xgemm_fixup after it (see the top of xgemm_rt.cl; gemmtune's families.py,
 stream_k_pieces, computes the lists for a shape and device)."""

@@ -86,7 +86,7 @@
 #define STAGE 1     // 1: both K-slices staged in local memory; 0: operands read from global memory (through the cache), no barriers
 #endif
 #ifndef MMA
-#define MMA 0       // 0: each work-item multiplies its own results; 1: each group of 32 multiplies 16 x 8 x 8 blocks together with matrix instructions (d and z)
+#define MMA 0       // 0: each work-item multiplies its own results; 1: each group of 32 multiplies 16 x 8 x 8 blocks together with matrix instructions (d and z); 2: 16 x 8 x 4 blocks, the next step's operands read while this one multiplies
 #endif
 #ifndef STREAMK
 #define STREAMK 0   // 0: one work-group per tile; n: the last round's tiles (rounds of n work-groups per compute unit) cut along K into pieces that end together
@@ -181,6 +181,8 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     const int tiles = s1 - s0;   // K-slices of this tile to multiply
 #if STAGE == 0
     pipe_unstaged(acc, Ablock, lda, Bblock, ldb, tiles, tid, tx, ty, frag);
+#elif MMA == 2
+    pipe_ahead(acc, Alm, Blm, Ablock, lda, Bblock, ldb, tiles, tid, frag);
 #elif ABUF
     pipe_async(acc, Alm, Blm, Ablock, lda, Bblock, ldb, tiles, tid, tx, ty, frag);
 #elif PIPE == 0

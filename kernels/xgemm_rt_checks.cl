@@ -32,9 +32,10 @@
 //  11. PIPE is 0, 1, 2, 5, 6 or 7, and BKFAST 0 or 1 with PIPE 5 to 7: B goes by asynchronous
 //      copies as it is in global memory, or through registers a vector of a column at a time
 //      (BKFAST = 1); BKFAST 2's blocks, VWG times the registers, are not built for that pipeline
-//  12. MMA == 0, or MMA == 1 with: d or z on a device with MMA_F64; MDIMC % 8 == 0 and NDIMC % 4 == 0 (groups
-//      of 32 as 8 x 4 work-items); WPTM, WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8 blocks);
-//      STAGE == 1, and VLM, VLN, UNROLL == 1, WARPM == 0, which do not apply to it
+//  12. MMA == 0, or MMA 1 or 2 with: d or z on a device with MMA_F64; MDIMC % 8 == 0 and NDIMC % 4 == 0
+//      (groups of 32 as 8 x 4 work-items); WPTM, WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8
+//      blocks); STAGE == 1, and VLM, VLN, UNROLL == 1, WARPM == 0, which do not apply to it;
+//      with MMA 2, PIPE 5 to 7
 #if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
 #error "xgemm_rt: tiles must split evenly over work-items and vector loads"
 #endif
@@ -47,13 +48,16 @@
 #if (PIPE != 0 && PIPE != 1 && PIPE != 2 && PIPE != 5 && PIPE != 6 && PIPE != 7) || (PIPE >= 5 && BKFAST == 2)
 #error "xgemm_rt: PIPE is 0, 1, 2, 5, 6 or 7, and asynchronous copies (PIPE 5 to 7) need BKFAST 0 or 1"
 #endif
-#if MMA != 0 && MMA != 1
-#error "xgemm_rt: MMA is 0 or 1"
+#if MMA != 0 && MMA != 1 && MMA != 2
+#error "xgemm_rt: MMA is 0, 1 or 2"
+#endif
+#if MMA == 2 && PIPE < 5
+#error "xgemm_rt: MMA = 2 needs asynchronous copies (PIPE 5 to 7)"
 #endif
 #if MMA && (PRECISION == 32 || PRECISION == 3232 || MDIMC % 8 != 0 || NDIMC % 4 != 0 || WPTM % 2 != 0 \
             || WPTN % 2 != 0 || KWG % 8 != 0 || STAGE != 1 || VLM != 1 || VLN != 1 \
             || UNROLL != 1 || WARPM != 0)
-#error "xgemm_rt: MMA = 1 needs d or z, 8 x 4 work-items per group of 32, whole 16 x 8 x 8 blocks, staging"
+#error "xgemm_rt: MMA = 1 or 2 needs d or z, 8 x 4 work-items per group of 32, whole 16 x 8 x 8 blocks, staging"
 #endif
 #if BKFAST == 2 && (KWG * NWG) % (VWG * VWG * WGS) != 0
 #error "xgemm_rt: with BKFAST = 2 the B slice must split evenly into VWG x VWG blocks per work-item"

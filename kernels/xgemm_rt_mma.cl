@@ -76,6 +76,69 @@
     }
 #endif
 
+#if MMA == 2
+// MMA 2 multiplies 16 x 8 x 4 blocks, half the depth of MMA 1's: lane (g, q) supplies A at rows g,
+// g + 8 and k = q, B at column g and k = q, and holds the same results. With the depth halved, the
+// fragments of one step (4 values of k) take half the registers of MMA 1's, so that two steps'
+// fit where one did: pipe_ahead reads the next step's while this one's matrix instructions run,
+// across the barrier between slices too, as CUTLASS's multistage loop does.
+#if MMA_F64
+  #define MMA16X8X4(d0, d1, d2, d3, a0, a1, b0, fa_, fb_, g, q) { \
+        double c0 = (d0), c1 = (d1), c2 = (d2), c3 = (d3); \
+        __asm__ __volatile__("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, " \
+                             "{%4, %5}, {%6}, {%0, %1, %2, %3};" \
+                             : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3) : "d"(a0), "d"(a1), "d"(b0)); \
+        (d0) = c0; (d1) = c1; (d2) = c2; (d3) = c3; \
+      }
+#else
+  #define MMA16X8X4(d0, d1, d2, d3, a0, a1, b0, fa_, fb_, g, q) { \
+        fa_[g * 4 + q] = (a0); fa_[(g + 8) * 4 + q] = (a1); fb_[g * 4 + q] = (b0); \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        for (int k = 0; k < 4; k++) { \
+          (d0) += fa_[g * 4 + k] * fb_[2 * q * 4 + k]; (d1) += fa_[g * 4 + k] * fb_[(2 * q + 1) * 4 + k]; \
+          (d2) += fa_[(g + 8) * 4 + k] * fb_[2 * q * 4 + k]; (d3) += fa_[(g + 8) * 4 + k] * fb_[(2 * q + 1) * 4 + k]; \
+        } \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+      }
+#endif
+// One step's fragments: A's two values per 16-row block, B's one per 8-column block.
+typedef struct { real a[WPTM / 2][2]; real b[WPTN / 2]; } step_fragments;
+// f: the fragments of values k to k + 3 of the slice at aslice and bslice.
+#define LOAD_STEP(f, aslice, lda, bslice, ldb, wm, wn, g, q, k) { \
+    const __local real* alo = (aslice) + ((k) + q) * (lda) + wm + g; \
+    const __local real* blo = (bslice) + ((k) + q) * (ldb) + wn + g; \
+    PRAGMA(unroll) \
+    for (int i = 0; i < WPTM / 2; i++) { f.a[i][0] = alo[16 * i]; f.a[i][1] = alo[16 * i + 8]; } \
+    PRAGMA(unroll) \
+    for (int j = 0; j < WPTN / 2; j++) { f.b[j] = blo[8 * j]; } \
+  }
+#define STEP_MMA(acc, fa_, fb_, g, q, i, j, P, a0, a1, b0) \
+  MMA16X8X4(acc[2 * (i)][2 * (j)]P, acc[2 * (i)][2 * (j) + 1]P, acc[2 * (i) + 1][2 * (j)]P, \
+            acc[2 * (i) + 1][2 * (j) + 1]P, a0, a1, b0, fa_, fb_, g, q)
+#if IS_COMPLEX
+  // (ar + i ai)(br + i bi) as four real products; bi is the one negated for the real part: a step
+  // holds WPTN / 2 values of B against WPTM of A, and registers are what z runs short of.
+  #define MULTIPLY_STEP(acc, f, fa_, fb_, g, q) \
+    PRAGMA(unroll) \
+    for (int i = 0; i < WPTM / 2; i++) { \
+      PRAGMA(unroll) \
+      for (int j = 0; j < WPTN / 2; j++) { \
+        STEP_MMA(acc, fa_, fb_, g, q, i, j, .x, f.a[i][0].x, f.a[i][1].x, f.b[j].x) \
+        STEP_MMA(acc, fa_, fb_, g, q, i, j, .x, f.a[i][0].y, f.a[i][1].y, -f.b[j].y) \
+        STEP_MMA(acc, fa_, fb_, g, q, i, j, .y, f.a[i][0].x, f.a[i][1].x, f.b[j].y) \
+        STEP_MMA(acc, fa_, fb_, g, q, i, j, .y, f.a[i][0].y, f.a[i][1].y, f.b[j].x) \
+      } \
+    }
+#else
+  #define MULTIPLY_STEP(acc, f, fa_, fb_, g, q) \
+    PRAGMA(unroll) \
+    for (int i = 0; i < WPTM / 2; i++) { \
+      PRAGMA(unroll) \
+      for (int j = 0; j < WPTN / 2; j++) { STEP_MMA(acc, fa_, fb_, g, q, i, j, , f.a[i][0], f.a[i][1], f.b[j]) } \
+    }
+#endif
+#endif
+
 // acc += the slice at aslice (KWG rows of lda elements along M) times the one at bslice (rows of
 // ldb along N). frag is the warp's scratch of the spelled-out instruction, unused with MMA_F64;
 // tx and ty are not used: the lanes of a warp are laid out by tid.

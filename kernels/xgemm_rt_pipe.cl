@@ -18,6 +18,70 @@ INLINE_FUNC void pipe_unstaged(real acc[WPTM][WPTN], const __global real* const 
   }
 }
 
+#elif MMA == 2
+// MMA 2 (xgemm_rt_mma.cl): the slices come as in pipe_async, and each step of 4 values of k has
+// its fragments read while the step before it multiplies, in two register sets x and y (even and
+// odd steps: KWG / 4 is even). A slice's last step is multiplied after the barrier and the next
+// slice's first reads, so that its matrix instructions keep the matrix pipe busy while the warp
+// waits there; the barrier comes after the slice's last reads, so its buffer is free after it,
+// and the copies of slice t + ABUF go there.
+#define SLICE_A(Alm, buf) ((Alm) + (buf) * KWG * LDAL)
+#define SLICE_B(Blm, buf) ((Blm) + (buf) * KWG * LDBL)
+#define AHEAD_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, i) \
+  if (t + (i) < tiles) { \
+    PRAGMA(unroll) \
+    for (int k = 0; k < KWG - 8; k += 8) { \
+      LOAD_STEP(y, SLICE_A(Alm, i), LDAL, SLICE_B(Blm, i), LDBL, wm, wn, g, q, k + 4) \
+      MULTIPLY_STEP(acc, x, fa_, fb_, g, q) \
+      LOAD_STEP(x, SLICE_A(Alm, i), LDAL, SLICE_B(Blm, i), LDBL, wm, wn, g, q, k + 8) \
+      MULTIPLY_STEP(acc, y, fa_, fb_, g, q) \
+    } \
+    LOAD_STEP(y, SLICE_A(Alm, i), LDAL, SLICE_B(Blm, i), LDBL, wm, wn, g, q, KWG - 4) \
+    MULTIPLY_STEP(acc, x, fa_, fb_, g, q) \
+    if (t + (i) + 1 < tiles) { \
+      WAIT_OLDEST();                  /* this work-item's copies of slice t + i + 1 have landed */ \
+      barrier(CLK_LOCAL_MEM_FENCE);   /* everyone's have, and everyone has read slice t + i */ \
+      if (t + (i) + ABUF < tiles) { \
+        COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, i, t + (i) + ABUF) \
+      } \
+      COMMIT(); \
+      LOAD_STEP(x, SLICE_A(Alm, ((i) + 1) % ABUF), LDAL, SLICE_B(Blm, ((i) + 1) % ABUF), LDBL, wm, wn, g, q, 0) \
+    } \
+    MULTIPLY_STEP(acc, y, fa_, fb_, g, q) \
+  }
+INLINE_FUNC void pipe_ahead(real acc[WPTM][WPTN], __local real* Alm, __local real* Blm,
+                       const __global real* const Ablock, const int lda, const __global real* const Bblock,
+                       const int ldb, const int tiles, const int tid, __local real* frag) {
+  const int g = MMA_G(tid), q = MMA_Q(tid), wm = MMA_WM(tid), wn = MMA_WN(tid);
+  __local double* const fa_ = (__local double*)frag;   // the spelled-out instruction's scratch
+  __local double* const fb_ = fa_ + 16 * 8;
+  step_fragments x, y;
+  gunion rb[LPTB];   // with BKFAST, B's next slice on its way through registers
+  ASRC(asrc, Ablock, lda, tid)
+  BSRC(bsrc, rb, Bblock, ldb, tid, tiles)
+  for (int s = 0; s < ABUF - 1; s++) {
+    if (s < tiles) { COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, s, s) }
+    COMMIT();
+  }
+  if (tiles > 0) {
+    WAIT_OLDEST();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ABUF - 1 < tiles) { COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, ABUF - 1, ABUF - 1) }
+    COMMIT();
+    LOAD_STEP(x, SLICE_A(Alm, 0), LDAL, SLICE_B(Blm, 0), LDBL, wm, wn, g, q, 0)
+  }
+  for (int t = 0; t < tiles; t += ABUF) {
+    AHEAD_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, 0)
+    AHEAD_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, 1)
+#if ABUF >= 3
+    AHEAD_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, 2)
+#endif
+#if ABUF == 4
+    AHEAD_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, 3)
+#endif
+  }
+}
+
 #elif ABUF
 // ABUF - 1 slices in flight while one is computed, one barrier per slice. Every step commits a
 // group, empty near the end, so that waiting for all but the newest ABUF - 2 groups always

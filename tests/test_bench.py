@@ -363,3 +363,24 @@ def test_the_check_covers_sampled_columns_of_the_output(empty_db, monkeypatch):
     assert list(row) == ["gemmtune", EXPLICIT]
     assert row[EXPLICIT]["skipped"].startswith("wrong result") and row[EXPLICIT]["verified"] is False
     assert row["gemmtune"]["verified"] is True
+
+
+def test_short_calls_are_sampled_after_an_unrecorded_call_and_long_ones_directly():
+    """Sampled in turns, a contender's first call after another's pays for the switch between
+    them; under REWARM_MS each sample follows an unrecorded call, above it the switch is a small
+    share of the call and every call after the warm-up is a sample."""
+    calls = {}
+
+    def timed(name, ms):
+        def run():
+            calls[name] = calls.get(name, 0) + 1
+            return ms, ms, 0.01
+        return run
+
+    short = gemmtune.bench.Contender("short", run=timed("short", gemmtune.bench.REWARM_MS / 2))
+    long_ = gemmtune.bench.Contender("long", run=timed("long", gemmtune.bench.REWARM_MS * 1.5))
+    policy = TimingPolicy(warmup=2, min_repeats=8, max_repeats=12)
+    gemmtune.bench._measure([short, long_], policy)
+    assert 8 <= len(short.samples) <= 12 and 8 <= len(long_.samples) <= 12
+    assert calls["short"] == policy.warmup + 2 * len(short.samples)
+    assert calls["long"] == policy.warmup + 1 + len(long_.samples)   # before the first sample: no wall clock yet

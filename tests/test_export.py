@@ -97,7 +97,7 @@ def test_nothing_to_export_is_said_and_the_header_keeps_the_defaults(tmp_path):
     # The GPU defaults of d and z copy asynchronously and multiply with FP64 matrix instructions:
     # the header says what turns cp.async and those instructions on.
     assert "#define PIPE 7" in header and "defines CP_ASYNC=1" in header
-    assert "#define MMA 1" in header and "defines MMA_F64=1" in header
+    assert "#define MMA 2" in header and "defines MMA_F64=1" in header
     result = CliRunner().invoke(cli, ["export", "--db", "sqlite:////nonexistent-dir/x.db"])
     assert result.exit_code == 2 and result.stderr.startswith("Error:") and result.stdout == ""
 

@@ -83,7 +83,7 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
         10: {"STAGE 0 or 1": stage in (0, 1), "PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
              "VWG 1 unstaged": stage == 1 or vwg == 1, "BKFAST 0 unstaged": stage == 1 or bkfast == 0},
         11: {"PIPE 0, 1, 2, 5, 6 or 7": pipe in (0, 1, 2, 5, 6, 7), "BKFAST 0 or 1 if PIPE 5 to 7": pipe < 5 or bkfast != 2},
-        12: {"MMA 0 or 1": mma in (0, 1), "d or z": not mma or code in "dz", "device": not mma or dev.fp64_matrix,
+        12: {"MMA 0, 1 or 2": mma in (0, 1, 2), "MMA 2 copies asynchronously": mma != 2 or pipe >= 5, "d or z": not mma or code in "dz", "device": not mma or dev.fp64_matrix,
              "8 x 4 groups": not mma or (mdimc % 8 == 0 and ndimc % 4 == 0),
              "whole blocks": not mma or ((mwg // mdimc) % 2 == 0 and (nwg // ndimc) % 2 == 0 and kwg % 8 == 0),
              "staged": not mma or stage == 1,
@@ -365,14 +365,15 @@ def test_constraint_12_matrix_instructions(tmp_path, code):
     if code in "dz":
         alone = run_constraint_case(tmp_path, table, mma_device, code, 12)
         parts = [failing_parts(p, mma_device, code, 12) for p in alone]
-        for part in ("MMA 0 or 1", "8 x 4 groups", "whole blocks", "staged", "the rest fixed"):
+        for part in ("MMA 2 copies asynchronously", "8 x 4 groups", "whole blocks", "staged", "the rest fixed"):
             assert [part] in parts, part
     valid = valid_keys(tmp_path, table, mma_device, code)
     # One group of 32 as 8 x 4 work-items, each holding 2 x 2 results of one 16 x 8 block.
     block = point(table, MWG=16, NWG=8, KWG=8, MDIMC=8, NDIMC=4, PIPE=2, STAGE=1)
     assert key(block) in valid
     assert (key({**block, "MMA": 1}) in valid) == (code in "dz")            # doubles only
-    assert key({**block, "MMA": 2}) not in valid
+    assert key({**block, "MMA": 2}) not in valid                            # no asynchronous copies
+    assert (key({**block, "MMA": 2, "PIPE": 6}) in valid) == (code in "dz")
     if code in "dz":
         assert key({**block, "MMA": 1, "KWG": 12}) not in valid             # 12 is no whole block of k
         assert key({**block, "MMA": 1, "MWG": 24}) not in valid             # WPTM = 3: half a block
@@ -576,6 +577,15 @@ MMA_CASES = [
     # Two groups along N, each 32 x 16, with 4 local buffers; z's padding for its 16-byte reads.
     ("d", dict(MWG=32, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=1, VLM=1, VLN=1, PIPE=7, PADL=2, UNROLL=1,
                BKFAST=0, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
+    # MMA 2's steps of 4 values of k read ahead, across the barrier: four steps a slice in 3
+    # buffers; one slice of two steps in 2 buffers, B through registers, tiles split along K;
+    # and 4 buffers, where every fourth slice's copies wrap around.
+    ("d", dict(MWG=32, NWG=32, KWG=16, MDIMC=8, NDIMC=8, VWG=2, VLM=1, VLN=1, PIPE=6, PADL=4, UNROLL=1,
+               BKFAST=0, WARPM=0, STAGE=1, MMA=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
+    ("z", dict(MWG=32, NWG=16, KWG=8, MDIMC=16, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=5, PADL=0, UNROLL=1,
+               BKFAST=1, WARPM=0, STAGE=1, MMA=2, STREAMK=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)),
+    ("d", dict(MWG=32, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=1, VLM=1, VLN=1, PIPE=7, PADL=2, UNROLL=1,
+               BKFAST=0, WARPM=0, STAGE=1, MMA=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
 ]
 
 
@@ -592,7 +602,8 @@ def fp64_matrix_device(monkeypatch):
 # shapes. 32 x 32 x 32 and 20 x 45 x 24 give it rows beyond the first 8 of a block, and the
 # latter a partial second tile along M.
 @pytest.mark.parametrize("shape", [*SHAPES, (20, 45, 24)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("code, config", MMA_CASES, ids=["d-mma-pipe6", "z-mma-bkfast1", "d-mma-pipe7"])
+@pytest.mark.parametrize("code, config", MMA_CASES, ids=["d-mma-pipe6", "z-mma-bkfast1", "d-mma-pipe7",
+                                                          "d-ahead-k16", "z-ahead-pipe5", "d-ahead-pipe7"])
 def test_gemm_with_matrix_instructions_matches_numpy(fp64_matrix_device, code, config, shape):
     from gemmtune.device import resolve_device
 

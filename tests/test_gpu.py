@@ -152,11 +152,16 @@ MMA_VARIANTS = [
     # tiles in bands of tile rows, with and without stream-K
     ("d", dict(MWG=128, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VWG=2, PIPE=6, PADL=4, MMA=1, STREAMK=2, BANDM=3)),
     ("z", dict(MWG=64, NWG=64, KWG=8, MDIMC=8, NDIMC=16, VWG=2, PIPE=7, PADL=2, MMA=1, BANDM=5)),
+    # 16 x 8 x 4 instructions, each step's fragments read while the one before multiplies
+    ("d", dict(MWG=128, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VWG=2, PIPE=6, PADL=4, MMA=2, STREAMK=2)),
+    ("d", dict(MWG=64, NWG=64, KWG=16, MDIMC=8, NDIMC=8, VWG=2, PIPE=5, PADL=2, MMA=2)),
+    ("z", dict(MWG=64, NWG=64, KWG=8, MDIMC=8, NDIMC=16, VWG=2, PIPE=7, PADL=2, MMA=2, STREAMK=2)),
 ]
 
 
 @pytest.mark.parametrize("code, given", MMA_VARIANTS, ids=["d-pipe7-streamk", "z-padl2-pipe7", "z-72k", "d-99k",
-                                                           "d-band3-streamk", "z-band5"])
+                                                           "d-band3-streamk", "z-band5", "d-ahead-streamk",
+                                                           "d-ahead-k16-pipe5", "z-ahead-pipe7"])
 def test_matrix_instruction_variants_on_the_gpu(queue, gpu, code, given):
     from gemmtune.compute import resolve_config
 

@@ -464,7 +464,7 @@ def test_gpu_defaults_are_valid_on_a_gpu_like_device(code):
 def test_a_gpu_without_fp64_matrix_instructions_gets_the_same_tile_without_them(code):
     config = _entry_config("GPU", code)
     gpu = dataclasses.replace(H200_LIKE, fp64_matrix=False)
-    assert config.params["MMA"] == 1 and breaks(config, gpu, code)
+    assert config.params["MMA"] == 2 and breaks(config, gpu, code)
     # The nearest valid configuration: one step away, the same tile multiplied work-item by work-item.
     assert default_config(gpu, get_precision(code)) == Config.of(config.kernel, {**config.params, "MMA": 0})
 

@@ -177,7 +177,7 @@ def _rt_matrix(p: Params, dev: DeviceInfo, prec: Precision):
             & (p["MDIMC"] % 8 == 0) & (p["NDIMC"] % 4 == 0) & (wptm % 2 == 0) & (wptn % 2 == 0)
             & (p["KWG"] % 8 == 0) & (p["STAGE"] == 1)
             & (p["VLM"] == 1) & (p["VLN"] == 1) & (p["UNROLL"] == 1) & (p["WARPM"] == 0))
-    return (p["MMA"] == 0) | ((p["MMA"] == 1) & fits)
+    return (p["MMA"] == 0) | ((p["MMA"] == 1) & fits) | ((p["MMA"] == 2) & fits & (p["PIPE"] >= 5))
 
 
 XGEMM_RT = RegisterTiled(
@@ -209,10 +209,10 @@ XGEMM_RT = RegisterTiled(
                    "goes by asynchronous copies as it is in global memory, or through registers a vector of a "
                    "column at a time (BKFAST 1), not in BKFAST 2's blocks",
                    lambda p, dev, prec: _rt_async(p)),
-        Constraint(12, "matrix instructions", "MMA == 0, or MMA == 1 with: d or z on a device with FP64 matrix "
+        Constraint(12, "matrix instructions", "MMA == 0, or MMA 1 or 2 with: d or z on a device with FP64 matrix "
                    "instructions, MDIMC % 8 == 0 and NDIMC % 4 == 0 (8 x 4 work-items per group of 32), "
                    "WPTM and WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8 blocks), STAGE == 1, "
-                   "and VLM == VLN == UNROLL == 1, WARPM == 0, which do not apply to it",
+                   "and VLM == VLN == UNROLL == 1, WARPM == 0, which do not apply to it; with MMA 2, PIPE 5 to 7",
                    _rt_matrix),
     ),
     may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA", "STREAMK", "BANDM"}),
