@@ -361,11 +361,12 @@ def test_constraint_11_asynchronous_copies(tmp_path):
 def test_constraint_12_matrix_instructions(tmp_path, code):
     mma_device = make_device(fp64_matrix=True)
     table = {**BASE, "MWG": [16, 24, 32], "NWG": [8, 16], "KWG": [8, 12], "MDIMC": [4, 8], "NDIMC": [2, 4],
-             "VLM": [1, 2], "PIPE": [0, 2, 6], "UNROLL": [1, 2], "WARPM": [0, 4], "STAGE": [0, 1], "MMA": [0, 1, 2]}
+             "VLM": [1, 2], "PIPE": [0, 2, 6], "UNROLL": [1, 2], "WARPM": [0, 4], "STAGE": [0, 1], "MMA": [0, 1, 2, 3]}
     if code in "dz":
         alone = run_constraint_case(tmp_path, table, mma_device, code, 12)
         parts = [failing_parts(p, mma_device, code, 12) for p in alone]
-        for part in ("MMA 2 copies asynchronously", "8 x 4 groups", "whole blocks", "staged", "the rest fixed"):
+        for part in ("MMA 0, 1 or 2", "MMA 2 copies asynchronously", "8 x 4 groups", "whole blocks", "staged",
+                     "the rest fixed"):
             assert [part] in parts, part
     valid = valid_keys(tmp_path, table, mma_device, code)
     # One group of 32 as 8 x 4 work-items, each holding 2 x 2 results of one 16 x 8 block.
