@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 SHIPPED = ["gemmtune/kernel_sources/xgemm_k5.cl", "gemmtune/kernel_sources/common.cl",
            "gemmtune/kernel_sources/pad.cl", "gemmtune/configs/space.toml", "gemmtune/configs/defaults.toml",
+           "gemmtune/configs/prior-nvidia-h200.csv.gz",
            # xgemm_rt.cl and the parts it includes
            *(f"gemmtune/kernel_sources/xgemm_rt{part}.cl"
              for part in ("", "_checks", "_copy", "_compute", "_mma", "_pipe", "_streamk"))]
@@ -41,6 +42,8 @@ CHECK_INSTALLED = textwrap.dedent("""
     assert "xgemm_fixup" in source and "pipe_async" in source and '#include "' not in source
     space = load_space()
     assert space.family("xgemm_k5").size > 1
+    from gemmtune import shipped_prior
+    assert len(shipped_prior._read("NVIDIA H200")) > 10_000
     rng = np.random.default_rng(1)
     a = rng.uniform(0.25, 1.0, (7, 5)).astype(np.float32)
     b = rng.uniform(0.25, 1.0, (5, 13)).astype(np.float32)

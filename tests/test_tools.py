@@ -36,3 +36,34 @@ def test_cpu_probe_verifies_and_times_a_configuration():
     rows = [line for line in out.splitlines() if re.match(r"^[sd]\s+48\^3\s+kernel", line)]
     assert len(rows) == 2 and all(" ok " in row for row in rows), out
     assert all(float(re.search(r"kernel\s+([\d.]+) GFLOP/s", row).group(1)) > 0 for row in rows)
+
+
+def test_make_prior_writes_the_rows_a_search_learns_from_and_the_same_bytes_twice(tmp_path, monkeypatch):
+    """The prior file holds exactly the ok and slow rows of the named device, each study's
+    problem intact, and reads back as ``shipped_prior`` reads the shipped one."""
+    import pandas as pd
+
+    from gemmtune import shipped_prior
+    from gemmtune.space import Config
+    from gemmtune.store import Store
+
+    db = tmp_path / "land.db"
+    store = Store(f"sqlite:///{db}")
+    configs = [Config.of("xgemm_k5", {"TSM": m, "TSN": 32, "TSK": 8, "WPTN": 4, "PAD": 1, "TRANSPOSEX": 16,
+                                      "TRANSPOSEY": 16, "TRANSPOSEW": 1}) for m in (16, 32, 64)]
+    for device_name, study, statuses in (("Some GPU", "a", ("ok", "slow", "wrong_result")),
+                                         ("Other GPU", "b", ("ok", "ok", "ok"))):
+        for i, (config, status) in enumerate(zip(configs, statuses)):
+            store.add(study=study, trial=i, device=f"P | {device_name} | 1", device_name=device_name, precision="d",
+                      m=96, n=64, k=32, trans_a="T", kernel=config.kernel, params=config.params, status=status,
+                      gflops=10.0 * (i + 1) + 0.04, time_ms=1.0, created_at="2026-12-03T00:00:00+00:00")
+    store.close()
+    out, again = tmp_path / "prior-some-gpu.csv.gz", tmp_path / "again.csv.gz"
+    run("tools/make_prior.py", "--device-name", "Some GPU", "-o", str(out), str(db))
+    run("tools/make_prior.py", "--device-name", "Some GPU", "-o", str(again), str(db))
+    assert out.read_bytes() == again.read_bytes()
+    rows = pd.read_csv(out, dtype=shipped_prior.TEXT, keep_default_na=False)
+    assert list(rows.columns) == list(shipped_prior.COLUMNS)
+    assert list(rows.status) == ["ok", "slow"] and list(rows.gflops) == [10.0, 20.0]
+    assert (rows.study == "a").all() and (rows.precision == "d").all() and (rows.trans_a == "T").all()
+    assert list(rows[["m", "n", "k"]].iloc[0]) == [96, 64, 32]

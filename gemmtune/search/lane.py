@@ -20,7 +20,7 @@ from gemmtune.precision import Precision
 from gemmtune.runner import Compilers, Outcome, Runner
 from gemmtune.search.ahead import AheadProposer, Journal, NotReady, ahead_possible
 from gemmtune.search.pipeline import Pipeline
-from gemmtune.search.prior import PriorModels, other_rows
+from gemmtune.search.prior import PriorModels, search_prior
 from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.proposals import Proposals
@@ -101,7 +101,7 @@ class Lane:
         self.flops = prec.flops(m, n, k)
         self.name = name = req.study or default_study_name(dev, prec, m, n, k, req.trans_a, req.trans_b)
         strategy = make_strategy(req.sampler, req.seed)
-        prior = other_rows(store, dev.key, name) if req.seeds or strategy.wants_prior else None
+        prior = search_prior(store, dev, name) if req.seeds or strategy.wants_prior else None
         prepare(strategy, req, prec, dev, store, prior)
         self.proposals = Proposals(space, strategy.ordinal)
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)

@@ -1,5 +1,6 @@
-"""What a search learns from before its first seed: the device's results rows at other studies
-and the cost model fitted to them (``learned.prior_model``, for ``learned.seeds``).
+"""What a search learns from before its first seed: the device's results rows at other studies,
+with those the package ships for its model (``gemmtune.shipped_prior``), and the cost model
+fitted to them (``learned.prior_model``, for ``learned.seeds``).
 
 Fitting takes seconds on a busy host (scikit-learn's import, the features of every row, the
 trees), so it starts on a thread when the search opens its workers, which take seconds to start
@@ -12,7 +13,7 @@ import threading
 
 import pandas as pd
 
-from gemmtune import learned
+from gemmtune import learned, shipped_prior
 from gemmtune.info import DeviceInfo
 from gemmtune.store import Store
 
@@ -22,6 +23,14 @@ def other_rows(store: Store, device: str, study: str) -> pd.DataFrame:
     ``study`` learns from."""
     rows = store.frame(device=device)
     return rows[rows.study != study]
+
+
+def search_prior(store: Store, dev: DeviceInfo, study: str) -> pd.DataFrame:
+    """What a search of ``study`` on ``dev`` learns from: the device's rows at other studies and
+    the rows shipped for its model (``replay`` judges with the first alone)."""
+    shipped = shipped_prior.rows_for(dev)
+    mine = other_rows(store, dev.key, study)
+    return pd.concat([mine, shipped], ignore_index=True) if len(shipped) else mine
 
 
 class PriorModels:
@@ -41,7 +50,7 @@ class PriorModels:
             store = Store(url, create=False)
             try:
                 for dev in devices:
-                    rows = store.frame(device=dev.key)
+                    rows = search_prior(store, dev, study="")   # a new study's prior: every row
                     fitted = learned.prior_model(rows, dev, store.latest_peaks(dev.key), jobs=-1)
                     self._fitted[dev.key] = tuple(rows.id), fitted
             finally:

@@ -1,0 +1,98 @@
+"""The results shipped with the package as a prior for the learned model (``gemmtune.shipped_prior``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_replay import SYNTHETIC, gpu, landscape  # noqa: E402
+
+from gemmtune import learned, replay as rp, shipped_prior  # noqa: E402
+from gemmtune.model import spearman  # noqa: E402
+from gemmtune.search.prior import PriorModels, other_rows, search_prior  # noqa: E402
+from gemmtune.store import Store  # noqa: E402
+
+H200 = "NVIDIA H200"
+
+
+def test_the_h200_rows_are_shipped_and_each_is_a_configuration_of_todays_kernels():
+    dev = gpu(H200)
+    rows = shipped_prior.rows_for(dev)
+    assert len(rows) > 10_000 and rows.study.nunique() >= 10
+    assert rows.study.str.startswith(shipped_prior.PREFIX).all()
+    assert (rows.id < 0).all() and rows.id.is_unique            # never a database row's id
+    assert (rows.device == dev.key).all() and set(rows.status) <= {"ok", "slow"} and (rows.gflops > 0).all()
+    x, y = learned.training_rows(rows, dev)
+    assert len(y) == len(rows)   # every row still names parameters the kernels have
+    assert set(rows.precision) == {"s", "d", "c", "z"}
+    assert shipped_prior.file_name(H200) == "prior-nvidia-h200.csv.gz"
+
+
+def test_other_devices_have_none_and_their_searches_learn_from_the_database_alone(tmp_path):
+    db = tmp_path / "other.db"
+    landscape(db, lambda c: 100.0 * c.params["TSN"], study="elsewhere")
+    store = Store(f"sqlite:///{db}", create=False)
+    try:
+        dev = gpu()   # the device the landscape was recorded on
+        assert shipped_prior.rows_for(dev).empty
+        mine = search_prior(store, dev, "new")
+        assert len(mine) == len(SYNTHETIC) and mine.equals(other_rows(store, dev.key, "new"))
+    finally:
+        store.close()
+
+
+def test_a_search_learns_from_the_shipped_rows_and_a_replay_does_not(tmp_path):
+    """A search on an H200 adds the shipped rows to its database's; a replay judges each landscape
+    with a model of the database's other studies alone, so never one that learned from it."""
+    dev = gpu(H200)
+    url = f"sqlite:///{tmp_path / 'h200.db'}"
+    store = Store(url)
+    try:
+        for study in ("mine", "other"):
+            for i, config in enumerate(SYNTHETIC):
+                store.add(study=study, trial=i, device=dev.key, device_name=dev.name, precision="s", m=512, n=512,
+                          k=512, kernel=config.kernel, params=config.params, status="ok", gflops=10.0 + i,
+                          time_ms=1.0, baseline=i == 0, created_at="2026-12-03T00:00:00+00:00")
+        prior = search_prior(store, dev, "mine")
+    finally:
+        store.close()
+    shipped = shipped_prior.rows_for(dev)
+    assert set(prior.study) == {"other", *shipped.study}
+    assert len(prior) == len(SYNTHETIC) + len(shipped)
+    judged = rp.other_studies(rp.load_landscape(url, "mine"))
+    assert set(judged.study) == {"other"}
+
+
+def test_an_empty_database_on_that_device_seeds_from_the_model_of_the_shipped_rows(tmp_path):
+    dev = gpu(H200)
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store(url).close()
+    store = Store(url, create=False)
+    try:
+        prior = search_prior(store, dev, "first-search")
+    finally:
+        store.close()
+    priors = PriorModels(url, [dev])
+    fitted = priors.model(prior, dev, None)
+    assert fitted is not None and priors.model(prior, dev, None) is fitted   # fitted once, on the thread
+    assert PriorModels(url, [gpu()]).model(None, gpu(), None) is None
+
+
+def test_the_shipped_rows_teach_a_model_that_ranks_landscapes_it_never_saw():
+    """Each of two shipped landscapes (s and z) left out, the model of the others ranks its
+    correct configurations' measured speeds: a model that learned nothing, or from rows filed
+    under the wrong problem, would not."""
+    dev = gpu(H200)
+    rows = shipped_prior.rows_for(dev)
+    studies = sorted(rows.study.unique())
+    for wanted in ("s", "z"):
+        left_out = next(s for s in studies if rows[rows.study == s].precision.iloc[0] == wanted)
+        fitted = learned.prior_model(rows[rows.study != left_out], dev)
+        held = rows[(rows.study == left_out) & (rows.status == "ok")]
+        x, y = learned.training_rows(held, dev)
+        predicted, _ = fitted.predict(x)
+        assert spearman(-predicted, -y) > 0.5, left_out
+        assert spearman(-np.random.default_rng(0).permutation(predicted), -y) < 0.2
