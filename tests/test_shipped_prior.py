@@ -96,3 +96,42 @@ def test_the_shipped_rows_teach_a_model_that_ranks_landscapes_it_never_saw():
         predicted, _ = fitted.predict(x)
         assert spearman(-predicted, -y) > 0.5, left_out
         assert spearman(-np.random.default_rng(0).permutation(predicted), -y) < 0.2
+
+
+def test_a_first_search_on_a_device_with_shipped_rows_seeds_from_their_model(tmp_path, monkeypatch):
+    """On PoCL, with rows of this device shipped (written by tools/make_prior.py from a grid at
+    another size): a search on an empty database fits its seeds' model to them; without them it
+    has none."""
+    import subprocess
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from gemmtune.cli import cli
+
+    space = tmp_path / "k5.toml"
+    space.write_text("[xgemm_k5]\nTSM = [8, 16, 32]\nTSN = [16, 32]\nTSK = [8, 16]\nWPTN = [2, 4]\nPAD = [1]\n"
+                     "TRANSPOSEX = [8]\nTRANSPOSEY = [8]\n")   # 20 valid: more rows than a model needs
+    common = ["--device", "0", "--space", str(space), "--time-cap", "0.05", "--early-stop", "0", "-q"]
+    source = tmp_path / "source.db"
+    grid = CliRunner().invoke(cli, ["search", "--sampler", "grid", "--size", "32", "--db", f"sqlite:///{source}",
+                                    *common])
+    assert grid.exit_code == 0, grid.output
+    name = Store(f"sqlite:///{source}", create=False).frame().device_name.iloc[0]
+    prior_file = tmp_path / "prior.csv.gz"
+    subprocess.run([sys.executable, "tools/make_prior.py", "--device-name", name, "-o", str(prior_file), str(source)],
+                   cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True)
+    shipped = pd.read_csv(prior_file, dtype=shipped_prior.TEXT, keep_default_na=False)
+    assert len(shipped) >= learned.MIN_ROWS
+    fitted_models = []
+    seeds = learned.seeds
+    monkeypatch.setattr(learned, "seeds", lambda *a, **kw: fitted_models.append(a[4] if len(a) > 4 else kw.get(
+        "fitted")) or seeds(*a, **kw))
+    for with_rows in (True, False):
+        monkeypatch.setattr(shipped_prior, "_read", lambda device_name: shipped if with_rows else None)
+        db = f"sqlite:///{tmp_path / f'first-{with_rows}.db'}"
+        found = CliRunner().invoke(cli, ["search", "--size", "48", "--trials", "3", "--seed", "1", "--db", db, *common])
+        assert found.exit_code == 0, found.output
+        assert len(Store(db, create=False).frame()) == 3
+    assert len(fitted_models) == 2
+    assert fitted_models[0] is not None and fitted_models[1] is None
