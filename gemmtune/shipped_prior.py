@@ -32,13 +32,18 @@ def file_name(device_name: str) -> str:
     return "prior-" + re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") + ".csv.gz"
 
 
+def read(source) -> pd.DataFrame:
+    """The rows of a prior file (a path, or a file opened in binary mode), as written."""
+    return pd.read_csv(source, compression="gzip", dtype=TEXT, keep_default_na=False)
+
+
 @functools.lru_cache(maxsize=4)
 def _read(device_name: str) -> pd.DataFrame | None:
     ref = resources.files("gemmtune.configs") / file_name(device_name)
     if not ref.is_file():
         return None
     with ref.open("rb") as f:
-        return pd.read_csv(f, compression="gzip", dtype=TEXT, keep_default_na=False)
+        return read(f)
 
 
 def rows_for(dev: DeviceInfo) -> pd.DataFrame:

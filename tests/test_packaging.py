@@ -43,7 +43,8 @@ CHECK_INSTALLED = textwrap.dedent("""
     space = load_space()
     assert space.family("xgemm_k5").size > 1
     from gemmtune import shipped_prior
-    assert len(shipped_prior._read("NVIDIA H200")) > 10_000
+    prior = Path(str(resources.configs_dir())) / "prior-nvidia-h200.csv.gz"
+    assert len(shipped_prior.read(prior)) > 10_000
     rng = np.random.default_rng(1)
     a = rng.uniform(0.25, 1.0, (7, 5)).astype(np.float32)
     b = rng.uniform(0.25, 1.0, (5, 13)).astype(np.float32)

@@ -104,7 +104,6 @@ def test_a_first_search_on_a_device_with_shipped_rows_seeds_from_their_model(tmp
     has none."""
     import subprocess
 
-    import pandas as pd
     from click.testing import CliRunner
 
     from gemmtune.cli import cli
@@ -121,7 +120,7 @@ def test_a_first_search_on_a_device_with_shipped_rows_seeds_from_their_model(tmp
     prior_file = tmp_path / "prior.csv.gz"
     subprocess.run([sys.executable, "tools/make_prior.py", "--device-name", name, "-o", str(prior_file), str(source)],
                    cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True)
-    shipped = pd.read_csv(prior_file, dtype=shipped_prior.TEXT, keep_default_na=False)
+    shipped = shipped_prior.read(prior_file)
     assert len(shipped) >= learned.MIN_ROWS
     fitted_models = []
     seeds = learned.seeds

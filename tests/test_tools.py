@@ -38,11 +38,9 @@ def test_cpu_probe_verifies_and_times_a_configuration():
     assert all(float(re.search(r"kernel\s+([\d.]+) GFLOP/s", row).group(1)) > 0 for row in rows)
 
 
-def test_make_prior_writes_the_rows_a_search_learns_from_and_the_same_bytes_twice(tmp_path, monkeypatch):
+def test_make_prior_writes_the_rows_a_search_learns_from_and_the_same_bytes_twice(tmp_path):
     """The prior file holds exactly the ok and slow rows of the named device, each study's
     problem intact, and reads back as ``shipped_prior`` reads the shipped one."""
-    import pandas as pd
-
     from gemmtune import shipped_prior
     from gemmtune.space import Config
     from gemmtune.store import Store
@@ -62,8 +60,25 @@ def test_make_prior_writes_the_rows_a_search_learns_from_and_the_same_bytes_twic
     run("tools/make_prior.py", "--device-name", "Some GPU", "-o", str(out), str(db))
     run("tools/make_prior.py", "--device-name", "Some GPU", "-o", str(again), str(db))
     assert out.read_bytes() == again.read_bytes()
-    rows = pd.read_csv(out, dtype=shipped_prior.TEXT, keep_default_na=False)
+    rows = shipped_prior.read(out)
     assert list(rows.columns) == list(shipped_prior.COLUMNS)
     assert list(rows.status) == ["ok", "slow"] and list(rows.gflops) == [10.0, 20.0]
     assert (rows.study == "a").all() and (rows.precision == "d").all() and (rows.trans_a == "T").all()
     assert list(rows[["m", "n", "k"]].iloc[0]) == [96, 64, 32]
+
+
+@pytest.mark.parametrize("case", ["no such device", "no such file", "not a database"])
+def test_make_prior_answers_bad_input_with_one_error_line_and_writes_nothing(tmp_path, case):
+    from gemmtune.store import Store
+
+    db = tmp_path / "land.db"
+    Store(f"sqlite:///{db}").close()
+    if case == "not a database":
+        db.write_text("not sqlite")
+    args = [str(tmp_path / "missing.db")] if case == "no such file" else [str(db)]
+    out = tmp_path / "prior.csv.gz"
+    done = subprocess.run([sys.executable, "tools/make_prior.py", "--device-name", "Some GPU", "-o", str(out), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not list(tmp_path.glob("prior*"))

@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
+import sys
 from pathlib import Path
 
 import pandas as pd
 
+from gemmtune.errors import GemmtuneError
 from gemmtune.rows import screen
 from gemmtune.shipped_prior import COLUMNS
 from gemmtune.store import Store
@@ -32,10 +34,20 @@ def prior_rows(urls: list[str], device_name: str) -> pd.DataFrame:
             store.close()
         parts.append(rows[rows.status.isin(("ok", "slow")) & (rows.gflops > 0)])
     kept = screen(pd.concat(parts, ignore_index=True)).rows
+    if kept.empty:
+        raise GemmtuneError(f"no ok or slow rows of a device named {device_name!r}")
     if (kept.groupby("study")[["precision", "m", "n", "k", "trans_a", "trans_b"]].nunique() > 1).any(axis=None):
-        raise SystemExit("Error: one study name holds several problems; rename the studies first")
+        raise GemmtuneError("one study name holds several problems; rename the studies first")
     kept = kept.assign(gflops=kept.gflops.round(1))[list(COLUMNS)]
     return kept.sort_values(["study", "kernel", "params"], kind="stable").reset_index(drop=True)
+
+
+def compressed(rows: pd.DataFrame) -> bytes:
+    """Gzipped CSV with no name or time in its header: the same rows, the same bytes."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=9, mtime=0, filename="") as out:
+        out.write(rows.to_csv(index=False).encode())
+    return buffer.getvalue()
 
 
 def main() -> None:
@@ -44,12 +56,17 @@ def main() -> None:
     parser.add_argument("--device-name", required=True)
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
-    rows = prior_rows([f"sqlite:///{db}" for db in args.databases], args.device_name)
-    text = io.StringIO()
-    rows.to_csv(text, index=False)
-    with open(args.output, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0,
-                                                       filename="") as out:
-        out.write(text.getvalue().encode())
+    try:
+        missing = [db for db in args.databases if not db.is_file()]
+        if missing:
+            raise GemmtuneError(f"no database file {missing[0]}")
+        rows = prior_rows([f"sqlite:///{db}" for db in args.databases], args.device_name)
+    except GemmtuneError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        sys.exit(2)
+    partial = args.output.with_name(args.output.name + ".partial")   # nothing half-written under the name
+    partial.write_bytes(compressed(rows))
+    partial.replace(args.output)
     print(f"{len(rows)} rows of {rows.study.nunique()} studies -> {args.output}")
 
 
