@@ -124,24 +124,52 @@ def training_rows(rows: pd.DataFrame, dev: DeviceInfo, peaks=None) -> tuple[np.n
     """Features and targets of the ``ok`` and ``slow`` rows of ``rows`` (a results frame),
     each at its own problem, on ``dev``; rows of families or parameters not shipped are left
     out. Grouped by study: a study is one problem."""
-    from gemmtune.rows import screen
-    from gemmtune.tuned import shipped_config
-
-    kept = screen(rows[rows.status.isin(("ok", "slow")) & (rows.gflops > 0)]).rows
+    usable = rows[rows.status.isin(("ok", "slow")) & (rows.gflops > 0)]
     xs, ys, groups = [], [], []
-    for (study, code, m, n, k, ta, tb), part in kept.groupby(
-            ["study", "precision", "m", "n", "k", "trans_a", "trans_b"]):
-        configs = [shipped_config(r.kernel, r.params) for r in part.itertuples()]
-        chosen = [i for i, c in enumerate(configs) if c is not None]
-        if not chosen:
-            continue
-        problem = Problem(dev, get_precision(code), int(m), int(n), int(k), ta, tb, peaks)
-        xs.append(features([configs[i] for i in chosen], problem))
-        ys.append(part.gflops.to_numpy(dtype=float)[chosen])
-        groups += [study] * len(chosen)
+    for study, part in usable.groupby("study"):
+        for x, gflops in _study_rows(part, dev, peaks):
+            xs.append(x)
+            ys.append(gflops)
+            groups += [study] * len(gflops)
     if not xs:
         return np.empty((0, 0)), np.empty(0)
     return np.vstack(xs), relative_targets(np.concatenate(ys), np.asarray(groups))
+
+
+# Features of a study's rows, by what they were computed from: a search asks for the same rows
+# several times (the model fitted early, the learned strategy, each later problem of a workload),
+# and the screening, parsing and analytic model cost about 70 microseconds a row (15,436 shipped
+# rows: a second on a laptop).
+_STUDY_ROWS: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
+_STUDIES_KEPT = 256
+_KEY_COLUMNS = ["precision", "m", "n", "k", "trans_a", "trans_b", "kernel", "params", "gflops"]
+
+
+def _study_rows(part: pd.DataFrame, dev: DeviceInfo, peaks) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per problem of one study's usable rows: features and GFLOP/s of those that are
+    configurations of today's kernels."""
+    key = (dev, tuple(sorted((peaks or {}).items())),
+           tuple(part[_KEY_COLUMNS].astype(str).itertuples(index=False, name=None)))
+    found = _STUDY_ROWS.get(key)
+    if found is None:
+        found = _STUDY_ROWS[key] = _compute_study_rows(part, dev, peaks)
+        while len(_STUDY_ROWS) > _STUDIES_KEPT:
+            _STUDY_ROWS.pop(next(iter(_STUDY_ROWS)), None)
+    return found
+
+
+def _compute_study_rows(part: pd.DataFrame, dev: DeviceInfo, peaks) -> list[tuple[np.ndarray, np.ndarray]]:
+    from gemmtune.rows import screen
+    from gemmtune.tuned import shipped_config
+
+    out = []
+    for (code, m, n, k, ta, tb), rows in screen(part).rows.groupby(["precision", "m", "n", "k", "trans_a", "trans_b"]):
+        configs = [shipped_config(r.kernel, r.params) for r in rows.itertuples()]
+        chosen = [i for i, c in enumerate(configs) if c is not None]
+        if chosen:
+            problem = Problem(dev, get_precision(code), int(m), int(n), int(k), ta, tb, peaks)
+            out.append((features([configs[i] for i in chosen], problem), rows.gflops.to_numpy(dtype=float)[chosen]))
+    return out
 
 
 def prior_model(rows: pd.DataFrame | None, dev: DeviceInfo, peaks=None, jobs: int | None = None) -> CostModel | None:

@@ -48,6 +48,30 @@ def test_features_describe_each_configuration_at_its_problem():
     assert targets == pytest.approx([np.log(0.5), 0.0, 0.0, 0.0])
 
 
+def test_rows_asked_for_again_reuse_their_features_and_changed_rows_get_new_ones(two_studies, monkeypatch):
+    rows = Store(two_studies, create=False).frame()
+    dev = gpu()
+    computed = []
+    real_features = learned.features
+    monkeypatch.setattr(learned, "features", lambda cs, p: computed.append(len(cs)) or real_features(cs, p))
+    x, y = learned.training_rows(rows, dev)
+    assert len(y) == len(rows) and sum(computed) == len(rows)
+    x2, y2 = learned.training_rows(rows.copy(), dev)   # the same rows again
+    assert sum(computed) == len(rows) and np.array_equal(x2, x) and np.array_equal(y2, y)
+    # One row faster, in one study: only that study's features are computed again, and its
+    # targets move (it becomes its study's best).
+    changed = rows.copy()
+    one = changed.index[changed.study == "at-256"][0]
+    changed.loc[one, "gflops"] = 10 * changed.gflops.max()
+    before = sum(computed)
+    x3, y3 = learned.training_rows(changed, dev)
+    assert sum(computed) - before == (rows.study == "at-256").sum()
+    assert y3.max() == 0 and not np.array_equal(y3, y) and np.array_equal(x3, x)
+    # Other peaks: the analytic terms change, so the features are computed again.
+    x4, _ = learned.training_rows(rows, dev, {"s": 1.0, "bandwidth": 1.0})
+    assert sum(computed) - before == (rows.study == "at-256").sum() + len(rows) and not np.array_equal(x4, x)
+
+
 def test_a_correction_fitted_to_this_searchs_rows_overrules_a_wrong_prior():
     """The prior learned elsewhere that the first feature pays; here the second one does. A few
     measured rows teach the correction that, and the sum ranks as they do; without a prior the
