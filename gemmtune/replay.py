@@ -46,8 +46,12 @@ invalid proposals, which never count. ``space_file`` gives the search's space fi
 
 from __future__ import annotations
 
+import functools
 import json
+import multiprocessing
+import os
 import random
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -88,6 +92,7 @@ class Landscape:
     peaks: dict[str, float]       # the device's measured peaks in the same database, if any
     described: DeviceInfo | None = None   # the device as the search stored it (table devices)
     skipped: str | None = None            # which recorded rows no reader may use (gemmtune.rows), if any
+    space_file: str | None = None         # the space file it was loaded with, if any
 
     @property
     def best(self) -> float:
@@ -166,7 +171,7 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
     return Landscape(study, store.url, first.device, first.device_name, get_precision(first.precision),
                      (int(first.m), int(first.n), int(first.k)), space,
                      [c for _, c in sorted(configs.values(), key=lambda pc: pc[0])], values, baseline, peaks,
-                     described, screened.note())
+                     described, screened.note(), None if space_file is None else str(space_file))
 
 
 @dataclass
@@ -280,11 +285,13 @@ def learned_spearman(land: Landscape, dev: DeviceInfo, fitted) -> float | None:
 
 
 def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 0.95,
-           seed_count: int = 10, device: DeviceInfo | None = None) -> ReplayResult:
+           seed_count: int = 10, device: DeviceInfo | None = None, jobs: int = 1) -> ReplayResult:
     """Replay ``seeds`` searches (sampler seeds 0 .. seeds-1) per sampler against ``land``.
 
     ``device`` describes the study's device for the model: tpe-seeded needs it, and with it the
-    result also carries the model's rank correlation with the study's measurements."""
+    result also carries the model's rank correlation with the study's measurements. ``jobs``
+    processes replay the seeds side by side (0: one per core); each seed replays alike in any
+    of them, so the counts do not depend on it."""
     samplers = list(dict.fromkeys(samplers))
     bad = [s for s in samplers if s not in SAMPLERS]
     if bad or not samplers:
@@ -295,6 +302,8 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
         raise GemmtuneError(f"--target must be in (0, 1], got {target}")
     if seed_count < 1:
         raise GemmtuneError(f"--model-seeds must be at least 1, got {seed_count}")
+    if jobs < 0:
+        raise GemmtuneError(f"--jobs must be at least 0, got {jobs}")
     seeded = [s for s in samplers if s == "default" or STRATEGIES[s].model_seeded or STRATEGIES[s].wants_prior]
     if seeded and device is None:
         raise GemmtuneError(f"{seeded[0]} needs a description of the study's device ({land.device_name}) "
@@ -309,10 +318,38 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
         result.model_spearman = model_spearman(land, device)
         result.learned_spearman = learned_spearman(land, device, fitted)
     nearby = nearby_configs(land, device) if "default" in samplers and device is not None else []
-    for sampler in samplers:
-        runs = [replay_once(land, sampler, s, target, top, device, prior, nearby) for s in range(seeds)]
-        result.trials[sampler] = [r.trials for r in runs]
+    workers = min(seeds, jobs or os.cpu_count() or 1)
+    tasks = [(sampler, range(first, seeds, workers)) for sampler in samplers for first in range(workers)]
+    args = (target, top, device, prior, nearby)
+    if workers == 1:
+        counts = [_trials(land, sampler, chosen, *args) for sampler, chosen in tasks]
+    else:
+        # Spawned, not forked: this process may hold threads (a fit's, Optuna's) that fork would copy
+        # mid-step. A landscape's space holds the families' rules (functions), which do not pickle:
+        # each process loads the landscape again.
+        source = (land.url, land.study, land.space_file)
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_trials, source, sampler, chosen, *args) for sampler, chosen in tasks]
+            counts = [f.result() for f in futures]
+    for (sampler, chosen), trials in zip(tasks, counts):
+        per_seed = result.trials.setdefault(sampler, [None] * seeds)
+        for s, n in zip(chosen, trials):
+            per_seed[s] = n
     return result
+
+
+def _trials(land: Landscape | tuple, sampler: str, chosen: Sequence[int], target: float, top, device, prior,
+            nearby) -> list[int | None]:
+    """Trials to the target of each of the seeds ``chosen``; ``land`` a landscape, or where to load
+    it from in a process of ``replay``."""
+    if not isinstance(land, Landscape):
+        land = _loaded(*land)
+    return [replay_once(land, sampler, s, target, top, device, prior, nearby).trials for s in chosen]
+
+
+@functools.lru_cache(maxsize=1)
+def _loaded(url: str, study: str, space_file: str | None) -> Landscape:
+    return load_landscape(url, study, space_file)
 
 
 def nearby_configs(land: Landscape, dev: DeviceInfo) -> list[Config]:

@@ -150,6 +150,38 @@ def test_cli_table(grid):
     assert "13 configurations recorded" in result.stdout and "0.5 x best" in result.stdout
 
 
+def test_seeds_replayed_in_several_processes_count_as_in_one(tmp_path, monkeypatch):
+    """Each seed replays alike in any process: the counts, seed by seed, do not depend on --jobs
+    (three processes over seven seeds: each takes every third, the results put back in order)."""
+    pools = []
+
+    class Pool(rp.ProcessPoolExecutor):
+        def __init__(self, workers, **kw):
+            pools.append(workers)
+            super().__init__(workers, **kw)
+
+    monkeypatch.setattr(rp, "ProcessPoolExecutor", Pool)
+    db = tmp_path / "j.db"
+    landscape(db, lambda c: float(c.params["TSM"] * c.params["TSN"] + 3 * c.params["TSK"]))
+    url = f"sqlite:///{db}"
+    runs = [CliRunner().invoke(cli, ["replay", "--db", url, "--study", "synthetic", "--seeds", "7", "--target", "1",
+                                     "--samplers", "default,random,optuna-tpe", "--device-info", str(info),
+                                     "--jobs", jobs, "--format", "json"])
+            for info in [_device_file(tmp_path)] for jobs in ("1", "3")]
+    assert all(r.exit_code == 0 for r in runs), [r.output for r in runs]
+    one, three = ({s["sampler"]: s["trials"] for s in json.loads(r.stdout)["samplers"]} for r in runs)
+    assert pools == [3]   # --jobs 1 replays in this process
+    assert one == three and len(set(one["random"])) > 1   # and the seeds differ: no seed replayed twice
+    land = rp.load_landscape(url, "synthetic")
+    assert one["random"] == [rp.replay_once(land, "random", s, 1.0).trials for s in range(7)]
+
+
+def _device_file(tmp_path) -> Path:
+    path = tmp_path / "device.json"
+    path.write_text(json.dumps(gpu().to_json()))
+    return path
+
+
 def test_replays_are_deterministic_for_a_seed(tmp_path):
     db = tmp_path / "s.db"
     landscape(db, lambda c: float(c.params["TSM"] * c.params["TSN"] + c.params["TSK"]))
@@ -368,6 +400,7 @@ def test_ordinal_proposals_round_trip_every_configuration(tmp_path):
     (["--study", "synthetic", "--seeds", "0"], "--seeds"),
     (["--study", "synthetic", "--target", "1.5"], "--target"),
     (["--study", "synthetic", "--model-seeds", "0"], "--model-seeds"),
+    (["--study", "synthetic", "--jobs", "-1"], "--jobs"),
     (["--study", "synthetic"], "--device-info"),  # tpe-seeded, and Fancy GPU 9000 is not here
     (["--study", "synthetic", "--device-info", "/nonexistent/d.json"], "cannot read device description"),
     (["--study", "synthetic", "--format", "xml"], "--format"),

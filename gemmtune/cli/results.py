@@ -136,8 +136,10 @@ def export(filters, db, fmt, output):
                    "with the study's device key).")
 @click.option("--space", "space_file", type=click.Path(dir_okay=False), default=None,
               help="The study's search-space TOML file (default: the space rebuilt from the recorded rows).")
+@click.option("--jobs", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Processes replaying seeds side by side (0: one per core); the counts are the same.")
 @format_option("table", "json")
-def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_file, fmt):
+def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_file, jobs, fmt):
     """Compare samplers by re-running searches against an exhaustive study's recorded results."""
     from gemmtune import replay as rp
 
@@ -152,7 +154,7 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
         raise GemmtuneError(f"{seeded[0]} needs the study's device ({land.device_name}) for the model; neither the "
                             "database nor this machine describes it: pass --device-info FILE (saved with "
                             f"`gemmtune devices --format json` on its machine) or leave {seeded[0]} out of --samplers")
-    result = rp.replay(land, names, seeds, target, model_seeds, device)
+    result = rp.replay(land, names, seeds, target, model_seeds, device, jobs)
     first = [n for n in names if n == "default" or strategies.STRATEGIES[n].model_seeded]
     d = result.to_json()
     if fmt == "json":
