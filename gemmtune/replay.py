@@ -340,8 +340,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
 
 def _trials(land: Landscape | tuple, sampler: str, chosen: Sequence[int], target: float, top, device, prior,
             nearby) -> list[int | None]:
-    """Trials to the target of each of the seeds ``chosen``; ``land`` a landscape, or where to load
-    it from in a process of ``replay``."""
+    """Trials to the target of each seed ``chosen``; ``land``, or where a process loads it from."""
     if not isinstance(land, Landscape):
         land = _loaded(*land)
     return [replay_once(land, sampler, s, target, top, device, prior, nearby).trials for s in chosen]
