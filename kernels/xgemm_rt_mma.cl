@@ -118,9 +118,9 @@ typedef struct { real a[WPTM / 2][2]; real b[WPTN / 2]; } step_fragments;
 #if IS_COMPLEX
   // (ar + i ai)(br + i bi) as four real products; bi is the one negated for the real part: a step
   // holds WPTN / 2 values of B against WPTM of A, and registers are what z runs short of.
-  #define MULTIPLY_STEP(acc, f, fa_, fb_, g, q) \
+  #define MULTIPLY_ROWS(acc, f, fa_, fb_, g, q, first, end) \
     PRAGMA(unroll) \
-    for (int i = 0; i < WPTM / 2; i++) { \
+    for (int i = (first); i < (end); i++) { \
       PRAGMA(unroll) \
       for (int j = 0; j < WPTN / 2; j++) { \
         STEP_MMA(acc, fa_, fb_, g, q, i, j, .x, f.a[i][0].x, f.a[i][1].x, f.b[j].x) \
@@ -130,13 +130,20 @@ typedef struct { real a[WPTM / 2][2]; real b[WPTN / 2]; } step_fragments;
       } \
     }
 #else
-  #define MULTIPLY_STEP(acc, f, fa_, fb_, g, q) \
+  #define MULTIPLY_ROWS(acc, f, fa_, fb_, g, q, first, end) \
     PRAGMA(unroll) \
-    for (int i = 0; i < WPTM / 2; i++) { \
+    for (int i = (first); i < (end); i++) { \
       PRAGMA(unroll) \
       for (int j = 0; j < WPTN / 2; j++) { STEP_MMA(acc, fa_, fb_, g, q, i, j, , f.a[i][0], f.a[i][1], f.b[j]) } \
     }
 #endif
+// MULTIPLY_ROWS: a step's matrix instructions of row blocks first .. end - 1. The next step's
+// fragments are read after HALF_ROWS of them: its registers were last read by the step before
+// this one, whose matrix instructions must have taken their operands before the reads overwrite
+// them, and a warp issues in order: reads ahead of the whole step hold it back until then. In the
+// middle of the step they measured 4 % faster for z at 8192^3 on the H200 and 1-3 % slower for d,
+// whose steps are a quarter as long (docs/performance.md, "Fragments read mid-step").
+#define HALF_ROWS (IS_COMPLEX ? WPTM / 4 : 0)
 #endif
 
 // acc += the slice at aslice (KWG rows of lda elements along M) times the one at bslice (rows of

@@ -20,24 +20,27 @@ INLINE_FUNC void pipe_unstaged(real acc[WPTM][WPTN], const __global real* const 
 
 #elif MMA == 2
 // MMA 2 (xgemm_rt_mma.cl): the slices come as in pipe_async, and each step of 4 values of k has
-// its fragments read while the step before it multiplies, in two register sets x and y (even and
-// odd steps: KWG / 4 is even). A slice's last step is multiplied after the barrier and the next
-// slice's first reads, so that its matrix instructions keep the matrix pipe busy while the warp
-// waits there; the barrier comes after the slice's last reads, so its buffer is free after it,
-// and the copies of slice t + ABUF go there.
+// its fragments read while the step before it multiplies (before it, or in complex precisions
+// amid it: HALF_ROWS), in two register sets x and y (even and odd steps: KWG / 4 is even). A
+// slice's last step is multiplied after the barrier and the next slice's first reads, so that its
+// matrix instructions keep the matrix pipe busy while the warp waits there; the barrier comes after
+// the slice's last reads, so its buffer is free after it, and the copies of slice t + ABUF go there.
 #define SLICE_A(Alm, buf) ((Alm) + (buf) * KWG * LDAL)
 #define SLICE_B(Blm, buf) ((Blm) + (buf) * KWG * LDBL)
 #define AHEAD_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, i) \
   if (t + (i) < tiles) { \
     PRAGMA(unroll) \
     for (int k = 0; k < KWG - 8; k += 8) { \
+      MULTIPLY_ROWS(acc, x, fa_, fb_, g, q, 0, HALF_ROWS) \
       LOAD_STEP(y, SLICE_A(Alm, i), LDAL, SLICE_B(Blm, i), LDBL, wm, wn, g, q, k + 4) \
-      MULTIPLY_STEP(acc, x, fa_, fb_, g, q) \
+      MULTIPLY_ROWS(acc, x, fa_, fb_, g, q, HALF_ROWS, WPTM / 2) \
+      MULTIPLY_ROWS(acc, y, fa_, fb_, g, q, 0, HALF_ROWS) \
       LOAD_STEP(x, SLICE_A(Alm, i), LDAL, SLICE_B(Blm, i), LDBL, wm, wn, g, q, k + 8) \
-      MULTIPLY_STEP(acc, y, fa_, fb_, g, q) \
+      MULTIPLY_ROWS(acc, y, fa_, fb_, g, q, HALF_ROWS, WPTM / 2) \
     } \
+    MULTIPLY_ROWS(acc, x, fa_, fb_, g, q, 0, HALF_ROWS) \
     LOAD_STEP(y, SLICE_A(Alm, i), LDAL, SLICE_B(Blm, i), LDBL, wm, wn, g, q, KWG - 4) \
-    MULTIPLY_STEP(acc, x, fa_, fb_, g, q) \
+    MULTIPLY_ROWS(acc, x, fa_, fb_, g, q, HALF_ROWS, WPTM / 2) \
     if (t + (i) + 1 < tiles) { \
       WAIT_OLDEST();                  /* this work-item's copies of slice t + i + 1 have landed */ \
       barrier(CLK_LOCAL_MEM_FENCE);   /* everyone's have, and everyone has read slice t + i */ \
@@ -45,10 +48,15 @@ INLINE_FUNC void pipe_unstaged(real acc[WPTM][WPTN], const __global real* const 
         COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, i, t + (i) + ABUF) \
       } \
       COMMIT(); \
-      LOAD_STEP(x, SLICE_A(Alm, ((i) + 1) % ABUF), LDAL, SLICE_B(Blm, ((i) + 1) % ABUF), LDBL, wm, wn, g, q, 0) \
+      if (HALF_ROWS == 0) { NEXT_SLICE_FIRST_STEP(x, Alm, Blm, i) } \
     } \
-    MULTIPLY_STEP(acc, y, fa_, fb_, g, q) \
+    MULTIPLY_ROWS(acc, y, fa_, fb_, g, q, 0, HALF_ROWS) \
+    /* after the last slice this reads a buffer no one fills: in bounds, and never multiplied */ \
+    if (HALF_ROWS > 0) { NEXT_SLICE_FIRST_STEP(x, Alm, Blm, i) } \
+    MULTIPLY_ROWS(acc, y, fa_, fb_, g, q, HALF_ROWS, WPTM / 2) \
   }
+#define NEXT_SLICE_FIRST_STEP(f, Alm, Blm, i) \
+  LOAD_STEP(f, SLICE_A(Alm, ((i) + 1) % ABUF), LDAL, SLICE_B(Blm, ((i) + 1) % ABUF), LDBL, wm, wn, g, q, 0)
 INLINE_FUNC void pipe_ahead(real acc[WPTM][WPTN], __local real* Alm, __local real* Blm,
                        const __global real* const Ablock, const int lda, const __global real* const Bblock,
                        const int ldb, const int tiles, const int tid, __local real* frag) {

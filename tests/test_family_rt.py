@@ -579,11 +579,12 @@ MMA_CASES = [
     ("d", dict(MWG=32, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=1, VLM=1, VLN=1, PIPE=7, PADL=2, UNROLL=1,
                BKFAST=0, WARPM=0, STAGE=1, MMA=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
     # MMA 2's steps of 4 values of k read ahead, across the barrier: four steps a slice in 3
-    # buffers; one slice of two steps in 2 buffers, B through registers, tiles split along K;
-    # and 4 buffers, where every fourth slice's copies wrap around.
+    # buffers; one slice of two steps in 2 buffers, B through registers, tiles split along K, one
+    # group of 32 with two blocks of 16 rows (z reads the next step's fragments between them); and
+    # 4 buffers, where every fourth slice's copies wrap around.
     ("d", dict(MWG=32, NWG=32, KWG=16, MDIMC=8, NDIMC=8, VWG=2, VLM=1, VLN=1, PIPE=6, PADL=4, UNROLL=1,
                BKFAST=0, WARPM=0, STAGE=1, MMA=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
-    ("z", dict(MWG=32, NWG=16, KWG=8, MDIMC=16, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=5, PADL=0, UNROLL=1,
+    ("z", dict(MWG=32, NWG=16, KWG=8, MDIMC=8, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=5, PADL=0, UNROLL=1,
                BKFAST=1, WARPM=0, STAGE=1, MMA=2, STREAMK=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)),
     ("d", dict(MWG=32, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=1, VLM=1, VLN=1, PIPE=7, PADL=2, UNROLL=1,
                BKFAST=0, WARPM=0, STAGE=1, MMA=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
