@@ -149,7 +149,7 @@ def _study_rows(part: pd.DataFrame, dev: DeviceInfo, peaks) -> list[tuple[np.nda
     """Per problem of one study's usable rows: features and GFLOP/s of those that are
     configurations of today's kernels."""
     key = (dev, tuple(sorted((peaks or {}).items())),
-           tuple(part[_KEY_COLUMNS].astype(str).itertuples(index=False, name=None)))
+           pd.util.hash_pandas_object(part[_KEY_COLUMNS], index=False).to_numpy().tobytes())   # 8 bytes a row
     found = _STUDY_ROWS.get(key)
     if found is None:
         found = _STUDY_ROWS[key] = _compute_study_rows(part, dev, peaks)
