@@ -46,7 +46,6 @@ invalid proposals, which never count. ``space_file`` gives the search's space fi
 
 from __future__ import annotations
 
-import functools
 import json
 import multiprocessing
 import os
@@ -290,8 +289,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
 
     ``device`` describes the study's device for the model: tpe-seeded needs it, and with it the
     result also carries the model's rank correlation with the study's measurements. ``jobs``
-    processes replay the seeds side by side (0: one per core); each seed replays alike in any
-    of them, so the counts do not depend on it."""
+    processes replay the seeds side by side (0: one per core); the counts do not depend on it."""
     samplers = list(dict.fromkeys(samplers))
     bad = [s for s in samplers if s not in SAMPLERS]
     if bad or not samplers:
@@ -322,15 +320,13 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     tasks = [(sampler, range(first, seeds, workers)) for sampler in samplers for first in range(workers)]
     args = (target, top, device, prior, nearby)
     if workers == 1:
-        counts = [_trials(land, sampler, chosen, *args) for sampler, chosen in tasks]
+        counts = [_trials(land, sampler, chosen, args) for sampler, chosen in tasks]
     else:
-        # Spawned, not forked: this process may hold threads (a fit's, Optuna's) that fork would copy
-        # mid-step. A landscape's space holds the families' rules (functions), which do not pickle:
-        # each process loads the landscape again.
-        source = (land.url, land.study, land.space_file)
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_trials, source, sampler, chosen, *args) for sampler, chosen in tasks]
-            counts = [f.result() for f in futures]
+        # Spawned: fork would copy this process's threads (a fit's, Optuna's) mid-step. What the tasks
+        # share goes to each process once; the landscape's rules (functions) do not pickle: it is loaded.
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_share,
+                                 initargs=((land.url, land.study, land.space_file), args)) as pool:
+            counts = [f.result() for f in [pool.submit(_shared_trials, *task) for task in tasks]]
     for (sampler, chosen), trials in zip(tasks, counts):
         per_seed = result.trials.setdefault(sampler, [None] * seeds)
         for s, n in zip(chosen, trials):
@@ -338,17 +334,21 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     return result
 
 
-def _trials(land: Landscape | tuple, sampler: str, chosen: Sequence[int], target: float, top, device, prior,
-            nearby) -> list[int | None]:
-    """Trials to the target of each seed ``chosen``; ``land``, or where a process loads it from."""
-    if not isinstance(land, Landscape):
-        land = _loaded(*land)
-    return [replay_once(land, sampler, s, target, top, device, prior, nearby).trials for s in chosen]
+def _trials(land: Landscape, sampler: str, chosen: Sequence[int], args: tuple) -> list[int | None]:
+    """Trials to the target of each seed ``chosen`` (``args``: replay_once's after the seed)."""
+    return [replay_once(land, sampler, s, *args).trials for s in chosen]
 
 
-@functools.lru_cache(maxsize=1)
-def _loaded(url: str, study: str, space_file: str | None) -> Landscape:
-    return load_landscape(url, study, space_file)
+_SHARED: tuple = ()   # in a process of ``replay``: the landscape and ``_trials``' args
+
+
+def _share(source: tuple, args: tuple) -> None:
+    global _SHARED
+    _SHARED = (load_landscape(*source), args)
+
+
+def _shared_trials(sampler: str, chosen: Sequence[int]) -> list[int | None]:
+    return _trials(_SHARED[0], sampler, chosen, _SHARED[1])
 
 
 def nearby_configs(land: Landscape, dev: DeviceInfo) -> list[Config]:
