@@ -108,6 +108,26 @@ def program_binary(program: cl.Program) -> bytes:
     return program.get_info(cl.program_info.BINARIES)[0]
 
 
+def work_group_limit(kernel: cl.Kernel, device: cl.Device) -> int:
+    """The most work-items per group this kernel, as built, can be launched with."""
+    return kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)
+
+
+def check_work_group(kernel: cl.Kernel, name: str, local_size, device: cl.Device) -> None:
+    """Refuse a launch larger than the built kernel allows. The limit depends on what the
+    compiler made of the kernel (a kernel of 236 registers fits 256 work-items of the H200's
+    65,536 registers, not 512 or 1024), so the space cannot know it before the build; NVIDIA's
+    driver does not refuse such a launch either, but leaves the output unwritten."""
+    if local_size is None:
+        return
+    items = int(np.prod(local_size))
+    limit = work_group_limit(kernel, device)
+    if items > limit:
+        message = (f"{name} as built runs at most {limit} work-items per group "
+                   f"(its registers or local memory), not {items}")
+        raise BuildError(message, message)
+
+
 class GemmOperation:
     """One configured GEMM of a fixed problem on one queue, ready to enqueue repeatedly.
 
@@ -132,6 +152,7 @@ class GemmOperation:
         self.launches = []   # (kernel, launch, the positions of the call's arguments)
         for launch in self.plan.launches:
             kernel = cl.Kernel(self.program, launch.kernel)
+            check_work_group(kernel, launch.kernel, launch.local_size, queue.device)
             bound = []
             for i, arg in enumerate(launch.args):
                 if isinstance(arg, str) and arg in CALL_ARGUMENTS:

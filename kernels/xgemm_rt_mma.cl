@@ -144,6 +144,9 @@ typedef struct { real a[WPTM / 2][2]; real b[WPTN / 2]; } step_fragments;
 // middle of the step they measured 4 % faster for z at 8192^3 on the H200 and 1-3 % slower for d,
 // whose steps are a quarter as long (docs/performance.md, "Fragments read mid-step").
 #define HALF_ROWS (IS_COMPLEX ? WPTM / 4 : 0)
+// d with three local buffers keeps three steps' fragments instead (pipe_ahead): a round of
+// 3 KWG / 4 steps gives each step's the same registers in every round.
+#define FRAG_SETS (!IS_COMPLEX && ABUF == 3 ? 3 : 2)
 #endif
 
 // acc += the slice at aslice (KWG rows of lda elements along M) times the one at bslice (rows of

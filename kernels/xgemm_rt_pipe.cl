@@ -55,6 +55,35 @@ INLINE_FUNC void pipe_unstaged(real acc[WPTM][WPTN], const __global real* const 
     if (HALF_ROWS > 0) { NEXT_SLICE_FIRST_STEP(x, Alm, Blm, i) } \
     MULTIPLY_ROWS(acc, y, fa_, fb_, g, q, HALF_ROWS, WPTM / 2) \
   }
+// With three register sets (FRAG_SETS), step s of a round multiplies set s % 3 and is followed by
+// the reads for step s + 2 into the set step s - 1 multiplied: a whole step after the matrix
+// instructions that read those registers were issued, and a whole step before the ones that
+// read them next. The barrier comes before the first reads of the next slice, after the last of
+// this one's, as above.
+#define STEPS (KWG / 4)
+#define AHEAD3_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, i) \
+  if (t + (i) < tiles) { \
+    PRAGMA(unroll) \
+    for (int st = 0; st < STEPS; st++) { \
+      MULTIPLY_ROWS(acc, f[((i) * STEPS + st) % 3], fa_, fb_, g, q, 0, WPTM / 2) \
+      if (st + 2 < STEPS) { \
+        LOAD_STEP(f[((i) * STEPS + st + 2) % 3], SLICE_A(Alm, i), LDAL, SLICE_B(Blm, i), LDBL, \
+                  wm, wn, g, q, 4 * (st + 2)) \
+      } else { \
+        if (st + 2 == STEPS && t + (i) + 1 < tiles) { \
+          WAIT_OLDEST(); \
+          barrier(CLK_LOCAL_MEM_FENCE); \
+          if (t + (i) + ABUF < tiles) { \
+            COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, i, t + (i) + ABUF) \
+          } \
+          COMMIT(); \
+        } \
+        /* after the last slice these read a buffer no one fills: in bounds, never multiplied */ \
+        LOAD_STEP(f[((i) * STEPS + st + 2) % 3], SLICE_A(Alm, ((i) + 1) % ABUF), LDAL, \
+                  SLICE_B(Blm, ((i) + 1) % ABUF), LDBL, wm, wn, g, q, 4 * (st + 2 - STEPS)) \
+      } \
+    } \
+  }
 #define NEXT_SLICE_FIRST_STEP(f, Alm, Blm, i) \
   LOAD_STEP(f, SLICE_A(Alm, ((i) + 1) % ABUF), LDAL, SLICE_B(Blm, ((i) + 1) % ABUF), LDBL, wm, wn, g, q, 0)
 INLINE_FUNC void pipe_ahead(real acc[WPTM][WPTN], __local real* Alm, __local real* Blm,
@@ -63,17 +92,30 @@ INLINE_FUNC void pipe_ahead(real acc[WPTM][WPTN], __local real* Alm, __local rea
   const int g = MMA_G(tid), q = MMA_Q(tid), wm = MMA_WM(tid), wn = MMA_WN(tid);
   __local double* const fa_ = (__local double*)frag;   // the spelled-out instruction's scratch
   __local double* const fb_ = fa_ + 16 * 8;
+#if FRAG_SETS == 3
+  step_fragments f[3];
+#else
   step_fragments x, y;
+#endif
   START_COPIES(Alm, Blm, asrc, bsrc, rb, Ablock, lda, Bblock, ldb, tid, tiles)
   if (tiles > 0) {
     WAIT_OLDEST();
     barrier(CLK_LOCAL_MEM_FENCE);
     if (ABUF - 1 < tiles) { COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, ABUF - 1, ABUF - 1) }
     COMMIT();
+#if FRAG_SETS == 3
+    LOAD_STEP(f[0], SLICE_A(Alm, 0), LDAL, SLICE_B(Blm, 0), LDBL, wm, wn, g, q, 0)
+    LOAD_STEP(f[1], SLICE_A(Alm, 0), LDAL, SLICE_B(Blm, 0), LDBL, wm, wn, g, q, 4)
+#else
     LOAD_STEP(x, SLICE_A(Alm, 0), LDAL, SLICE_B(Blm, 0), LDBL, wm, wn, g, q, 0)
+#endif
   }
   for (int t = 0; t < tiles; t += ABUF) {
+#if FRAG_SETS == 3
+    EACH_BUFFER(AHEAD3_STEP, acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t)
+#else
     EACH_BUFFER(AHEAD_STEP, acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t)
+#endif
   }
 }
 

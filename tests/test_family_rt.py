@@ -588,6 +588,10 @@ MMA_CASES = [
                BKFAST=1, WARPM=0, STAGE=1, MMA=2, STREAMK=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)),
     ("d", dict(MWG=32, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=1, VLM=1, VLN=1, PIPE=7, PADL=2, UNROLL=1,
                BKFAST=0, WARPM=0, STAGE=1, MMA=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
+    # d in 3 buffers keeps three steps' fragments: with two steps a slice, every slice's first
+    # reads follow the barrier and its second ones are two steps ahead, as in the shipped d.
+    ("d", dict(MWG=32, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=1, VLM=1, VLN=1, PIPE=6, PADL=4, UNROLL=1,
+               BKFAST=0, WARPM=0, STAGE=1, MMA=2, STREAMK=2, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=2)),
 ]
 
 
@@ -605,7 +609,8 @@ def fp64_matrix_device(monkeypatch):
 # latter a partial second tile along M.
 @pytest.mark.parametrize("shape", [*SHAPES, (20, 45, 24)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("code, config", MMA_CASES, ids=["d-mma-pipe6", "z-mma-bkfast1", "d-mma-pipe7",
-                                                          "d-ahead-k16", "z-ahead-pipe5", "d-ahead-pipe7"])
+                                                          "d-ahead-k16", "z-ahead-pipe5", "d-ahead-pipe7",
+                                                          "d-ahead-three-sets"])
 def test_gemm_with_matrix_instructions_matches_numpy(fp64_matrix_device, code, config, shape):
     from gemmtune.device import resolve_device
 

@@ -156,12 +156,16 @@ MMA_VARIANTS = [
     ("d", dict(MWG=128, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VWG=2, PIPE=6, PADL=4, MMA=2, STREAMK=2)),
     ("d", dict(MWG=64, NWG=64, KWG=16, MDIMC=8, NDIMC=8, VWG=2, PIPE=5, PADL=2, MMA=2)),
     ("z", dict(MWG=64, NWG=64, KWG=8, MDIMC=8, NDIMC=16, VWG=2, PIPE=7, PADL=2, MMA=2, STREAMK=2)),
+    # d in 3 buffers: three steps' fragments, four steps a slice; B through registers
+    ("d", dict(MWG=64, NWG=64, KWG=16, MDIMC=8, NDIMC=8, VWG=2, PIPE=6, PADL=2, MMA=2)),
+    ("d", dict(MWG=128, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VWG=2, PIPE=6, PADL=4, MMA=2, BKFAST=1)),
 ]
 
 
 @pytest.mark.parametrize("code, given", MMA_VARIANTS, ids=["d-pipe7-streamk", "z-padl2-pipe7", "z-72k", "d-99k",
                                                            "d-band3-streamk", "z-band5", "d-ahead-streamk",
-                                                           "d-ahead-k16-pipe5", "z-ahead-pipe7"])
+                                                           "d-ahead-k16-pipe5", "z-ahead-pipe7",
+                                                           "d-three-sets-k16", "d-three-sets-bkfast1"])
 def test_matrix_instruction_variants_on_the_gpu(queue, gpu, code, given):
     from gemmtune.compute import resolve_config
 
@@ -170,3 +174,19 @@ def test_matrix_instruction_variants_on_the_gpu(queue, gpu, code, given):
     for shape, ops in (((1031, 517, 263), ("N", "N")), ((640, 704, 2048), ("T", "N")), ((65, 130, 9), ("N", "T"))):
         _gemm(queue, gpu, config, code, *shape, *ops)
     _gemm(queue, gpu, config, code, 333, 222, 111, "C" if code == "z" else "T", "N", beta=1.5)
+
+
+def test_a_group_the_built_kernel_cannot_run_is_refused(queue, gpu):
+    """d's matrix-instruction kernel takes over 200 registers: 1024 work-items of it do not fit a
+    compute unit's registers. The driver launched it and left C unwritten (a search recorded
+    wrong results); the build now says so instead."""
+    from gemmtune.compute import resolve_config
+    from gemmtune.kernels import BuildError, GemmOperation
+    from gemmtune.space import load_space
+
+    assert gpu.fp64_matrix, "this check needs a GPU with FP64 matrix instructions, such as the H200"
+    given = dict(KERNEL="xgemm_rt", MWG=256, NWG=256, KWG=8, MDIMC=32, NDIMC=32, VWG=2, VLM=1, VLN=1, PIPE=6,
+                 PADL=4, UNROLL=1, BKFAST=1, WARPM=0, STAGE=1, MMA=2, STREAMK=2, BANDM=16)
+    config = resolve_config(given, gpu, get_precision("d"))
+    with pytest.raises(BuildError, match="xgemm as built runs at most [0-9]+ work-items per group .*not 1024"):
+        GemmOperation(queue, config, load_space().family("xgemm_rt").source, get_precision("d"), 2048, 2048, 512)

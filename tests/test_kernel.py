@@ -204,6 +204,26 @@ def test_programs_are_cached(monkeypatch):
     assert built == []
 
 
+def test_a_work_group_larger_than_the_built_kernel_allows_is_refused(monkeypatch):
+    # How many work-items a built kernel runs per group depends on the registers its compiler
+    # gave it (NVIDIA's driver otherwise launches it and leaves C unwritten); PoCL allows its
+    # maximum to every kernel, so the limit is set here to one below the GEMM kernel's group and
+    # then to the group itself.
+    from gemmtune import kernels
+
+    rng = np.random.default_rng(23)
+    a, b = uniform((21, 10), np.float64, rng), uniform((10, 13), np.float64, rng)
+    config = CONFIGS["tsm8-tsn16-wptn8-pad3"]   # TSM x TSN / WPTN = 8 x 2 work-items
+    for limit in (15, 16):
+        monkeypatch.setattr(kernels, "work_group_limit",
+                            lambda kernel, device, limit=limit: limit if kernel.function_name == "xgemm" else 4096)
+        if limit < 16:
+            with pytest.raises(kernels.BuildError, match="xgemm as built runs at most 15 work-items per group .*not 16"):
+                gemmtune.gemm(a, b, config=config)
+        else:
+            np.testing.assert_allclose(gemmtune.gemm(a, b, config=config), a @ b, rtol=1e-12)
+
+
 # ---------------------------------------------------------------- the checker can fail
 
 DEFECTS = ["one wrong element", "one NaN element", "dropped k-term"]
