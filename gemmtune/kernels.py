@@ -117,7 +117,7 @@ def check_work_group(kernel: cl.Kernel, name: str, local_size, device: cl.Device
     """Refuse a launch larger than the built kernel allows. The limit depends on what the
     compiler made of the kernel (a kernel of 236 registers fits 256 work-items of the H200's
     65,536 registers, not 512 or 1024), so the space cannot know it before the build; NVIDIA's
-    driver does not refuse such a launch either, but leaves the output unwritten."""
+    driver launched such groups without an error, and their products came out wrong."""
     if local_size is None:
         return
     items = int(np.prod(local_size))

@@ -178,8 +178,8 @@ def test_matrix_instruction_variants_on_the_gpu(queue, gpu, code, given):
 
 def test_a_group_the_built_kernel_cannot_run_is_refused(queue, gpu):
     """d's matrix-instruction kernel takes over 200 registers: 1024 work-items of it do not fit a
-    compute unit's registers. The driver launched it and left C unwritten (a search recorded
-    wrong results); the build now says so instead."""
+    compute unit's registers. The driver launched it without an error and the product came out
+    wrong (a search recorded three such results); the build now says so instead."""
     from gemmtune.compute import resolve_config
     from gemmtune.kernels import BuildError, GemmOperation
     from gemmtune.space import load_space

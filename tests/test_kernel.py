@@ -206,7 +206,7 @@ def test_programs_are_cached(monkeypatch):
 
 def test_a_work_group_larger_than_the_built_kernel_allows_is_refused(monkeypatch):
     # How many work-items a built kernel runs per group depends on the registers its compiler
-    # gave it (NVIDIA's driver otherwise launches it and leaves C unwritten); PoCL allows its
+    # gave it (NVIDIA's driver launched larger groups with no error, wrongly); PoCL allows its
     # maximum to every kernel, so the limit is set here to one below the GEMM kernel's group and
     # then to the group itself.
     from gemmtune import kernels
