@@ -27,6 +27,18 @@ INLINE_FUNC void pipe_unstaged(real acc[WPTM][WPTN], const __global real* const 
 // the slice's last reads, so its buffer is free after it, and the copies of slice t + ABUF go there.
 #define SLICE_A(Alm, buf) ((Alm) + (buf) * KWG * LDAL)
 #define SLICE_B(Blm, buf) ((Blm) + (buf) * KWG * LDBL)
+// f: the fragments of values k to k + 3 of the slice after slice i.
+#define NEXT_SLICE_STEP(f, Alm, Blm, i, k) \
+  LOAD_STEP(f, SLICE_A(Alm, ((i) + 1) % ABUF), LDAL, SLICE_B(Blm, ((i) + 1) % ABUF), LDBL, wm, wn, g, q, k)
+// Before the next slice's first reads: it has landed, slice t + i has been read by everyone, and
+// its buffer takes the copies of slice t + i + ABUF.
+#define NEXT_SLICE_BARRIER(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, i) \
+  WAIT_OLDEST();                  /* this work-item's copies of slice t + i + 1 have landed */ \
+  barrier(CLK_LOCAL_MEM_FENCE);   /* everyone's have, and everyone has read slice t + i */ \
+  if (t + (i) + ABUF < tiles) { \
+    COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, i, t + (i) + ABUF) \
+  } \
+  COMMIT();
 #define AHEAD_STEP(acc, Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, i) \
   if (t + (i) < tiles) { \
     PRAGMA(unroll) \
@@ -42,17 +54,12 @@ INLINE_FUNC void pipe_unstaged(real acc[WPTM][WPTN], const __global real* const 
     LOAD_STEP(y, SLICE_A(Alm, i), LDAL, SLICE_B(Blm, i), LDBL, wm, wn, g, q, KWG - 4) \
     MULTIPLY_ROWS(acc, x, fa_, fb_, g, q, HALF_ROWS, WPTM / 2) \
     if (t + (i) + 1 < tiles) { \
-      WAIT_OLDEST();                  /* this work-item's copies of slice t + i + 1 have landed */ \
-      barrier(CLK_LOCAL_MEM_FENCE);   /* everyone's have, and everyone has read slice t + i */ \
-      if (t + (i) + ABUF < tiles) { \
-        COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, i, t + (i) + ABUF) \
-      } \
-      COMMIT(); \
-      if (HALF_ROWS == 0) { NEXT_SLICE_FIRST_STEP(x, Alm, Blm, i) } \
+      NEXT_SLICE_BARRIER(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, i) \
+      if (HALF_ROWS == 0) { NEXT_SLICE_STEP(x, Alm, Blm, i, 0) } \
     } \
     MULTIPLY_ROWS(acc, y, fa_, fb_, g, q, 0, HALF_ROWS) \
     /* after the last slice this reads a buffer no one fills: in bounds, and never multiplied */ \
-    if (HALF_ROWS > 0) { NEXT_SLICE_FIRST_STEP(x, Alm, Blm, i) } \
+    if (HALF_ROWS > 0) { NEXT_SLICE_STEP(x, Alm, Blm, i, 0) } \
     MULTIPLY_ROWS(acc, y, fa_, fb_, g, q, HALF_ROWS, WPTM / 2) \
   }
 // With three register sets (FRAG_SETS), step s of a round multiplies set s % 3 and is followed by
@@ -71,21 +78,13 @@ INLINE_FUNC void pipe_unstaged(real acc[WPTM][WPTN], const __global real* const 
                   wm, wn, g, q, 4 * (st + 2)) \
       } else { \
         if (st + 2 == STEPS && t + (i) + 1 < tiles) { \
-          WAIT_OLDEST(); \
-          barrier(CLK_LOCAL_MEM_FENCE); \
-          if (t + (i) + ABUF < tiles) { \
-            COPY_SLICE(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, i, t + (i) + ABUF) \
-          } \
-          COMMIT(); \
+          NEXT_SLICE_BARRIER(Alm, Blm, asrc, bsrc, rb, Bblock, lda, ldb, tid, tiles, t, i) \
         } \
         /* after the last slice these read a buffer no one fills: in bounds, never multiplied */ \
-        LOAD_STEP(f[((i) * STEPS + st + 2) % 3], SLICE_A(Alm, ((i) + 1) % ABUF), LDAL, \
-                  SLICE_B(Blm, ((i) + 1) % ABUF), LDBL, wm, wn, g, q, 4 * (st + 2 - STEPS)) \
+        NEXT_SLICE_STEP(f[((i) * STEPS + st + 2) % 3], Alm, Blm, i, 4 * (st + 2 - STEPS)) \
       } \
     } \
   }
-#define NEXT_SLICE_FIRST_STEP(f, Alm, Blm, i) \
-  LOAD_STEP(f, SLICE_A(Alm, ((i) + 1) % ABUF), LDAL, SLICE_B(Blm, ((i) + 1) % ABUF), LDBL, wm, wn, g, q, 0)
 INLINE_FUNC void pipe_ahead(real acc[WPTM][WPTN], __local real* Alm, __local real* Blm,
                        const __global real* const Ablock, const int lda, const __global real* const Bblock,
                        const int ldb, const int tiles, const int tid, __local real* frag) {
