@@ -1,7 +1,7 @@
 """A learned cost model: trees fitted to everything a device measured, at every shape.
 
 The analytic model (``gemmtune.model``) ranks configurations from first principles and ranks
-them well only where its terms were designed (docs/performance.md, "Search efficiency"). This
+them well only where its terms were designed (docs/search.md, "Search efficiency"). This
 one learns from the results table instead, as AutoTVM and Ansor do: each ``ok`` or ``slow`` row
 of the device is a configuration at a problem, described by numbers (``features``: the
 family, every parameter, the problem, and the analytic model's terms), and its target is how

@@ -57,7 +57,7 @@ Efficiency (the fraction of the compute peak the kernel can reach)
                      modelled: configurations that differ only in them predict the same.
     matrix         = MATRIX_SPEEDUP where the multiplies go to matrix instructions (xgemm_rt's
                      MMA = 1, d and z on a device with ``fp64_matrix``), else 1: their peak over
-                     the FMA peak, 2 on the H200 (66 against 33.5 TFLOP/s, docs/performance.md). Without
+                     the FMA peak, 2 on the H200 (66 against 33.5 TFLOP/s, docs/fp64.md). Without
                      it the model would rank them with FMA tiles of the same shape, and its seeds,
                      which start the default search, would never include one.
 

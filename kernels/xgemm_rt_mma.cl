@@ -142,7 +142,7 @@ typedef struct { real a[WPTM / 2][2]; real b[WPTN / 2]; } step_fragments;
 // this one, whose matrix instructions must have taken their operands before the reads overwrite
 // them, and a warp issues in order: reads ahead of the whole step hold it back until then. In the
 // middle of the step they measured 4 % faster for z at 8192^3 on the H200 and 1-3 % slower for d,
-// whose steps are a quarter as long (docs/performance.md, "Fragments read mid-step").
+// whose steps are a quarter as long (docs/fp64.md, "Fragments read mid-step").
 #define HALF_ROWS (IS_COMPLEX ? WPTM / 4 : 0)
 // d with three local buffers keeps three steps' fragments instead (pipe_ahead): a round of
 // 3 KWG / 4 steps gives each step's the same registers in every round.

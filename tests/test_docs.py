@@ -98,4 +98,4 @@ def test_landscape_spaces_the_docs_name_load_and_are_named_there(path):
 
     space = load_space(path)
     assert [f.family.name for f in space.families] and all(f.values for f in space.families)
-    assert f"docs/landscapes/{path.name}" in (REPO / "docs" / "performance.md").read_text(encoding="utf-8")
+    assert f"docs/landscapes/{path.name}" in (REPO / "docs" / "search.md").read_text(encoding="utf-8")

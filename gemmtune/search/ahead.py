@@ -3,7 +3,7 @@ sampler.
 
 At 1024³ on the H200 the search process was busy all the time and the timing worker 39 % of
 it: a sampling profile of the search process put 53 % of its time in TPE's proposals and
-35 % in writing trials to the database (docs/performance.md, "The search pipeline"). Here a
+35 % in writing trials to the database (docs/search.md, "The search pipeline"). Here a
 child process proposes from the study's copy in memory (``session.Proposer`` as a replay
 runs it, with the same rules: invalid and measured-before proposals are told there and never
 reach the search process), while the search process stores what is proposed, claims it and
