@@ -7,8 +7,8 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
 
 * a configuration the study did not record is taken as invalid: told PRUNED, not counted;
 * the first proposal of a recorded configuration is a measured trial: told its recorded GFLOP/s
-  (for ``slow``, the estimate search recorded and told), or FAIL for a failure (compile_error,
-  wrong_result, ...); it counts;
+  (for ``slow``, the estimate search recorded and told), or for a failure (compile_error,
+  wrong_result, ...) PRUNED, as search tells it (``session.FAILED``); it counts;
 * a proposal measured before in this replay is told the same again and does not count; what
   the strategy names instead (``Strategy.repeated``) is proposed next, as in search;
 * after ``strategies.MAX_FREE_PROPOSALS`` proposals in a row that did not count, a random

@@ -266,8 +266,8 @@ def test_two_processes_share_one_study_without_losing_or_doubling_a_trial(pg_url
         t = trials[r["trial"]]
         if r["status"] == "ok":
             assert t.state == optuna.trial.TrialState.COMPLETE and t.value == pytest.approx(r["gflops"])
-        else:
-            assert t.state == optuna.trial.TrialState.FAIL
+        else:   # a failure: below every result for TPE (session.FAILED)
+            assert t.state == optuna.trial.TrialState.PRUNED
 
     # The best is the same whichever process asks, and it is the best row of either.
     best = max((r for r in got if r["status"] == "ok"), key=lambda r: r["gflops"])

@@ -228,7 +228,7 @@ def test_a_perfect_model_lets_seeded_tpe_find_the_best_first(tmp_path):
     assert json.loads(out.stdout)["samplers"][0]["trials"] == [1, 1]
 
 
-def test_failed_configurations_count_once_and_are_told_fail(tmp_path):
+def test_failed_configurations_count_once_and_are_told_pruned(tmp_path):
     db = tmp_path / "f.db"
     failing = {str(c) for c in SYNTHETIC[::3]}
     landscape(db, lambda c: None if str(c) in failing else float(c.params["TSM"] + c.params["TSN"]))
@@ -236,8 +236,31 @@ def test_failed_configurations_count_once_and_are_told_fail(tmp_path):
     run = rp.replay_once(land, "random", 3, 1.0)
     failed = [c for c in run.measured if str(spelled(c)) in failing]
     assert failed  # with a third of the space failing, some were measured on the way
+    assert len(set(map(str, run.measured))) == len(run.measured)   # each measured once
     states = {tuple(sorted(t.params.items())): t.state for t in run.study.trials}
-    assert all(states[tuple(sorted(c.params.items()))] == TrialState.FAIL for c in failed)
+    assert all(states[tuple(sorted(c.params.items()))] == TrialState.PRUNED for c in failed)
+    assert all(states[tuple(sorted(c.params.items()))] == TrialState.COMPLETE
+               for c in run.measured if str(spelled(c)) not in failing)
+
+
+def test_tpe_learns_where_configurations_fail(tmp_path, monkeypatch):
+    """Half the space fails (as launches larger than a device runs do): told PRUNED, as search and
+    replay tell a failure, TPE ranks them below every result and stops proposing them; told FAIL
+    (Optuna's state for an exception), TPE never sees them and keeps measuring them."""
+    import gemmtune.search.session as session
+
+    db = tmp_path / "f.db"
+    landscape(db, lambda c: None if c.params["TSM"] >= 64 else float(10 * c.params["TSN"] + c.params["TSK"] + c.params["TSM"]))
+    land = rp.load_landscape(f"sqlite:///{db}", "synthetic")
+
+    def failures_and_trials():
+        runs = [rp.replay_once(land, "tpe", seed, 1.0) for seed in range(8)]
+        return sum(c.params["TSM"] >= 64 for r in runs for c in r.measured), sum(r.trials for r in runs)
+
+    failed, trials = failures_and_trials()
+    monkeypatch.setattr(session, "FAILED", TrialState.FAIL)
+    failed_blind, trials_blind = failures_and_trials()
+    assert failed < failed_blind / 2 and trials < trials_blind
 
 
 def test_slow_rows_are_told_their_estimate_but_never_reach_the_target(tmp_path):

@@ -110,7 +110,7 @@ def test_other_processes_results_are_learned_once_and_only_theirs(study, tmp_pat
     read_results(store, "s", SPACE, 0, measured, copy.learn)
     learned = {config_key(*_kp(proposals, t)): (t.state, t.value) for t in copy.study.trials}
     assert learned == {config_key(theirs.kernel, theirs.params): (TrialState.COMPLETE, 9.0),
-                       config_key(failed.kernel, failed.params): (TrialState.FAIL, None)}
+                       config_key(failed.kernel, failed.params): (TrialState.PRUNED, None)}
     # Read again (another refresh, or a row of a configuration already known): nothing new.
     copy.learn(theirs, 9.0)
     read_results(store, "s", SPACE, 0, measured, copy.learn)

@@ -7,9 +7,13 @@ Driven with ``study.ask()`` / ``study.tell()`` so that gemmtune decides what a t
 
 * A proposal that breaks a constraint is told to Optuna as PRUNED (TPE ranks pruned trials
   below every completed one, so it learns to avoid them) without any build, and does not count
-  against ``--trials``. Neither does a proposal measured before in this study: Optuna is told
-  the earlier value, and nothing is rebuilt; the strategy may name what to measure instead
-  (``Strategy.repeated``: TPE's takes an unmeasured neighbour).
+  against ``--trials``. A measured configuration that failed (its build, its launch, its check)
+  is told PRUNED too (``FAILED``), so that TPE learns where configurations fail as it learns
+  where they are invalid; told FAIL, as Optuna's own ``optimize`` tells an exception, TPE would
+  not see them, and kept proposing launches a device refuses (docs/search.md, "A new shape").
+  A proposal measured before in this study does not count either: Optuna is told the earlier
+  value (or that it failed), and nothing is rebuilt; the strategy may name what to measure
+  instead (``Strategy.repeated``: TPE's takes an unmeasured neighbour).
 * What to propose is the strategy's choice (``gemmtune.strategies``): a configuration of its
   own, or Optuna's sampler's.
 """
@@ -37,6 +41,7 @@ from gemmtune.strategies import ASK, Strategy
 from gemmtune.urls import db_error, shown
 
 IN_FLIGHT = ("in_flight", "elsewhere")   # statuses of ``measured`` that are not results yet
+FAILED = TrialState.PRUNED               # how a measured failure is told: below every result
 HEARTBEAT_S = 5                          # seconds between heartbeats of the trials in flight, at most
 
 
@@ -109,7 +114,7 @@ class Proposer(Unmeasured):
         in_flight = status in IN_FLIGHT
         with self.batch():
             trial.set_user_attr("skipped", "in flight" if in_flight else "measured before")
-        self._tell(trial, value, TrialState.PRUNED if in_flight else TrialState.FAIL)
+        self._tell(trial, value, FAILED)   # in flight (no value yet), or failed before
         self.free += 1
 
     def _tell(self, trial, value: float | None, state: TrialState) -> None:
@@ -210,12 +215,13 @@ class Proposer(Unmeasured):
         try:
             if status is not None:
                 trial.set_user_attr("status", status)
-            self._tell(trial, value, TrialState.FAIL)
+            self._tell(trial, value, FAILED)
         except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
             pass  # failed as stale while this process was paused past the grace period; its row stands
 
     def abandon(self, trial, status: str) -> None:
-        """A candidate dropped before it was measured: told failed, with why."""
+        """A candidate dropped before it was measured: told failed, with why (FAIL: nothing was
+        learned about the configuration)."""
         trial.set_user_attr("status", status)
         self._tell(trial, None, TrialState.FAIL)
 
@@ -223,7 +229,7 @@ class Proposer(Unmeasured):
 # The sampler's copy of a study kept in a database. Optuna's samplers read the whole study for
 # every proposal, and on a relational storage that read and the writes around it are most of a
 # proposal's time: 41-54 ms where the same TPE takes 2-7 ms on a study in memory
-# (docs/performance.md, "The search pipeline"). So a search proposes from a copy in memory and
+# (docs/search.md, "The search pipeline"). So a search proposes from a copy in memory and
 # writes each trial to the database once, with its parameters, as before: the database's study
 # stays the record that other processes share and a later search resumes. The copy starts from
 # the database's finished trials and learns what other processes measure from the results rows
@@ -259,14 +265,15 @@ class StudyCopy:
     def tell(self, trial: optuna.Trial, value: float | None = None, state: TrialState | None = None) -> None:
         """What the database's trial was told, told to its copy (or to ``trial`` itself, a copy
         never stored)."""
-        copy = trial if trial.study is self.study else self.copies.pop(trial_id(trial), None)
+        stored = trial.study is not self.study
+        copy = self.copies.pop(trial_id(trial), None) if stored else trial
         if copy is None:
             return
         if value is not None:
             self.study.tell(copy, value)
         else:
             self.study.tell(copy, state=state)
-        if state != TrialState.PRUNED:
+        if stored or state != TrialState.PRUNED:   # measured (a failure too), not merely proposed
             self.known.add(self._key(copy.params))
 
     def learn(self, config: Config, value: float | None) -> None:
@@ -279,7 +286,7 @@ class StudyCopy:
             return
         self.study.add_trial(optuna.trial.create_trial(
             params=params, distributions=distributions, value=value,
-            state=TrialState.COMPLETE if value is not None else TrialState.FAIL))
+            state=TrialState.COMPLETE if value is not None else FAILED))
         self.known.add(key)
 
 
