@@ -61,6 +61,17 @@ def local_mem_bytes(d: cl.Device) -> int:
     return max(d.local_mem_size, NVIDIA_LOCAL_MEM_BYTES.get(nvidia_compute_capability(d), 0))
 
 
+def registers_per_group(d: cl.Device) -> int:
+    """The registers a work-group's items share, where the driver says (NVIDIA's attribute
+    query: 65,536 on the H200); 0 elsewhere."""
+    try:
+        if "cl_nv_device_attribute_query" in d.extensions:
+            return int(d.registers_per_block_nv)
+    except (AttributeError, cl.Error):
+        pass
+    return 0
+
+
 def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> DeviceInfo:
     return DeviceInfo(
         index=index, platform_index=pi, device_index=di,
@@ -70,7 +81,7 @@ def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> 
         global_mem_bytes=d.global_mem_size, local_mem_bytes=local_mem_bytes(d),
         max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes),
         double_precision=bool(d.double_fp_config), max_alloc_bytes=d.max_mem_alloc_size,
-        fp64_matrix=has_fp64_matrix(d),
+        fp64_matrix=has_fp64_matrix(d), registers_per_group=registers_per_group(d),
     )
 
 

@@ -26,6 +26,7 @@ class DeviceInfo:
     double_precision: bool
     max_alloc_bytes: int = 0
     fp64_matrix: bool = False  # matrix instructions on doubles that kernels reach (xgemm_rt's MMA)
+    registers_per_group: int = 0   # 32-bit registers a work-group's items share; 0 where the driver does not say
 
     @property
     def key(self) -> str:

@@ -109,15 +109,23 @@ def program_binary(program: cl.Program) -> bytes:
 
 
 def work_group_limit(kernel: cl.Kernel, device: cl.Device) -> int:
-    """The most work-items per group this kernel, as built, can be launched with."""
-    return kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)
+    """The most work-items per group this kernel, as built, can be launched with.
+
+    What the driver reports (CL_KERNEL_WORK_GROUP_SIZE), except for a kernel built for a declared
+    group size (reqd_work_group_size) on NVIDIA: its compiler fits the registers to that size,
+    spilling if it must, while the driver reports 256 for every kernel (measured on the H200,
+    driver 580: a one-line kernel too), and groups of 512 and 1024 ran and computed right."""
+    info = cl.kernel_work_group_info
+    reported = kernel.get_work_group_info(info.WORK_GROUP_SIZE, device)
+    declared = int(np.prod(kernel.get_work_group_info(info.COMPILE_WORK_GROUP_SIZE, device)))
+    if declared and "NVIDIA" in device.vendor.upper():
+        return max(reported, declared)
+    return reported
 
 
 def check_work_group(kernel: cl.Kernel, name: str, local_size, device: cl.Device) -> None:
-    """Refuse a launch larger than the built kernel allows. The limit depends on what the
-    compiler made of the kernel (a kernel of 236 registers fits 256 work-items of the H200's
-    65,536 registers, not 512 or 1024), so the space cannot know it before the build; NVIDIA's
-    driver launched such groups without an error, and their products came out wrong."""
+    """Refuse a launch larger than the built kernel allows (work_group_limit): drivers that
+    check launches say CL_INVALID_WORK_GROUP_SIZE, the others may run it wrongly."""
     if local_size is None:
         return
     items = int(np.prod(local_size))

@@ -35,7 +35,7 @@ from gemmtune.verify import Check  # noqa: E402
 
 DEVICE_KEYS = {"index", "platform", "name", "vendor", "type", "opencl_version", "driver_version",
                "compute_units", "max_clock_mhz", "global_mem_bytes", "local_mem_bytes",
-               "max_work_group_size", "max_work_item_sizes", "double_precision", "fp64_matrix"}
+               "max_work_group_size", "max_work_item_sizes", "double_precision", "fp64_matrix", "registers_per_group"}
 SPACE_KEYS = {*PARAMS, "kernel", "local_mem_bytes", "work_group_size"}
 CHECK_KEYS = {"max_rel_error", "norm_rel_error", "tolerance", "passed", "componentwise_error"}
 ISSUE_EXAMPLE = ["verify", "--device", "0", "--precision", "z", "--m", "33", "--n", "7", "--k", "129",

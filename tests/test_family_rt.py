@@ -77,7 +77,9 @@ def rt_parts(p: dict, dev, code: str) -> dict[int, dict[str, bool]]:
         6: {"KWG % UNROLL": kwg % unroll == 0},
         7: {"warp": warpm == 0 or (wgs % 32 == 0 and 32 % warpm == 0 and mdimc % warpm == 0
                                    and ndimc % (32 // warpm) == 0)},
-        8: {"registers": (mwg // mdimc) * (nwg // ndimc) * nbytes <= 128 * 4},
+        # half of what a work-item gets: 256, or its share of the group's registers where known
+        8: {"registers": (mwg // mdimc) * (nwg // ndimc) * nbytes
+            <= 4 * ((min(256, dev.registers_per_group // wgs) if dev.registers_per_group else 256) // 2)},
         9: {"dim0": tx <= wis[0], "dim1": ty <= wis[1], "total": tx * ty <= dev.max_work_group_size,
             "local": ty * tw * (tx + 1) * nbytes <= dev.local_mem_bytes},
         10: {"STAGE 0 or 1": stage in (0, 1), "PIPE 0 unstaged": stage == 1 or pipe == 0, "PADL 0 unstaged": stage == 1 or padl == 0,
@@ -401,6 +403,30 @@ def test_constraint_8_registers(tmp_path, code):
     for p in product(table):
         results = (p["MWG"] // p["MDIMC"]) * (p["NWG"] // p["NDIMC"])
         assert (key(p) in valid) == (results <= limit), p
+
+
+@pytest.mark.parametrize("code", ["s", "d", "z"])
+def test_constraint_8_counts_the_registers_a_group_shares(tmp_path, code):
+    # Where the driver says how many registers a group shares (NVIDIA: 65,536 on the H200), a
+    # work-item of 512 gets 128 and one of 1024 gets 64: half of that for accumulators.
+    table = {**BASE, "MWG": [64, 128, 256], "NWG": [64, 128, 256], "KWG": [16], "MDIMC": [8, 16, 32],
+             "NDIMC": [8, 16, 32]}
+    roomy = make_device(local_mem_bytes=1 << 20)
+    h200 = dataclasses.replace(roomy, registers_per_group=65536)
+    run_constraint_case(tmp_path, table, h200, code, 8)
+    unknown, known = (valid_keys(tmp_path, table, dev, code) for dev in (roomy, h200))
+    assert known < unknown
+    for p in product(table):
+        items = p["MDIMC"] * p["NDIMC"]
+        registers = (p["MWG"] // p["MDIMC"]) * (p["NWG"] // p["NDIMC"]) * BYTES[code] // 4
+        if key(p) in unknown:
+            assert (key(p) in known) == (registers <= min(256, 65536 // items) // 2), p
+    # 1024 work-items of 8 x 8 doubles: 128 registers of accumulators where 64 fit (the H200
+    # spilled 5-8 KB a work-item of such d kernels); 512 of 8 x 4 take 64 of their 128.
+    wide = point(table, MWG=256, NWG=256, MDIMC=32, NDIMC=32)
+    narrow = point(table, MWG=128, NWG=128, MDIMC=16, NDIMC=32)
+    assert key(wide) not in known and (key(wide) in unknown) == (code != "z")
+    assert (key(narrow) in known) == (code != "z")
 
 
 def test_constraint_8_scales_with_bytes_per_element(tmp_path):

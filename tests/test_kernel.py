@@ -311,10 +311,13 @@ def test_a_binary_loads_as_the_timing_worker_will_and_a_bad_one_is_refused():
 class _FakeDevice:
     """What device_defines reads of a pyopencl Device."""
 
-    def __init__(self, extensions: str, major: int | None, local_mem_size: int = 48 * 1024):
-        self.extensions, self.local_mem_size = extensions, local_mem_size
+    def __init__(self, extensions: str, major: int | None, local_mem_size: int = 48 * 1024,
+                 registers: int | None = None, vendor: str = "NVIDIA Corporation"):
+        self.extensions, self.local_mem_size, self.vendor = extensions, local_mem_size, vendor
         if major is not None:
             self.compute_capability_major_nv = major
+        if registers is not None:
+            self.registers_per_block_nv = registers
 
 
 @pytest.mark.parametrize("extensions, major, expected", [
@@ -351,7 +354,49 @@ def test_the_cpu_device_builds_without_device_defines():
     from gemmtune.kernels import device_defines
 
     info, dev = open_device(0)
-    assert device_defines(dev) == {} and info.fp64_matrix is False
+    assert device_defines(dev) == {} and info.fp64_matrix is False and info.registers_per_group == 0
+
+
+@pytest.mark.parametrize("extensions, registers, expected", [
+    ("cl_khr_fp64 cl_nv_device_attribute_query", 65536, 65536),   # the H200
+    ("cl_khr_fp64", 65536, 0),                                    # not NVIDIA's attributes
+    ("cl_nv_device_attribute_query", None, 0),                    # a driver that lacks the query
+])
+def test_registers_per_group_only_where_the_driver_says(extensions, registers, expected):
+    from gemmtune.device import registers_per_group
+
+    assert registers_per_group(_FakeDevice(extensions, 9, registers=registers)) == expected
+
+
+class _FakeKernel:
+    def __init__(self, declared, reported=256):
+        self.declared, self.reported = declared, reported
+
+    def get_work_group_info(self, param, device):
+        import pyopencl as cl
+
+        info = cl.kernel_work_group_info
+        return {info.WORK_GROUP_SIZE: self.reported, info.COMPILE_WORK_GROUP_SIZE: self.declared}[param]
+
+
+@pytest.mark.parametrize("vendor, declared, limit", [
+    ("NVIDIA Corporation", [32, 16, 1], 512),    # its compiler fits the declared group; the 256 reported is not a limit
+    ("NVIDIA Corporation", [32, 32, 1], 1024),
+    ("NVIDIA Corporation", [8, 8, 1], 256),      # never below what is reported
+    ("NVIDIA Corporation", [0, 0, 0], 256),      # nothing declared: what is reported
+    ("Portable Computing Language", [32, 16, 1], 256),   # other drivers: what they report
+])
+def test_a_declared_group_size_is_the_limit_on_nvidia_only(vendor, declared, limit):
+    from gemmtune import kernels
+
+    dev = _FakeDevice("cl_nv_device_attribute_query", 9, vendor=vendor)
+    assert kernels.work_group_limit(_FakeKernel(declared), dev) == limit
+    items = int(np.prod([d or 1 for d in declared])) if any(declared) else 512
+    if items > limit:
+        with pytest.raises(kernels.BuildError, match=f"runs at most {limit} work-items per group"):
+            kernels.check_work_group(_FakeKernel(declared), "xgemm", (items,), dev)
+    else:
+        kernels.check_work_group(_FakeKernel(declared), "xgemm", (items,), dev)
 
 
 def test_device_time_leaves_the_hosts_latency_out():

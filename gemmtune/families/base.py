@@ -72,11 +72,21 @@ def work_group_fits(number: int) -> Constraint:
 
 
 def register_budget(number: int) -> Constraint:
-    """The accumulators of (MWG / MDIMC) x (NWG / NDIMC) results leave room in 255 registers."""
-    return Constraint(number, "registers", "WPTM * WPTN * bytes per element / 4 <= 128: the accumulators "
-                      "leave room in a 255-register budget",
-                      lambda p, dev, prec: (p["MWG"] // _safe(p["MDIMC"])) * (p["NWG"] // _safe(p["NDIMC"]))
-                      * prec.bytes // 4 <= 128)
+    """The accumulators of (MWG / MDIMC) x (NWG / NDIMC) results take at most half the registers
+    a work-item gets: 256, or the group's share where the driver says how many a group has.
+    NVIDIA's compiler fits a kernel to its declared group by spilling: 1024 work-items of the
+    H200's 65,536 registers get 64 each, and 64 accumulators of doubles spilled 5-8 KB a
+    work-item there (one such d kernel computed wrong)."""
+    def fits(p, dev, prec):
+        per_item = 256
+        if dev.registers_per_group:
+            per_item = np.minimum(256, dev.registers_per_group // _safe(p["MDIMC"] * p["NDIMC"]))
+        wptm, wptn = p["MWG"] // _safe(p["MDIMC"]), p["NWG"] // _safe(p["NDIMC"])
+        return wptm * wptn * prec.bytes // 4 <= per_item // 2
+
+    return Constraint(number, "registers", "WPTM * WPTN * bytes per element / 4 <= R / 2: the accumulators "
+                      "take at most half of the R registers a work-item gets, R = 256, or (NVIDIA) "
+                      "min(256, registers per group / (MDIMC * NDIMC))", fits)
 
 
 def _safe(x):
