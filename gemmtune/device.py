@@ -31,15 +31,21 @@ def _type_name(device: cl.Device) -> str:
     return next((name for bit, name in _TYPES if device.type & bit), "OTHER")
 
 
-def nvidia_compute_capability(d: cl.Device) -> int | None:
-    """The major compute capability of an NVIDIA device; None for other devices, or where the
-    driver lacks NVIDIA's attribute query."""
+def _nv_attribute(d: cl.Device, name: str):
+    """An attribute of NVIDIA's device query (cl_nv_device_attribute_query); None for other
+    devices, or where the driver lacks the query."""
     try:
         if "cl_nv_device_attribute_query" in d.extensions:
-            return d.compute_capability_major_nv
+            return getattr(d, name)
     except (AttributeError, cl.Error):
         pass
     return None
+
+
+def nvidia_compute_capability(d: cl.Device) -> int | None:
+    """The major compute capability of an NVIDIA device; None for other devices, or where the
+    driver lacks NVIDIA's attribute query."""
+    return _nv_attribute(d, "compute_capability_major_nv")
 
 
 def has_fp64_matrix(d: cl.Device) -> bool:
@@ -64,12 +70,7 @@ def local_mem_bytes(d: cl.Device) -> int:
 def registers_per_group(d: cl.Device) -> int:
     """The registers a work-group's items share, where the driver says (NVIDIA's attribute
     query: 65,536 on the H200); 0 elsewhere."""
-    try:
-        if "cl_nv_device_attribute_query" in d.extensions:
-            return int(d.registers_per_block_nv)
-    except (AttributeError, cl.Error):
-        pass
-    return 0
+    return int(_nv_attribute(d, "registers_per_block_nv") or 0)
 
 
 def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> DeviceInfo:

@@ -118,7 +118,7 @@ def work_group_limit(kernel: cl.Kernel, device: cl.Device) -> int:
     info = cl.kernel_work_group_info
     reported = kernel.get_work_group_info(info.WORK_GROUP_SIZE, device)
     declared = int(np.prod(kernel.get_work_group_info(info.COMPILE_WORK_GROUP_SIZE, device)))
-    if declared and "NVIDIA" in device.vendor.upper():
+    if declared and nvidia_compute_capability(device) is not None:
         return max(reported, declared)
     return reported
 
