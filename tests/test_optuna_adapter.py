@@ -158,6 +158,59 @@ def test_grouped_tpe_adds_each_trial_to_its_groups_once_and_proposes_as_optuna_d
         assert len(ours._grouped) == sum(1 for i in range(60) if i % 7 != 3)   # each completed trial once
 
 
+def test_grouped_tpe_looks_only_at_trials_that_may_have_finished_since_the_last_proposal():
+    sampler = GroupedTpe(n_startup_trials=10, seed=5)   # asked here directly, not by the study
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    dists = {"x": CategoricalDistribution([1, 2, 3]), "y": CategoricalDistribution([1, 2])}
+    late = study.ask(dists)                                  # running while 30 others finish
+    for i in range(30):
+        t = study.ask(dists)
+        study.tell(t, float(i)) if i % 3 else study.tell(t, state=TrialState.PRUNED)
+    added = []
+    groups = sampler._group_decomposed_search_space._search_space
+    real_add = groups.add_distributions
+    groups.add_distributions = lambda d: added.append(d) or real_add(d)
+    space = sampler.infer_relative_search_space(study, late)
+    assert set(space) == {"x", "y"} and len(added) == 20     # every completed trial, once
+    assert sampler._settled == 0                              # nothing passed over for good: trial 0 runs
+    copied = sampler._search_space_group
+    sampler.infer_relative_search_space(study, late)
+    assert len(added) == 20 and sampler._search_space_group is copied   # nothing new: no copy either
+    study.tell(late, 100.0)                                   # the oldest finishes last
+    sampler.infer_relative_search_space(study, late)
+    assert len(added) == 21 and sampler._search_space_group is not copied
+    assert sampler._settled == 31                             # all finished: none is looked at again
+    t = study.ask(dists)
+    study.tell(t, 1.0)
+    sampler.infer_relative_search_space(study, t)
+    assert len(added) == 22 and sampler._settled == 32
+    # What a fresh sampler works out from the whole study is the same.
+    fresh = GroupedTpe(n_startup_trials=10, seed=5)
+    assert fresh.infer_relative_search_space(study, t) == sampler.infer_relative_search_space(study, t)
+
+
+def test_bounded_history_works_out_what_to_keep_once_per_read():
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    history = BoundedHistory(keep=5, best=3)
+    running = _told(study)
+    for i in range(20):
+        _told(study, value=float(i))
+    kept = []
+    real = history._kept
+    history._kept = lambda trials: kept.append(1) or real(trials)
+
+    def seen():
+        with history.view(study):
+            return [t.number for t in study._get_trials(deepcopy=False, states=None, use_cache=False)]
+
+    with one_read(study):                                      # one proposal: its groups view alike
+        first, second = seen(), seen()
+    assert first == second and len(kept) == 1
+    assert first == [0, 16, 17, 18, 19, 20]                   # the running one, the 3 best and the 5 latest
+    study.tell(running, -1.0)                                  # outside a read, each view reads afresh:
+    assert seen() == [16, 17, 18, 19, 20] and len(kept) == 2   # finished, neither best nor latest
+
+
 @pytest.mark.parametrize("constant_liar", [False, True])
 def test_grouped_tpe_samples_only_the_chosen_familys_group(constant_liar):
     args = dict(n_startup_trials=10, n_ei_candidates=24, constant_liar=constant_liar, seed=7)

@@ -82,3 +82,18 @@ def test_make_prior_answers_bad_input_with_one_error_line_and_writes_nothing(tmp
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not list(tmp_path.glob("prior*"))
+
+
+def test_proposal_cost_prints_the_cost_per_measured_trial_as_the_study_grows():
+    out = run("tools/proposal_cost.py", "--device-info", "docs/landscapes/nvidia-h200.json", "-p", "z",
+              "--trials", "90", "--every", "30")
+    assert out.splitlines()[0].startswith("NVIDIA H200, z 1280x1792x1024: ")
+    rows = [tuple(float(x) for x in line.split()) for line in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s", line)]
+    assert [r[0] for r in rows] == [30, 60, 90], out
+    in_study = [0] + [r[1] for r in rows]
+    for (measured, study, per_measured, ms), before in zip(rows, in_study):
+        assert study >= measured and ms > 0
+        assert per_measured == pytest.approx((study - before) / 30, abs=0.05)   # its own arithmetic
+    outcomes = dict((reason.strip(), int(count)) for reason, count in
+                    re.findall(r"(?:, |outcome: )([a-z :-]+?) (\d+)", out.splitlines()[-1]))
+    assert outcomes["measured"] == 90 and sum(outcomes.values()) == rows[-1][1], out
