@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import optuna
 import pytest
 import sqlalchemy as sa
@@ -211,6 +212,33 @@ def test_bounded_history_works_out_what_to_keep_once_per_read():
     assert seen() == [16, 17, 18, 19, 20] and len(kept) == 2   # finished, neither best nor latest
 
 
+def test_grouped_tpe_converts_trials_as_optuna_does_in_order_with_running_ones_among_them():
+    from optuna.distributions import IntDistribution
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=2))
+    full = {"x": CategoricalDistribution([1, 2, 4]), "y": IntDistribution(0, 9)}
+    running = []
+    for i in range(700):   # past the first block of rows, so that the columns grow
+        t = study.ask(full if i % 5 else {"x": full["x"]})   # every fifth lacks y
+        if i % 97 == 3:
+            running.append(t)                                # running among the finished
+        else:
+            study.tell(t, float(i % 13))
+    ours = GroupedTpe(seed=0)
+    stock = optuna.samplers.TPESampler(seed=0)
+    for _ in range(2):   # the second time from the kept columns
+        trials = study.get_trials(deepcopy=False)
+        got, want = ours._get_internal_repr(trials, full, study), stock._get_internal_repr(trials, full, study)
+        assert got.keys() == want.keys()
+        for name in full:
+            assert got[name].dtype == want[name].dtype and np.array_equal(got[name], want[name])
+    study.tell(running[0], 5.0)   # a running trial finishes: its values are kept from now on
+    trials = study.get_trials(deepcopy=False)
+    got, want = ours._get_internal_repr(trials[::-1], full, study), stock._get_internal_repr(trials[::-1], full, study)
+    assert all(np.array_equal(got[n], want[n]) for n in full) and len(got["x"]) == 560
+    assert ours._get_internal_repr([], full, study)["x"].size == 0
+
+
 @pytest.mark.parametrize("constant_liar", [False, True])
 def test_grouped_tpe_samples_only_the_chosen_familys_group(constant_liar):
     args = dict(n_startup_trials=10, n_ei_candidates=24, constant_liar=constant_liar, seed=7)
@@ -311,5 +339,5 @@ def test_grouped_tpe_splits_once_per_proposal_and_converts_a_trial_once_proposin
     # running trials' each time they are read; converting every trial for each estimator costs
     # ten times as many.
     assert len(converted) < 10 * 60 * 4
-    assert ours._rows and all(len(row) == len(names) for names, rows in ours._rows.items()
-                              for row in rows.values() if row is not None)
+    assert ours._rows and all(len(observed.data) == len(names) and max(observed.at.values()) < observed.used
+                              for names, observed in ours._rows.items())
