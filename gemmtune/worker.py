@@ -198,6 +198,7 @@ def _open(conn, device, parent: int, quiet: bool, cores):
 
         info, dev = open_device(device)
         ctx = cl.Context([dev])
+        _check_builds(ctx, info)
     except GemmtuneError as e:
         conn.send(("error", str(e)))
         return None
@@ -206,6 +207,32 @@ def _open(conn, device, parent: int, quiet: bool, cores):
         return None
     conn.send(("ready", info))
     return cl, ctx
+
+
+PROBE_SOURCE = "__kernel void gemmtune_probe(__global float* x) { x[0] = 1.0f; }"
+
+
+def _check_builds(ctx, info) -> None:
+    """GemmtuneError where the device's compiler builds not even a one-line kernel: every trial
+    would fail alike, and the search would record hundreds of compile errors and find nothing."""
+    from gemmtune.kernels import BuildError, build
+
+    try:
+        build(ctx, PROBE_SOURCE, {})
+    except BuildError as e:
+        raise GemmtuneError(cannot_build(info.index, info.name, e.log)) from None
+
+
+def cannot_build(index: int, name: str, log: str) -> str:
+    """What to say of a device whose compiler fails a one-line kernel with ``log``."""
+    noise = ("clBuildProgram failed", "Build on ", "(options:")
+    reason = next((line.strip() for line in log.splitlines() if line.strip() and not line.startswith(noise)),
+                  "the build failed")[:200]
+    text = f"device {index} ({name}) cannot build an OpenCL program: {reason}"
+    if "unknown target CPU" in log:
+        text += ("; this PoCL's LLVM does not know the processor: install the distribution's PoCL "
+                 "(apt-get install pocl-opencl-icd on Debian) and use its device (gemmtune devices lists them)")
+    return text
 
 
 def _jobs(conn):

@@ -412,3 +412,28 @@ def test_help_lists_the_commands():
     out = run(["--help"]).stdout
     for command in ("devices", "space", "verify"):
         assert command in out
+
+
+def test_a_device_that_builds_nothing_stops_the_search_before_any_trial(tmp_path):
+    # PoCL refuses every build given an option it does not know; a PoCL whose LLVM cannot name
+    # the processor fails every build alike ("unknown target CPU 'generic'").
+    db = tmp_path / "r.db"
+    line = run_error(["search", "--device", "0", "--timeout", "5", "--db", f"sqlite:///{db}"],
+                     env={"POCL_EXTRA_BUILD_FLAGS": "-Xclang"})
+    assert line.startswith("Error: device 0 (") and line.endswith(
+        "cannot build an OpenCL program: Invalid build option: -Xclang"), line
+    assert not db.exists()   # nothing written
+
+
+def test_a_pocl_that_cannot_name_the_processor_is_told_what_to_install():
+    from gemmtune.worker import cannot_build
+
+    log = ("clBuildProgram failed: BUILD_PROGRAM_FAILURE - clBuildProgram failed: BUILD_PROGRAM_FAILURE\n\n"
+           "Build on <pyopencl.Device 'pthread-AMD EPYC' on 'Portable Computing Language'>:\n\n"
+           "error: unknown target CPU 'generic'\nDevice pthread-AMD EPYC failed to build the program\n\n(options: -I x)")
+    text = cannot_build(1, "pthread-AMD EPYC", log)
+    assert text.startswith("device 1 (pthread-AMD EPYC) cannot build an OpenCL program: "
+                           "error: unknown target CPU 'generic'; ")
+    assert "apt-get install pocl-opencl-icd" in text
+    other = cannot_build(0, "GPU", "Build on <GPU>:\n\n:1:1: error: unknown type name 'kernal'\n")
+    assert other == "device 0 (GPU) cannot build an OpenCL program: :1:1: error: unknown type name 'kernal'"
