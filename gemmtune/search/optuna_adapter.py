@@ -10,16 +10,14 @@ batched writes do not hold (Optuna 4.0's RDBStorage has neither ``_set_trial_par
 * ``one_read``: the study's trials read once for a whole proposal.
 * ``start_running_trial``: a running trial created with its parameters in one write.
 * ``trial_id``: the storage's id of a trial, which heartbeats and stale-trial checks take.
-* ``GroupedTpe``: Optuna's grouped TPE, its parameter groups updated from new trials only, its
-  estimators built from a bounded history (``BoundedHistory``), each finished trial's
-  parameters converted once, and the trials split into good and bad once per proposal.
+* ``GroupedTpe``: Optuna's grouped TPE, the same proposals for less (a bounded history,
+  ``BoundedHistory``; each trial grouped, split and converted once).
 
-Optuna commits every ``suggest_*`` on its own: a gemmtune configuration has a dozen parameters,
-so a proposal cost a dozen transactions, and with the devices waiting on the search process
-that was most of its time per trial. Inside ``batch()`` parameter and user-attribute writes
-are queued and committed together when the block ends; outside it this is Optuna's RDBStorage.
-The study and the other processes sharing it see the same rows as without batching, only
-written at once (the block ends before the trial is told or handed to a device).
+Optuna commits every ``suggest_*`` on its own: a dozen transactions for a gemmtune proposal,
+once most of the search process's time per trial. Inside ``batch()`` parameter and
+user-attribute writes are queued and committed together when the block ends (before the trial
+is told or handed to a device); outside it this is Optuna's RDBStorage. Other processes see
+the same rows as without batching, only written at once.
 """
 
 from __future__ import annotations
@@ -113,13 +111,11 @@ class BoundedHistory:
     """What TPE reads of a study: at most the ``best`` best completed trials, the ``keep``
     latest other finished ones, and every running one (``view``).
 
-    TPE builds its estimators from every trial it reads, for each proposal: its cost grows with
-    the study, and a long search at a small problem, where invalid and measured-before proposals
-    are told too, slowed from 9 trials a second to 2 in fifteen minutes on the H200 (the proposal
-    took longer than building and timing a kernel). With more than 250 trials TPE's "good" group
-    is its 25 best, which the bound keeps; what it forgets is old "bad" trials, the way a
-    sliding-window TPE does. The best are kept up to date from the trials finished since the
-    last proposal, so that a proposal costs the same in the tenth thousand trials as in the first."""
+    TPE builds its estimators from every trial it reads, for each proposal: unbounded, a long
+    search at a small problem slowed from 9 trials a second to 2 in fifteen minutes on the H200.
+    With more than 250 trials TPE's "good" group is its 25 best, which the bound keeps; it forgets
+    old "bad" trials, as a sliding-window TPE does. The best are updated from the trials finished
+    since the last proposal, so a proposal costs the same in the tenth thousand trials as in the first."""
 
     def __init__(self, keep: int = HISTORY, best: int = BEST):
         self.keep, self.best = keep, best
@@ -170,14 +166,11 @@ class BoundedHistory:
 
 
 class _Observed:
-    """Finished trials' internal values for one set of parameters: a column per parameter, a
-    row per trial, appended as trials finish (``at``: trial number -> row, -1 for a trial that
-    lacks one of the parameters)."""
+    """Finished trials' internal values for one set of parameters, a column per parameter and a
+    row per trial (``at``: trial number -> row; -1 for a trial that lacks one of them)."""
 
-    def __init__(self, width: int):
-        self.width, self.used = width, 0
-        self.at: dict[int, int] = {}
-        self.data: list[np.ndarray] | None = None
+    def __init__(self):
+        self.used, self.at, self.data = 0, {}, None   # rows used, at, the columns (numpy arrays)
 
     def add(self, row: tuple) -> int:
         if self.data is None:   # each column of the type Optuna's would be (int for a category)
@@ -190,37 +183,25 @@ class _Observed:
         return self.used - 1
 
     def columns(self, names: tuple, rows: list[int]) -> dict:
-        if not rows:
+        if not rows:   # as Optuna's: empty float arrays
             return {name: np.asarray(()) for name in names}
         index = np.asarray(rows)
         return {name: column[index] for name, column in zip(names, self.data)}
 
 
 class GroupedTpe(optuna.samplers.TPESampler):
-    """``TPESampler(multivariate=True, group=True, ...)`` for less.
+    """``TPESampler(multivariate=True, group=True, ...)`` for less, proposing what Optuna's does
+    (``tests/test_optuna_adapter.py`` compares them; docs/search.md, "The search pipeline" and
+    "Long searches", measure each part):
 
-    Optuna's grouped TPE works out which parameters occur together by adding the distributions
-    of every completed trial to its groups, again for each proposal: a quarter of a proposal's
-    time once a study holds a thousand trials (the GPU space). Adding a trial a second time
-    changes nothing, so this adds each completed trial once; with one family it proposes what
-    Optuna's does.
-
-    With ``choice`` (the parameter that picks a family, gemmtune's ``KERNEL``), the groups of
-    the families not chosen are not sampled: Optuna samples every group for each proposal
-    (each from its own estimator) and the trial uses one family's, so the rest was thrown away,
-    half of a proposal's time with five families. Proposals follow the same distribution; the
-    random stream, and so a seed's proposals, differ from Optuna's.
-
-    Its estimators see a bounded history (``BoundedHistory``), so that a proposal costs the
-    same in the tenth thousand trials as in the first.
-
-    What a proposal spent most of its time on then, with a thousand trials read (the GPU space,
-    two groups sampled: KERNEL, then the family's): splitting the trials into good and bad, once
-    per group, though both see the same trials (and Optuna 5 looks up each trial's constraints
-    on the way), and converting every trial's parameters to the estimators' representation,
-    once per group and estimator. Here the split is done once per proposal
-    (``_split_once``) and a finished trial's parameters and constraints are converted once
-    (``_get_internal_repr``), as they never change: the same proposals, for less."""
+    * each completed trial is added to the parameter groups once, not again for each proposal;
+    * with ``choice`` (gemmtune's ``KERNEL``, which picks a family) only the chosen family's
+      group is sampled: Optuna samples every group and the trial uses one (the same
+      distribution, another random stream);
+    * its estimators see a bounded history (``BoundedHistory``): a proposal costs the same in
+      the tenth thousand trials as in the first;
+    * the trials are split into good and bad once per proposal (``_split_once``), and a
+      finished trial's parameters and constraints are converted once (``_get_internal_repr``)."""
 
     def __init__(self, choice: str | None = None, **kwargs):
         super().__init__(multivariate=True, group=True, **kwargs)
@@ -243,10 +224,9 @@ class GroupedTpe(optuna.samplers.TPESampler):
 
     @contextlib.contextmanager
     def _split_once(self, study):
-        """Within the block TPE's split of the trials into good and bad (``_split_trials``,
-        which ``_sample`` calls for every group) is worked out once per set of trials, and a
-        finished trial's constraints are looked up once. Nothing is told while a proposal
-        samples, so the groups of one proposal split alike."""
+        """Within the block TPE's split of the trials into good and bad (``_split_trials``, which
+        ``_sample`` calls for every group) is worked out once per set of trials, and a finished
+        trial's constraints looked up once: nothing is told while a proposal samples."""
         if study is not self._converted_in:
             self._converted_in, self._rows, self._infeasible = study, {}, {}
         split_trials, infeasible_score, memo = tpe_module._split_trials, tpe_module._get_infeasible_trial_score, {}
@@ -271,16 +251,14 @@ class GroupedTpe(optuna.samplers.TPESampler):
             tpe_module._split_trials, tpe_module._get_infeasible_trial_score = split_trials, infeasible_score
 
     def _get_internal_repr(self, trials, search_space, *study) -> dict:
-        """Optuna's, with each finished trial's values converted once per set of parameters and
-        kept in columns (``_Observed``), from which a proposal's trials are picked by index:
-        building the columns from a thousand trials' values afresh for each estimator was a
-        fifth of a proposal. (Optuna 5 passes the study; 4.9 does not.) A parameter's
-        distribution is the same in every trial of a study (Optuna refuses one that differs), so
-        the trial's own converts as the search space's."""
+        """Optuna's, each finished trial's values converted once and kept in columns, from which
+        a proposal's trials are picked by index (``_Observed``). (Optuna 5 passes the study; 4.9
+        does not.) A parameter's distribution is the same in every trial of a study (Optuna
+        refuses one that differs), so the trial's own converts as the search space's."""
         names = tuple(search_space)
         observed = self._rows.get(names)
         if observed is None:
-            observed = self._rows[names] = _Observed(len(names))
+            observed = self._rows[names] = _Observed()
         at, picked, running = observed.at, [], []
         for trial in trials:
             if trial.state.is_finished():
@@ -290,7 +268,8 @@ class GroupedTpe(optuna.samplers.TPESampler):
                     i = at[trial.number] = (observed.add(tuple(dists[n].to_internal_repr(params[n]) for n in names))
                                             if params.keys() >= search_space.keys() else -1)
             else:   # running: its values may still change, so they are not kept
-                i, _ = None, running.append((len(picked), trial))
+                running.append((len(picked), trial))
+                i = None
             picked.append(i)
         kept = observed.used
         try:
@@ -301,6 +280,7 @@ class GroupedTpe(optuna.samplers.TPESampler):
             return observed.columns(names, [i for i in picked if i >= 0])
         finally:
             observed.used = kept   # the running trials' rows are dropped
+
     def _sample_groups(self, study, trial, search_space: dict) -> dict:
         spaces = self._search_space_group.search_spaces
         if self._choice is None or not any(self._choice in s for s in spaces):
@@ -319,10 +299,8 @@ class GroupedTpe(optuna.samplers.TPESampler):
         return params
 
     def infer_relative_search_space(self, study, trial) -> dict:
-        # Only the trials that may have finished since the last proposal are looked at: those
-        # from the first one then unfinished on. Reading every completed trial each time cost a
-        # third of a proposal with ten thousand trials in the study (docs/search.md, "Long
-        # searches").
+        # Only the trials from the first one unfinished at the last proposal on are looked at:
+        # reading every completed trial cost a third of a proposal in a study of ten thousand.
         trials = study._get_trials(deepcopy=False, states=None, use_cache=False)
         if study is not self._grouped_in or len(trials) < self._settled:
             self._grouped_in, self._settled, self._grouped = study, 0, set()
