@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gemmtune.errors import GemmtuneError
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,26 @@ class DeviceInfo:
         for private in ("platform_index", "device_index", "max_alloc_bytes"):
             d.pop(private)
         return d
+
+
+def read_device_info(info_file: str | Path, name: str | None = None) -> DeviceInfo:
+    """The device ``info_file`` describes (what ``gemmtune devices --format json`` printed on its
+    machine): the entry named ``name``, or the only one; GemmtuneError otherwise."""
+    try:
+        entries = json.loads(Path(info_file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise GemmtuneError(f"cannot read device description {info_file}: {getattr(e, 'strerror', None) or e}") from None
+    entries = entries if isinstance(entries, list) else [entries]
+    named = [e for e in entries if isinstance(e, dict) and name is not None and e.get("name") == name]
+    chosen = named[0] if named else entries[0] if len(entries) == 1 else None
+    if not isinstance(chosen, dict):
+        raise GemmtuneError(f"device description {info_file} has no device named {name!r}" if name is not None
+                            else f"device description {info_file} describes {len(entries)} devices, not one")
+    try:
+        return DeviceInfo.from_json(chosen)
+    except (TypeError, KeyError) as e:
+        raise GemmtuneError(f"device description {info_file} is not what `gemmtune devices --format json` "
+                            f"prints: {e}") from None
 
 
 def _usable_cores() -> list[int] | None:

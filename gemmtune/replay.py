@@ -61,7 +61,7 @@ import pandas as pd
 from gemmtune import learned, model
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
-from gemmtune.info import DeviceInfo
+from gemmtune.info import DeviceInfo, read_device_info
 from gemmtune.precision import Precision, get_precision
 from gemmtune.search.prior import other_rows
 from gemmtune.search.proposals import Proposals
@@ -376,20 +376,7 @@ def device_for(land: Landscape, info_file: str | Path | None = None) -> DeviceIn
     the description the search stored in the database, else the device of this machine with the
     study's device key; None when none has it."""
     if info_file is not None:
-        try:
-            entries = json.loads(Path(info_file).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise GemmtuneError(f"cannot read device description {info_file}: {getattr(e, 'strerror', None) or e}") from None
-        entries = entries if isinstance(entries, list) else [entries]
-        named = [e for e in entries if isinstance(e, dict) and e.get("name") == land.device_name]
-        chosen = named[0] if named else entries[0] if len(entries) == 1 else None
-        if not isinstance(chosen, dict):
-            raise GemmtuneError(f"device description {info_file} has no device named {land.device_name!r}")
-        try:
-            return DeviceInfo.from_json(chosen)
-        except (TypeError, KeyError) as e:
-            raise GemmtuneError(f"device description {info_file} is not what `gemmtune devices --format json` "
-                                f"prints: {e}") from None
+        return read_device_info(info_file, land.device_name)
     if land.described is not None:
         return land.described
     try:

@@ -181,8 +181,10 @@ def _pin(cores) -> None:
             pass
 
 
-def _open(conn, device, parent: int, quiet: bool, cores):
-    """Common start of every worker: cores, signals, watchdog, device; None if it could not start."""
+def _open(conn, device, parent: int, quiet: bool, cores, check_builds: bool = False):
+    """Common start of every worker: cores, signals, watchdog, device; None if it could not start.
+    ``check_builds``: a one-line kernel is built first (the timing worker's: it starts before the
+    compilers, so they need not)."""
     if cores:  # first, so that every thread started below (the driver's too) inherits them
         _pin(cores)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -198,7 +200,8 @@ def _open(conn, device, parent: int, quiet: bool, cores):
 
         info, dev = open_device(device)
         ctx = cl.Context([dev])
-        _check_builds(ctx, info)
+        if check_builds:
+            _check_builds(ctx, info)
     except GemmtuneError as e:
         conn.send(("error", str(e)))
         return None
@@ -261,7 +264,7 @@ def _jobs(conn):
 
 def _worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
     """The timing worker: builds (or loads a binary), verifies and times one job at a time."""
-    opened = _open(conn, device, parent, quiet, cores)
+    opened = _open(conn, device, parent, quiet, cores, check_builds=True)
     if opened is None:
         return
     cl, ctx = opened

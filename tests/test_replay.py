@@ -507,3 +507,21 @@ def test_model_seeds_take_what_the_model_cannot_see_from_the_nearest_tuned_shape
     assert {c.params["TSK"] for c in seeds} == {64}
     seeds = rp.model_seeds(rp.load_landscape(f"sqlite:///{alone}", "synthetic"), dev, 10)
     assert len(seeds) == 10 and {c.params["TSK"] for c in seeds} == {8}   # the first of each, in rank order
+
+
+def test_a_device_description_file_gives_the_named_device_or_its_only_one(tmp_path):
+    import json
+
+    from gemmtune.errors import GemmtuneError
+    from gemmtune.info import read_device_info
+
+    a, b = gpu("A GPU"), gpu("B GPU")
+    two, one = tmp_path / "two.json", tmp_path / "one.json"
+    two.write_text(json.dumps([a.to_json(), b.to_json()]))
+    one.write_text(json.dumps(b.to_json()))            # an entry alone, not in a list
+    assert read_device_info(two, "B GPU") == b
+    assert read_device_info(one) == b and read_device_info(one, "C GPU") == b   # the only one
+    with pytest.raises(GemmtuneError, match="has no device named 'C GPU'"):
+        read_device_info(two, "C GPU")
+    with pytest.raises(GemmtuneError, match="describes 2 devices, not one"):
+        read_device_info(two)

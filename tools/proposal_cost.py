@@ -17,22 +17,19 @@ compilers take for one.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import sys
 import time
 import zlib
 from collections import Counter
-from pathlib import Path
 
 
 def described(args):
-    from gemmtune.info import DeviceInfo
-
     if args.device_info:
-        entries = json.loads(Path(args.device_info).read_text(encoding="utf-8"))
-        return DeviceInfo.from_json(entries[0] if isinstance(entries, list) else entries)
+        from gemmtune.info import read_device_info
+
+        return read_device_info(args.device_info)
     from gemmtune.device import resolve_device
 
     return resolve_device(str(args.device))
