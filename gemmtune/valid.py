@@ -8,7 +8,10 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import multiprocessing as mp
+import os
 import random
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Iterator
@@ -142,10 +145,46 @@ class ValidConfigs(Sequence):
         self.space, self.dev, self.prec = space, dev, prec
         self._counts: list[tuple[FamilySpace, int, int]] | None = None
         self._ends: list[int] = []
+        self._aside = None   # (pid that started it, process, pipe) of ``count_aside``
+
+    def count_aside(self) -> None:
+        """Start counting in a forked process, for ``len`` to read later. A search's summary
+        says how many configurations are valid, and for a GPU's space the count takes seconds
+        (4.5 s for z on the H200, more beside busy compilers): the search would otherwise wait
+        for it after its last trial. A small product, or a platform without fork, counts when
+        asked."""
+        if (self._counts is not None or self._aside is not None or self.space.size <= space_module.CHUNK_ROWS
+                or "fork" not in mp.get_all_start_methods()):
+            return
+        receive, send = mp.Pipe(duplex=False)
+        process = mp.get_context("fork").Process(target=_count_into, args=(self, send), name="gemmtune-count",
+                                                 daemon=True)
+        process.start()
+        send.close()
+        self._aside = (os.getpid(), process, receive)
+
+    def _counted_aside(self) -> list[tuple[FamilySpace, int, int]] | None:
+        """What ``count_aside`` counted, waiting for it; None where it failed or another process
+        (a fork of this one) asks."""
+        pid, process, receive = self._aside
+        self._aside = None
+        if pid != os.getpid():
+            return None
+        try:
+            counted = receive.recv() if receive.poll(ASIDE_WAIT_S) else None
+        except (EOFError, OSError):
+            counted = None
+        finally:
+            receive.close()
+            process.join(1)
+            if process.is_alive():
+                process.kill()
+        return [(self.space.families[f], j, n) for f, j, n in counted] if counted is not None else None
 
     def _index(self) -> list[int]:
         if self._counts is None:
-            self._counts = _chunk_counts(self.space, self.dev, self.prec)
+            counted = self._counted_aside() if self._aside is not None else None
+            self._counts = counted if counted is not None else _chunk_counts(self.space, self.dev, self.prec)
             self._ends = list(itertools.accumulate(n for _, _, n in self._counts))
         return self._ends
 
@@ -196,6 +235,19 @@ class ValidConfigs(Sequence):
     def sample(self, n: int, rng: random.Random) -> list[Config]:
         return sample_valid(self.space, self.dev, self.prec, n, rng)
 
+
+
+# How long ``len`` waits for a count started aside before counting itself: far longer than any
+# count takes, short of a hang (a fork can inherit a lock that another thread held).
+ASIDE_WAIT_S = 120
+
+
+def _count_into(valid: ValidConfigs, send) -> None:
+    """The forked counter: ``_chunk_counts`` sent as (family position, chunk, valid points)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the search's to handle
+    position = {id(fs): i for i, fs in enumerate(valid.space.families)}
+    send.send([(position[id(fs)], j, n) for fs, j, n in _chunk_counts(valid.space, valid.dev, valid.prec)])
+    send.close()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from gemmtune.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-MAX_README_BYTES = 25 * 1024
+MAX_README_BYTES = 25_000
 DOCS = [README, *sorted((REPO / "docs").glob("*.md"))]
 
 

@@ -9,6 +9,7 @@ set would differ from the one the test derives from the issue's rules (helpers_f
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import sys
 import tomllib
@@ -703,3 +704,56 @@ def test_count_of_a_reduced_shipped_space_matches_the_list():
         listed = valid_configs(space, dev, prec)
         assert count_valid(space, dev, prec) == len(listed) > 0
         assert list(iter_valid_configs(space, dev, prec)) == listed
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["counted-aside", "counter-died"])
+def test_a_count_started_aside_is_the_count(tmp_path, monkeypatch, fails):
+    monkeypatch.setattr(space_module, "CHUNK_ROWS", 64)   # a product larger than a chunk: counted aside
+    space = load_space(two_family_space(tmp_path))
+    prec = get_precision("d")
+    listed = valid_configs(space, GPU_LIKE, prec)
+    if fails:   # the forked counter dies before it answers: len counts for itself
+        monkeypatch.setattr(valid_module, "_count_into", lambda valid, send: os._exit(3))
+    view = ValidConfigs(space, GPU_LIKE, prec)
+    view.count_aside()
+    assert view._aside is not None
+    process = view._aside[1]
+    assert len(view) == len(listed)
+    assert view._aside is None and not process.is_alive()
+    assert process.exitcode == (3 if fails else 0)
+    picks = [0, len(listed) // 2, -1]
+    assert view.take(picks) == [listed[i] for i in picks]
+
+
+def test_a_fork_of_the_search_counts_for_itself(tmp_path, monkeypatch):
+    # The proposing process is a fork of the search: it must not read the count meant for the
+    # search's summary off their shared pipe.
+    monkeypatch.setattr(space_module, "CHUNK_ROWS", 64)
+    space = load_space(two_family_space(tmp_path))
+    prec = get_precision("s")
+    view = ValidConfigs(space, GPU_LIKE, prec)
+    view.count_aside()
+    monkeypatch.setattr(view, "_aside", (os.getpid() + 1, *view._aside[1:]))   # as seen by a fork
+    process, receive = view._aside[1:]
+    assert len(view) == count_valid(space, GPU_LIKE, prec)
+    assert receive.poll(10)   # the count is still there for the process that started it
+    process.join(5)
+
+
+def test_a_random_unmeasured_pick_from_a_large_valid_set_never_counts_it(tmp_path, monkeypatch):
+    from gemmtune.search.candidates import Unmeasured, config_key
+
+    monkeypatch.setattr(space_module, "CHUNK_ROWS", 64)
+    space = load_space(two_family_space(tmp_path))
+    prec = get_precision("s")
+    listed = valid_configs(space, GPU_LIKE, prec)
+    picker = Unmeasured()
+    picker.valid = ValidConfigs(space, GPU_LIKE, prec)
+    picker.rng = random.Random(5)
+    # All but three measured: the draws are mostly rejected, and the last ones come from the list.
+    picker.measured = {config_key(c.kernel, c.params): ("ok", 1.0) for c in listed[3:]}
+    assert picker.random_unmeasured() in listed[:3]
+    picker.measured = {config_key(c.kernel, c.params): ("ok", 1.0) for c in listed[: len(listed) // 2]}
+    picks = [picker.random_unmeasured() for _ in range(50)]
+    assert picker.valid._counts is None   # drawn from the product, never counted
+    assert set(picks) <= set(listed[len(listed) // 2:]) and len(set(picks)) > 10

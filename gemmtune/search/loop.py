@@ -119,6 +119,7 @@ class Workers:
             if not valid:
                 raise GemmtuneError(f"no configuration of {searched.origin} is valid on device {dev.index} "
                                     f"for precision {prec.code} (see gemmtune space --explain)")
+            valid.count_aside()   # for the summary, while the search runs
             self.valid[key] = searched, valid
         return self.valid[key]
 
