@@ -23,7 +23,7 @@ from gemmtune.valid import valid_configs
 from gemmtune.device import resolve_device
 
 from faults import write_fault_space
-from helpers_foundation import TINY_SPACE, make_device
+from helpers_foundation import SMALL_SPACE, TINY_SPACE, make_device
 
 
 FAST = ["--time-cap", "0.05", "-q", "--early-stop", "0"]  # early stop: its own test
@@ -593,3 +593,30 @@ def test_search_on_a_cpu_takes_the_cpu_space_unless_given_one(tmp_path, tiny_spa
     given = tmp_path / "given.db"
     search("--size", "24", "--trials", "2", "--no-seed", "--space", str(tiny_space), db=given)
     assert {r["kernel"] for r in rows(given)} == {"xgemm_k5"}
+
+
+def test_a_large_valid_set_is_counted_aside_for_the_summary(tmp_path, monkeypatch):
+    # A product larger than a chunk: the search counts its valid set in a forked process while it
+    # runs, and the summary reads the count from there.
+    import gemmtune.space as space_module
+    from gemmtune.search import SearchRequest, run_search
+    from gemmtune.timing import TimingPolicy
+    from gemmtune.valid import ValidConfigs
+
+    space = tmp_path / "small.toml"
+    space.write_text(SMALL_SPACE)
+    monkeypatch.setattr(space_module, "CHUNK_ROWS", 4)
+    counted: list[bool] = []
+    count_aside = ValidConfigs.count_aside
+
+    def watched(self):
+        count_aside(self)
+        counted.append(self._aside is not None)
+
+    monkeypatch.setattr(ValidConfigs, "count_aside", watched)
+    [summary] = run_search(SearchRequest(m=24, n=24, k=24, trials=2, db=f"sqlite:///{tmp_path / 's.db'}",
+                                         space_file=str(space), seeds=0, jobs=1,
+                                         policy=TimingPolicy(max_seconds=0.05)))
+    assert counted == [True]
+    dev = resolve_device(None)
+    assert summary.space_size == len(valid_configs(load_space(space), dev, get_precision("s"))) > 4
