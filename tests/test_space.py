@@ -757,3 +757,15 @@ def test_a_random_unmeasured_pick_from_a_large_valid_set_never_counts_it(tmp_pat
     picks = [picker.random_unmeasured() for _ in range(50)]
     assert picker.valid._counts is None   # drawn from the product, never counted
     assert set(picks) <= set(listed[len(listed) // 2:]) and len(set(picks)) > 10
+
+
+def test_a_pick_from_a_small_valid_set_is_by_position(tmp_path, monkeypatch):
+    # A product within one chunk is cheap to count: a pick is the list's, seed for seed.
+    monkeypatch.setattr(space_module, "CHUNK_ROWS", 1 << 20)
+    space = load_space(two_family_space(tmp_path))
+    prec = get_precision("s")
+    assert space.size <= space_module.CHUNK_ROWS
+    listed = valid_configs(space, GPU_LIKE, prec)
+    view = ValidConfigs(space, GPU_LIKE, prec)
+    assert [view.pick(random.Random(seed)) for seed in range(20)] == [random.Random(seed).choice(listed)
+                                                                       for seed in range(20)]
