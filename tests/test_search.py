@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import sqlite3
@@ -373,6 +374,50 @@ def test_builds_run_ahead_only_as_far_as_the_devices_consume_them():
     assert Pipeline.build_ahead(lane) == 2 * 4
     assert running_mean(None, 2.0) == 2.0 and running_mean(2.0, None) == 2.0
     assert running_mean(2.0, 4.0) == pytest.approx(2.4)
+
+
+def test_idle_device_time_is_counted_for_what_the_devices_waited_for():
+    from collections import deque
+    from types import SimpleNamespace
+
+    from gemmtune.search.pipeline import IdleTime
+
+    building = [object()]
+    pipe = SimpleNamespace(timing={0: deque(), 1: deque()}, ready=deque(), busy=building)
+    clock = IdleTime()
+    clock.note(pipe, 10.0)              # both devices empty, a compiler building
+    pipe.timing[0].append("trial")
+    clock.note(pipe, 12.0)              # 2 s x 2 devices waited for a build; now one is busy
+    building.clear()
+    clock.note(pipe, 13.0)              # 1 s x 1 device for a build; nothing builds now
+    clock.note(pipe, 16.5)              # 3.5 s x 1 device for a proposal
+    assert clock.seconds == {"build": 5.0, "proposal": 3.5}
+    pipe.ready.append("held back")      # a built candidate waits for an identical run's figures
+    clock.note(pipe, 17.0)
+    clock.note(pipe, 18.0, winding_down=True)
+    clock.note(pipe, 30.0)              # winding down: not waiting for anything
+    assert clock.seconds == {"build": 6.0, "proposal": 4.0}
+    pipe.timing[1].append("trial")
+    clock.note(pipe, 31.0)              # 1 s more for the held-back candidate
+    clock.note(pipe, 40.0)              # every device busy
+    assert clock.seconds == {"build": 7.0, "proposal": 4.0}
+    assert clock.shares(40.0, 2) == {"build": 7.0 / 80, "proposal": 4.0 / 80}
+    assert clock.shares(0.0, 2) is None
+
+
+def test_the_summary_says_what_an_idle_device_waited_for(tmp_path, tiny_space):
+    # Without compiler processes the timing worker builds each candidate itself: it never waits
+    # for a compiler, only for the next proposal.
+    for jobs, builds in (("0", False), ("1", True)):
+        out = json.loads(search("--size", "24", "--trials", "4", "--jobs", jobs, "--space", str(tiny_space),
+                                "--format", "json", db=tmp_path / f"idle{jobs}.db").stdout)
+        idle = out["device_idle_share"]
+        assert set(idle) == {"build", "proposal"} and all(0 <= v <= 1 for v in idle.values())
+        assert out["device_busy_share"] + sum(idle.values()) <= 1.0
+        assert (idle["build"] > 0) == builds   # the first candidate's build, at least
+    text = search("--size", "24", "--trials", "2", "--space", str(tiny_space), db=tmp_path / "idle1.db").stdout
+    assert re.search(r"busy \d+% of the wall time; nothing to measure, waiting for a build \d+%, "
+                     r"for a proposal \d+%", text)
 
 
 def test_a_job_waiting_behind_a_crash_or_a_hang_runs_on_the_fresh_worker(tmp_path):

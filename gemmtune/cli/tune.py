@@ -216,6 +216,7 @@ def summary_dict(s) -> dict:
         "trials": s.trials, "failures": dict(s.failures), "stopped_by": s.stopped_by,
         "elapsed_s": round(s.elapsed, 2), "valid_configurations": s.space_size,
         "device_busy_share": None if s.device_busy is None else round(s.device_busy, 3),
+        "device_idle_share": None if s.device_idle is None else {k: round(v, 3) for k, v in s.device_idle.items()},
         "best": None if best is None else {
             "kernel": best["kernel"], "params": json.loads(best["params"]), "gflops": best["gflops"],
             "time_ms": best["time_ms"], "ci_ms": [best["ci_low_ms"], best["ci_high_ms"]],
@@ -237,8 +238,11 @@ def print_summary(d: dict) -> None:
     click.echo(f"this run   {d['trials']} trials in {d['elapsed_s']:.1f} s (stopped: {d['stopped_by']}), "
                f"failed: {failed}; {d['valid_configurations']} valid configurations")
     if d["device_busy_share"] is not None:
+        idle = d["device_idle_share"] or {}
+        waits = f"; nothing to measure, waiting for a build {100 * idle['build']:.0f}%, for a proposal " \
+                f"{100 * idle['proposal']:.0f}%" if idle else ""
         click.echo(f"pipeline   timing worker{'s' if len(d['devices']) > 1 else ''} busy "
-                   f"{100 * d['device_busy_share']:.0f}% of the wall time")
+                   f"{100 * d['device_busy_share']:.0f}% of the wall time{waits}")
     b = d["best"]
     if b is None:
         click.echo("best       no configuration has run correctly yet")

@@ -231,9 +231,9 @@ class Lane:
         self.session.heartbeat()
         self.refresh()
 
-    def summary(self, elapsed: float) -> Summary:
+    def summary(self, elapsed: float, idle: dict[str, float] | None = None) -> Summary:
         runners = self.pipeline.runners
         busy = self.pipeline.timing_s / (elapsed * len(runners)) if elapsed else None
         return summarize(self.store, self.name, [r.device for r in runners], self.prec,
                          (self.req.m, self.req.n, self.req.k), self.done, self.failures, elapsed,
-                         self.baseline_key, len(self.valid), self.stopped_by or "trials", busy, self.space)
+                         self.baseline_key, len(self.valid), self.stopped_by or "trials", busy, self.space, idle)

@@ -18,6 +18,7 @@ from gemmtune.inputs import check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
 from gemmtune.runner import Compilers, Runner
 from gemmtune.search.lane import Lane
+from gemmtune.search.pipeline import IdleTime
 from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
 from gemmtune.space import Space, load_space
@@ -207,6 +208,7 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
         lane.start, lane.progress = start, progress
         lane.heartbeat()  # trials of searches that died before this one started
     beat, beat_s = start, min(lane.session.beat for lane in lanes)
+    idle = {lane: IdleTime() for lane in lanes}
     try:
         while True:
             if ctrl_c.pressed:
@@ -220,6 +222,7 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
                 lane.pipeline.feed()
                 asked = lane.fill_one() or asked
                 lane.pipeline.feed()
+                idle[lane].note(lane.pipeline, time.monotonic(), winding_down=lane.stopped_by is not None)
             if now - beat >= beat_s:
                 beat = now
                 for lane in lanes:
@@ -242,4 +245,6 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
         for lane in lanes:
             lane.interrupt()
     elapsed = time.monotonic() - start
-    return [lane.summary(elapsed) for lane in lanes]
+    for lane in lanes:
+        idle[lane].note(lane.pipeline, start + elapsed)
+    return [lane.summary(elapsed, idle[lane].shares(elapsed, len(lane.pipeline.runners))) for lane in lanes]

@@ -43,6 +43,30 @@ class SameRuns:
         return built.digest, plan
 
 
+class IdleTime:
+    """Device-seconds a pipeline's devices had nothing to measure, by what they waited for:
+    whether the compilers or the sampler set a search's pace."""
+
+    def __init__(self):
+        self.seconds = {"build": 0.0, "proposal": 0.0}
+        self._noted: tuple[float, str | None, int] | None = None   # (when, waiting for, devices idle)
+
+    def note(self, pipeline: "Pipeline", now: float, winding_down: bool = False) -> None:
+        """Count the time since the last note for what the idle devices waited for then, and
+        look again: a device with nothing on it waits for a build while a compiler builds or a
+        candidate is held back, else for a proposal; for nothing while the search winds down."""
+        if self._noted is not None:
+            when, cause, idle = self._noted
+            if cause is not None:
+                self.seconds[cause] += (now - when) * idle
+        idle = sum(1 for entries in pipeline.timing.values() if not entries)
+        waiting = None if winding_down or not idle else "build" if pipeline.busy or pipeline.ready else "proposal"
+        self._noted = (now, waiting, idle)
+
+    def shares(self, elapsed: float, devices: int) -> dict[str, float] | None:
+        return {why: s / (elapsed * devices) for why, s in self.seconds.items()} if elapsed else None
+
+
 class Pipeline:
     """Candidates of one study between the proposer and their results. An entry is
     (trial, config, key, built); ``finish(trial, config, key, outcome, compile_s, device)`` is

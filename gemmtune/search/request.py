@@ -79,6 +79,9 @@ class Summary:
     db: str                          # without the password
     device_busy: float | None = None  # share of the wall time the timing workers were busy
     devices: list[DeviceInfo] = field(default_factory=list)   # every device that searched it here
+    # share of the wall time the timing workers had nothing to measure, by what they waited for:
+    # "build" (a compiler was building) or "proposal" (none was)
+    device_idle: dict[str, float] | None = None
 
     @property
     def speedup(self) -> float | None:
