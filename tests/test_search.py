@@ -382,32 +382,32 @@ def test_idle_device_time_is_counted_for_what_the_devices_waited_for():
 
     from gemmtune.search.pipeline import IdleTime
 
-    building = [object()]
-    pipe = SimpleNamespace(timing={0: deque(), 1: deque()}, ready=deque(), busy=building)
+    room = [False]
+    pipe = SimpleNamespace(timing={0: deque(), 1: deque()}, has_room=lambda: room[0])
     clock = IdleTime()
-    clock.note(pipe, 10.0)              # both devices empty, a compiler building
+    clock.note(pipe, 10.0)              # both devices empty, every compiler building
     pipe.timing[0].append("trial")
     clock.note(pipe, 12.0)              # 2 s x 2 devices waited for a build; now one is busy
-    building.clear()
-    clock.note(pipe, 13.0)              # 1 s x 1 device for a build; nothing builds now
+    room[0] = True
+    clock.note(pipe, 13.0)              # 1 s x 1 device for a build; a compiler could build one more now
     clock.note(pipe, 16.5)              # 3.5 s x 1 device for a proposal
     assert clock.seconds == {"build": 5.0, "proposal": 3.5}
-    pipe.ready.append("held back")      # a built candidate waits for an identical run's figures
-    clock.note(pipe, 17.0)
     clock.note(pipe, 18.0, winding_down=True)
-    clock.note(pipe, 30.0)              # winding down: not waiting for anything
-    assert clock.seconds == {"build": 6.0, "proposal": 4.0}
+    clock.note(pipe, 30.0)              # nothing more to ask: not waiting for anything
+    assert clock.seconds == {"build": 5.0, "proposal": 5.0}
+    room[0] = False
+    clock.note(pipe, 31.0)              # 1 s more of a proposal
     pipe.timing[1].append("trial")
-    clock.note(pipe, 31.0)              # 1 s more for the held-back candidate
+    clock.note(pipe, 32.0)              # 1 s x 1 device for a build
     clock.note(pipe, 40.0)              # every device busy
-    assert clock.seconds == {"build": 7.0, "proposal": 4.0}
-    assert clock.shares(40.0, 2) == {"build": 7.0 / 80, "proposal": 4.0 / 80}
+    assert clock.seconds == {"build": 6.0, "proposal": 6.0}
+    assert clock.shares(40.0, 2) == {"build": 6.0 / 80, "proposal": 6.0 / 80}
     assert clock.shares(0.0, 2) is None
 
 
 def test_the_summary_says_what_an_idle_device_waited_for(tmp_path, tiny_space):
     # Without compiler processes the timing worker builds each candidate itself: it never waits
-    # for a compiler, only for the next proposal.
+    # for a compiler's build, only for the next proposal; with one, it waits for the first build.
     for jobs, builds in (("0", False), ("1", True)):
         out = json.loads(search("--size", "24", "--trials", "4", "--jobs", jobs, "--space", str(tiny_space),
                                 "--format", "json", db=tmp_path / f"idle{jobs}.db").stdout)

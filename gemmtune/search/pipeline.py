@@ -53,14 +53,15 @@ class IdleTime:
 
     def note(self, pipeline: "Pipeline", now: float, winding_down: bool = False) -> None:
         """Count the time since the last note for what the idle devices waited for then, and
-        look again: a device with nothing on it waits for a build while a compiler builds or a
-        candidate is held back, else for a proposal; for nothing while the search winds down."""
+        look again: a device with nothing on it waits for a proposal where the pipeline has room
+        for another candidate (a compiler, or with none the timing worker, could build one), else
+        for the builds in progress; for nothing while the search winds down (no more to ask)."""
         if self._noted is not None:
             when, cause, idle = self._noted
             if cause is not None:
                 self.seconds[cause] += (now - when) * idle
         idle = sum(1 for entries in pipeline.timing.values() if not entries)
-        waiting = None if winding_down or not idle else "build" if pipeline.busy or pipeline.ready else "proposal"
+        waiting = None if winding_down or not idle else "proposal" if pipeline.has_room() else "build"
         self._noted = (now, waiting, idle)
 
     def shares(self, elapsed: float, devices: int) -> dict[str, float] | None:
