@@ -341,3 +341,38 @@ def test_grouped_tpe_splits_once_per_proposal_and_converts_a_trial_once_proposin
     assert len(converted) < 10 * 60 * 4
     assert ours._rows and all(len(observed.data) == len(names) and max(observed.at.values()) < observed.used
                               for names, observed in ours._rows.items())
+
+
+def test_a_candidate_accept_refuses_scores_below_every_other_unless_it_refuses_all(monkeypatch):
+    scores = np.array([3.0, 9.0, 5.0, 7.0])
+    monkeypatch.setattr(optuna.samplers.TPESampler, "_compute_acquisition_func",
+                        lambda self, samples, below, above: scores.copy())
+    sampler = GroupedTpe(choice="KERNEL", seed=0)
+    space = {"a.x": CategoricalDistribution([1, 2, 4, 8])}
+    samples = {"a.x": np.array([0.0, 1.0, 2.0, 3.0])}   # internal: positions of 1, 2, 4, 8
+    seen = []
+    sampler.accept = lambda params: seen.append(params) or params["a.x"] in (1, 4)
+    assert list(sampler._compute_acquisition_func(samples, None, None)) == list(scores)   # not sampling a group
+    sampler._sampling = {"KERNEL": "a"}, space
+    got = sampler._compute_acquisition_func(samples, None, None)
+    assert seen == [{"KERNEL": "a", "a.x": v} for v in (1, 2, 4, 8)]   # with what was chosen before
+    assert list(got) == [3.0, -np.inf, 5.0, -np.inf]   # TPE's pick becomes x = 4, the best accepted
+    sampler.accept = lambda params: False
+    assert list(sampler._compute_acquisition_func(samples, None, None)) == list(scores)
+
+
+@pytest.mark.parametrize("families", [("a",), ("a", "b", "c")], ids=["one-family", "a-choice"])
+def test_grouped_tpe_proposes_only_what_accept_takes_when_a_candidate_is_taken(families):
+    # TPE's favourite region (high values, family b) refused: after the start-up trials every
+    # proposal is one that ``accept`` takes; without it, TPE goes there.
+    def refused(params):
+        return any(v == 16 for k, v in params.items() if k != "KERNEL")
+
+    args = dict(n_startup_trials=10, n_ei_candidates=24, seed=3)
+    free = _conditional_run(GroupedTpe(choice="KERNEL", **args), families, n=50)
+    assert sum(refused(p) for _, p, _ in free[10:]) > 5
+    sampler = GroupedTpe(choice="KERNEL", **args)
+    sampler.accept = lambda params: not refused(params)
+    held = _conditional_run(sampler, families, n=50)
+    assert held[:10] == free[:10]   # random start-up: nothing chosen among candidates
+    assert not any(refused(p) for _, p, _ in held[10:])

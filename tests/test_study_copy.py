@@ -201,3 +201,60 @@ def test_a_repeated_proposal_is_followed_by_a_neighbour_for_tpe_only():
             assert len(_differ(fixed, config)) == 1 and len(repeats) == REPEATS
         else:   # asked again until the run of free proposals ends in a random pick
             assert len(repeats) == MAX_FREE_PROPOSALS and config != fixed
+
+
+def test_a_sampler_accepts_a_candidate_only_if_it_is_valid():
+    # SMALL_SPACE fixes TRANSPOSEX and TRANSPOSEY to one value each: samplers leave those out
+    # of a candidate, and the check completes it.
+    from types import SimpleNamespace
+
+    from gemmtune.search.session import accepting
+
+    proposals = Proposals(SPACE)
+    fs = SPACE.families[0]
+    single = [p for p, values in fs.values.items() if len(values) == 1]
+    assert single
+    invalid, fresh = configs()[:2]
+
+    def candidate(config):
+        return {name: v for name, v in proposals.params(config).items() if name not in single}
+
+    sampler = SimpleNamespace(accept=None)
+    with accepting(sampler, proposals, lambda c: c != invalid):
+        assert [sampler.accept(candidate(c)) for c in (invalid, fresh)] == [False, True]
+        assert not sampler.accept({k: v for k, v in candidate(fresh).items() if k != "TSM"})   # one missing
+    assert sampler.accept is None
+    assert proposals.decode(candidate(fresh)) is None   # incomplete without ``complete``
+    assert proposals.decode(candidate(fresh), complete=True) == fresh
+    stock = SimpleNamespace()
+    with accepting(stock, proposals, lambda c: False):   # a sampler without ``accept``: untouched
+        assert not hasattr(stock, "accept")
+
+
+def test_proposals_made_with_accept_skip_fewer_invalid_configurations(monkeypatch):
+    # Half of 576 configurations invalid, spread over the space: the default sampler's invalid
+    # proposals until 40 are measured, with and without its candidates screened (the first ten,
+    # random, are alike).
+    import contextlib
+
+    import gemmtune.search.session as session
+
+    space = parse_space("[xgemm_k5]\nTSM = [16, 32, 64, 128]\nTSN = [16, 32, 64, 128]\nTSK = [8, 16, 32]\n"
+                        "WPTN = [1, 2, 4, 8]\nPAD = [0, 1, 2]\nTRANSPOSEX = [8]\nTRANSPOSEY = [8]\n", "test")
+    every = configs(space)
+    ok = set(every[::2])
+
+    def invalid_proposals():
+        strategy = make_strategy("tpe", 4)
+        p = Proposer(optuna.create_study(direction="maximize", sampler=strategy.sampler()), Proposals(space), every,
+                     {}, strategy, random.Random(4), [], is_valid=lambda c: c in ok)
+        for _ in range(40):
+            trial, config, key = p.next()
+            p.measured[key] = ("ok", float(sum(config.params.values())))
+            p.tell(trial, config, p.measured[key][1], "ok")
+        return sum(t.user_attrs.get("skipped", "").startswith("invalid") for t in p.study.trials)
+
+    screened = invalid_proposals()
+    monkeypatch.setattr(session, "accepting", lambda *args: contextlib.nullcontext())
+    unscreened = invalid_proposals()
+    assert screened < unscreened / 2, (screened, unscreened)

@@ -88,12 +88,14 @@ def test_proposal_cost_prints_the_cost_per_measured_trial_as_the_study_grows():
     out = run("tools/proposal_cost.py", "--device-info", "docs/landscapes/nvidia-h200.json", "-p", "z",
               "--trials", "90", "--every", "30")
     assert out.splitlines()[0].startswith("NVIDIA H200, z 1280x1792x1024: ")
-    rows = [tuple(float(x) for x in line.split()) for line in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s", line)]
+    rows = [tuple(float(x.replace(",", "")) for x in line.split()) for line in out.splitlines()
+            if re.match(r"^\s+\d+\s+\d+\s", line)]
     assert [r[0] for r in rows] == [30, 60, 90], out
     in_study = [0] + [r[1] for r in rows]
-    for (measured, study, per_measured, ms), before in zip(rows, in_study):
-        assert study >= measured and ms > 0
+    for (measured, study, per_measured, ms, best), before in zip(rows, in_study):
+        assert study >= measured and ms > 0 and best > 0
         assert per_measured == pytest.approx((study - before) / 30, abs=0.05)   # its own arithmetic
+    assert [r[4] for r in rows] == sorted(r[4] for r in rows)   # the best so far never falls
     outcomes = dict((reason.strip(), int(count)) for reason, count in
                     re.findall(r"(?:, |outcome: )([a-z :-]+?) (\d+)", out.splitlines()[-1]))
     assert outcomes["measured"] == 90 and sum(outcomes.values()) == rows[-1][1], out

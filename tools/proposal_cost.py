@@ -8,7 +8,8 @@ GFLOP/s with a fixed per-configuration noise; every tenth configuration fails).
 
 Every ``--every`` measured trials it prints the milliseconds of proposing per measured trial
 over that stretch (invalid and measured-before proposals included, as they cost the proposer
-the same), the trials in the study and the proposals per measured trial; at the end, why the
+the same), the trials in the study, the proposals per measured trial and the best made-up
+GFLOP/s measured so far (what the proposals found); at the end, why the
 proposals that measured nothing were passed over. A search of the device keeps its timing
 worker busy only while a measured trial costs the proposer less than the device and the
 compilers take for one.
@@ -79,9 +80,9 @@ def main(argv=None) -> int:
     proposer = Proposer(study, Proposals(space, strategy.ordinal), valid, measured, strategy, random.Random(args.seed),
                         [], why_invalid=broken, is_valid=lambda c: space.allows(c) and broken(c) is None)
     print(f"{dev.name}, {prec.code} {m}x{n}x{k}: {len(valid):,} valid configurations; strategy {DEFAULT}")
-    print(f"{'measured':>8} {'in study':>9} {'proposals per measured':>23} {'ms per measured':>16}")
+    print(f"{'measured':>8} {'in study':>9} {'proposals per measured':>23} {'ms per measured':>16} {'best so far':>12}")
     start = last = time.perf_counter()
-    last_study = 0
+    last_study, best = 0, 0.0
     with quiet_optuna():
         for i in range(1, args.trials + 1):
             proposal = proposer.next()
@@ -90,11 +91,12 @@ def main(argv=None) -> int:
             trial, config, key = proposal
             value = measure(config)
             measured[key] = ("ok", value) if value else ("wrong_result", None)
+            best = max(best, value or 0.0)
             proposer.tell(trial, config, value)
             if i % args.every == 0:
                 now, in_study = time.perf_counter(), len(study.get_trials(deepcopy=False))
                 print(f"{i:8d} {in_study:9d} {(in_study - last_study) / args.every:23.1f} "
-                      f"{1000 * (now - last) / args.every:16.1f}", flush=True)
+                      f"{1000 * (now - last) / args.every:16.1f} {best:12,.0f}", flush=True)
                 last, last_study = time.perf_counter(), in_study
     why = Counter(t.user_attrs.get("skipped", "measured") for t in study.get_trials(deepcopy=False))
     print(f"{time.perf_counter() - start:.1f} s in all; proposals by outcome:",

@@ -1,23 +1,16 @@
-"""Every use of Optuna's private names, in one place: Optuna's public API has no way to do what
-these do, and a change of Optuna's internals should break one module (``tests/test_optuna_adapter.py``
-exercises each use against the installed Optuna). They hold from Optuna 4.7 to 5.0; pyproject.toml
-allows 4.9 on, where RDBStorage first takes ``heartbeat_stale_trial_callback``. Before 4.7 the
-batched writes do not hold (Optuna 4.0's RDBStorage has neither ``_set_trial_param`` nor
-``_set_trial_attr_without_commit``).
+"""Every use of Optuna's private names, in one place: its public API has no way to do what these
+do, and a change of its internals should break one module (``tests/test_optuna_adapter.py``
+exercises each use against the installed Optuna; pyproject.toml allows 4.9 on, where RDBStorage
+first takes ``heartbeat_stale_trial_callback``).
 
-* ``BatchedStorage``: Optuna's relational storage, with a trial's parameters written in one
-  transaction, and the trials that died before their first heartbeat found.
+* ``BatchedStorage``: Optuna's relational storage, a trial's parameters written in one
+  transaction (Optuna commits every ``suggest_*``: a dozen transactions a proposal, once most of
+  the search process's time per trial), and the trials that died before their first heartbeat.
 * ``one_read``: the study's trials read once for a whole proposal.
 * ``start_running_trial``: a running trial created with its parameters in one write.
 * ``trial_id``: the storage's id of a trial, which heartbeats and stale-trial checks take.
-* ``GroupedTpe``: Optuna's grouped TPE, the same proposals for less (a bounded history,
-  ``BoundedHistory``; each trial grouped, split and converted once).
-
-Optuna commits every ``suggest_*`` on its own: a dozen transactions for a gemmtune proposal,
-once most of the search process's time per trial. Inside ``batch()`` parameter and
-user-attribute writes are queued and committed together when the block ends (before the trial
-is told or handed to a device); outside it this is Optuna's RDBStorage. Other processes see
-the same rows as without batching, only written at once.
+* ``GroupedTpe``: Optuna's grouped TPE for less (a bounded history, ``BoundedHistory``; each trial
+  grouped, split and converted once), choosing among its candidates those a proposer takes.
 """
 
 from __future__ import annotations
@@ -46,12 +39,10 @@ def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
 
 def start_running_trial(study: optuna.Study, params: dict, distributions: dict,
                         batch: Callable = contextlib.nullcontext) -> optuna.Trial:
-    """A running trial with ``params``: the trial, then its parameters together in ``batch()``
-    (one transaction with ``BatchedStorage.batch``). enqueue_trial, ask and the suggestions take five
-    transactions and ask a scan for waiting trials besides; a template trial takes one, but
-    Optuna's relational storage then looks each parameter's earlier distribution up in the
-    database (15 parameters: 42 ms a trial on the 2-core test machine), where the storage's cache
-    in front of it knows them. The sampler sees the trial as it sees an enqueued one."""
+    """A running trial with ``params``, its parameters together in ``batch()`` (one transaction
+    with ``BatchedStorage.batch``; enqueue_trial, ask and the suggestions take five, and a template
+    trial looks each parameter's earlier distribution up: 42 ms for 15 parameters on a 2-core
+    machine). The sampler sees the trial as it sees an enqueued one."""
     storage = study._storage
     created = storage.create_new_trial(study._study_id)
     with batch():
@@ -63,13 +54,10 @@ def start_running_trial(study: optuna.Study, params: dict, distributions: dict,
 
 @contextlib.contextmanager
 def one_read(study: optuna.Study):
-    """The study's trials read once for the whole block (one ask and its suggestions).
-
-    With the constant liar, Optuna's TPE reads every trial of the study afresh for each group of
-    parameters it samples, so that it sees the latest running ones: five reads per gemmtune
-    proposal (three groups, and the search space), each a round of queries, and the largest
-    cost of the search process per trial. Within one proposal nothing else is told or asked,
-    so one read serves them all."""
+    """The study's trials read once for the whole block (one ask and its suggestions): with the
+    constant liar, Optuna's TPE reads them afresh for each group it samples (five rounds of queries
+    a proposal, once the search process's largest cost per trial), and within one proposal
+    nothing else is told or asked."""
     read = study._get_trials
     trials: list | None = None
 
@@ -109,13 +97,10 @@ BEST = 50        # best completed trials always among them: TPE's "good" group i
 
 class BoundedHistory:
     """What TPE reads of a study: at most the ``best`` best completed trials, the ``keep``
-    latest other finished ones, and every running one (``view``).
-
-    TPE builds its estimators from every trial it reads, for each proposal: unbounded, a long
-    search at a small problem slowed from 9 trials a second to 2 in fifteen minutes on the H200.
-    With more than 250 trials TPE's "good" group is its 25 best, which the bound keeps; it forgets
-    old "bad" trials, as a sliding-window TPE does. The best are updated from the trials finished
-    since the last proposal, so a proposal costs the same in the tenth thousand trials as in the first."""
+    latest other finished ones, and every running one (``view``). Unbounded, a long search at a
+    small problem slowed from 9 trials a second to 2 in fifteen minutes on the H200. TPE's "good"
+    group (its 25 best past 250 trials) is kept; old "bad" trials are forgotten, as a
+    sliding-window TPE does; the best are updated from the trials finished since the last read."""
 
     def __init__(self, keep: int = HISTORY, best: int = BEST):
         self.keep, self.best = keep, best
@@ -201,7 +186,9 @@ class GroupedTpe(optuna.samplers.TPESampler):
     * its estimators see a bounded history (``BoundedHistory``): a proposal costs the same in
       the tenth thousand trials as in the first;
     * the trials are split into good and bad once per proposal (``_split_once``), and a
-      finished trial's parameters and constraints are converted once (``_get_internal_repr``)."""
+      finished trial's parameters and constraints are converted once (``_get_internal_repr``);
+    * with ``accept`` (set by the proposer for each proposal) it takes the best candidate that
+      ``accept`` takes, where Optuna takes the best of all (``_compute_acquisition_func``)."""
 
     def __init__(self, choice: str | None = None, **kwargs):
         super().__init__(multivariate=True, group=True, **kwargs)
@@ -213,6 +200,8 @@ class GroupedTpe(optuna.samplers.TPESampler):
         self._converted_in = None   # the study whose finished trials' conversions are kept:
         self._rows: dict[tuple, _Observed] = {}   # parameter names -> the finished trials' internal values
         self._infeasible: dict[int, float] = {}   # trial number -> its constraints' score
+        self.accept: Callable[[dict], bool] | None = None   # set per proposal (``_compute_acquisition_func``)
+        self._sampling: tuple[dict, dict] | None = None     # (parameters chosen, the group's space) while sampling
 
     def sample_relative(self, study, trial, search_space: dict) -> dict:
         with self._history.view(study), self._split_once(study):
@@ -251,10 +240,9 @@ class GroupedTpe(optuna.samplers.TPESampler):
             tpe_module._split_trials, tpe_module._get_infeasible_trial_score = split_trials, infeasible_score
 
     def _get_internal_repr(self, trials, search_space, *study) -> dict:
-        """Optuna's, each finished trial's values converted once and kept in columns, from which
-        a proposal's trials are picked by index (``_Observed``). (Optuna 5 passes the study; 4.9
-        does not.) A parameter's distribution is the same in every trial of a study (Optuna
-        refuses one that differs), so the trial's own converts as the search space's."""
+        """Optuna's, each finished trial's values converted once (with its own distribution, which
+        Optuna keeps equal in a study) and kept in columns, from which a proposal's trials are
+        picked by index (``_Observed``). Optuna 5 passes the study; 4.9 does not."""
         names = tuple(search_space)
         observed = self._rows.get(names)
         if observed is None:
@@ -284,19 +272,35 @@ class GroupedTpe(optuna.samplers.TPESampler):
     def _sample_groups(self, study, trial, search_space: dict) -> dict:
         spaces = self._search_space_group.search_spaces
         if self._choice is None or not any(self._choice in s for s in spaces):
-            return super().sample_relative(study, trial, search_space)
+            self._sampling = {}, search_space   # (cleared by the next proposal if this raises)
+            params, self._sampling = super().sample_relative(study, trial, search_space), None
+            return params
         params: dict = {}
         for space in sorted(spaces, key=lambda s: self._choice not in s):   # the choice first
             if self._choice not in space and not all(name.startswith(f"{params.get(self._choice)}.") for name in space):
                 continue
             wanted = {name: d for name, d in sorted(space.items()) if not d.single() and name in search_space}
+            self._sampling = (dict(params), wanted) if self._choice not in space else None
             params.update(self._sample_relative(study, trial, wanted))
+        self._sampling = None
         if params and self._constant_liar:   # as Optuna shares them with other processes
             text = json.dumps(params)
             for i in range(0, len(text), _SYSTEM_ATTR_MAX_LENGTH):
                 study._storage.set_trial_system_attr(trial._trial_id, f"{_RELATIVE_PARAMS_KEY}:{i // _SYSTEM_ATTR_MAX_LENGTH}",
                                                      text[i:i + _SYSTEM_ATTR_MAX_LENGTH])
         return params
+
+    def _compute_acquisition_func(self, samples, mpe_below, mpe_above):
+        """Optuna's scores of its candidates, those that ``accept`` refuses (with the parameters
+        chosen before: an invalid or measured configuration, which costs a whole proposal more)
+        below every other; all as Optuna's where it refuses every one."""
+        scores = super()._compute_acquisition_func(samples, mpe_below, mpe_above)
+        if self.accept is None or self._sampling is None:
+            return scores
+        chosen, space = self._sampling
+        ok = np.array([self.accept({**chosen, **{n: space[n].to_external_repr(v[i]) for n, v in samples.items()}})
+                       for i in range(len(scores))])
+        return np.where(ok, scores, -np.inf) if ok.any() else scores
 
     def infer_relative_search_space(self, study, trial) -> dict:
         # Only the trials from the first one unfinished at the last proposal on are looked at:
@@ -358,9 +362,8 @@ class BatchedStorage(optuna.storages.RDBStorage):
             session, trial_id, param_name, param_value_internal, distribution, previous_distribution))
 
     def _add_param(self, session, trial_id: int, name: str, value: float, distribution, previous) -> None:
-        """``_set_trial_param_without_commit`` with the trial read once per batch: Optuna's
-        queries it afresh for every parameter (a dozen reads a proposal). Without the parameter's earlier distribution
-        (the first trial that has it), Optuna's own, which looks it up."""
+        """``_set_trial_param_without_commit`` with the trial read once per batch (Optuna's reads
+        it for every parameter); without the parameter's earlier distribution, Optuna's own."""
         if previous is None:
             return self._set_trial_param_without_commit(session, trial_id, name, value, distribution, None)
         trial = self._read.get(trial_id)   # held here: the session keeps only weak references
@@ -378,9 +381,8 @@ class BatchedStorage(optuna.storages.RDBStorage):
             session, models.TrialUserAttributeModel, trial_id, key, value))
 
     def unbeaten_trial_ids(self, study_id: int, grace: float) -> list[int]:
-        """Trials RUNNING for more than ``grace`` seconds that never sent a heartbeat: their process
-        died between creating them and the first beat (a few milliseconds, but a kill can land
-        there). Optuna's stale-trial check passes over them, so nothing else would ever end them."""
+        """Trials RUNNING for more than ``grace`` seconds without a heartbeat: their process died
+        before the first beat, and Optuna's stale-trial check passes over them."""
         started, now = _trial_start()
         since = now - timedelta(seconds=grace)
         with _create_scoped_session(self.scoped_session) as session:
@@ -390,9 +392,8 @@ class BatchedStorage(optuna.storages.RDBStorage):
 
 
 def _trial_start():
-    """The column of a trial's start, and the time now as it is written there. Optuna 5 writes
-    the start in UTC (``_datetime_start_utc``), Optuna 4 in the creating machine's local time
-    (``datetime_start``); both without a time zone."""
+    """The column of a trial's start and the time now as written there (Optuna 5: UTC,
+    ``_datetime_start_utc``; Optuna 4: local time, ``datetime_start``; both without a zone)."""
     utc = getattr(models.TrialModel, "_datetime_start_utc", None)
     if utc is not None:
         return utc, datetime.now(timezone.utc).replace(tzinfo=None)

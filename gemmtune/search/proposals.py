@@ -44,12 +44,14 @@ class Proposals:
         return Config.of(kernel, {p: trial.suggest_categorical(self.name(kernel, p), values)
                                   for p, values in fs.values.items()})
 
-    def decode(self, params: dict) -> Config | None:
-        """The configuration of a trial's Optuna parameters (None if it has none of this space)."""
+    def decode(self, params: dict, complete: bool = False) -> Config | None:
+        """The configuration of a trial's Optuna parameters (None if it has none of this space);
+        with ``complete``, a parameter of one value may be missing (samplers leave those out)."""
         kernel = params.get("KERNEL", self.space.families[0].family.name)
         try:
             fs = self.space.family(kernel)
-            given = {p: params[self.name(kernel, p)] for p in fs.values}
+            given = {p: params[self.name(kernel, p)] if not complete or len(values) > 1 or self.name(kernel, p) in params
+                     else (values[0] if not self.ordinal else 0) for p, values in fs.values.items()}
         except (KeyError, GemmtuneError):
             return None
         if self.ordinal:

@@ -75,6 +75,27 @@ def memory_study(strategy: Strategy) -> optuna.Study:
     return optuna.create_study(storage=None, direction="maximize", sampler=strategy.sampler())
 
 
+@contextlib.contextmanager
+def accepting(sampler, proposals: Proposals, is_valid: Callable[[Config], bool]):
+    """Within the block a sampler that can choose among its candidates (``GroupedTpe.accept``)
+    takes its best valid one, sparing the proposal an invalid choice would cost. Measured ones
+    stay acceptable: told their value again, repeats sharpen TPE's estimate of a good region, and
+    refusing them too cost the replays trials (docs/search.md, "Long searches")."""
+    if not hasattr(sampler, "accept"):
+        yield
+        return
+
+    def accept(params: dict) -> bool:   # a candidate leaves out the parameters of one value
+        config = proposals.decode(params, complete=True)
+        return config is not None and is_valid(config)
+
+    sampler.accept = accept
+    try:
+        yield
+    finally:
+        sampler.accept = None
+
+
 class Proposer(Unmeasured):
     """The next candidate to measure, by the rules in the module docstring.
 
@@ -153,7 +174,8 @@ class Proposer(Unmeasured):
                 self.asked(trial)
             with self.batch():
                 if config is None:
-                    config = self.proposals.suggest(trial)
+                    with accepting(trial.study.sampler, self.proposals, self.is_valid):
+                        config = self.proposals.suggest(trial)
                 invalid = not self.is_valid(config)
                 if invalid:
                     broken = self.why_invalid(config) if self.why_invalid else None
