@@ -272,7 +272,7 @@ class GroupedTpe(optuna.samplers.TPESampler):
     def _sample_groups(self, study, trial, search_space: dict) -> dict:
         spaces = self._search_space_group.search_spaces
         if self._choice is None or not any(self._choice in s for s in spaces):
-            self._sampling = {}, search_space   # (cleared by the next proposal if this raises)
+            self._sampling = {}, search_space
             params, self._sampling = super().sample_relative(study, trial, search_space), None
             return params
         params: dict = {}
@@ -292,12 +292,12 @@ class GroupedTpe(optuna.samplers.TPESampler):
 
     def _compute_acquisition_func(self, samples, mpe_below, mpe_above):
         """Optuna's scores of its candidates, those that ``accept`` refuses (with the parameters
-        chosen before: an invalid or measured configuration, which costs a whole proposal more)
+        chosen before; the proposer refuses invalid configurations, each a whole proposal more)
         below every other; all as Optuna's where it refuses every one."""
         scores = super()._compute_acquisition_func(samples, mpe_below, mpe_above)
-        if self.accept is None or self._sampling is None:
+        chosen, space = self._sampling or ({}, {})
+        if self.accept is None or not space or not samples.keys() <= space.keys():
             return scores
-        chosen, space = self._sampling
         ok = np.array([self.accept({**chosen, **{n: space[n].to_external_repr(v[i]) for n, v in samples.items()}})
                        for i in range(len(scores))])
         return np.where(ok, scores, -np.inf) if ok.any() else scores
