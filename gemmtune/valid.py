@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 import random
 import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Iterator
@@ -151,10 +152,10 @@ class ValidConfigs(Sequence):
         """Start counting in a forked process, for ``len`` to read later. A search's summary
         says how many configurations are valid, and for a GPU's space the count takes seconds
         (4.5 s for z on the H200, more beside busy compilers): the search would otherwise wait
-        for it after its last trial. A small product, or a platform without fork, counts when
-        asked."""
+        for it after its last trial. A small product counts when asked, and so does a platform
+        other than Linux, where forking a process with threads is not safe (as ``search.ahead``)."""
         if (self._counts is not None or self._aside is not None or self.space.size <= space_module.CHUNK_ROWS
-                or "fork" not in mp.get_all_start_methods()):
+                or not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods()):
             return
         receive, send = mp.Pipe(duplex=False)
         process = mp.get_context("fork").Process(target=_count_into, args=(self, send), name="gemmtune-count",

@@ -769,3 +769,14 @@ def test_a_pick_from_a_small_valid_set_is_by_position(tmp_path, monkeypatch):
     view = ValidConfigs(space, GPU_LIKE, prec)
     assert [view.pick(random.Random(seed)) for seed in range(20)] == [random.Random(seed).choice(listed)
                                                                        for seed in range(20)]
+
+
+def test_off_linux_the_count_is_not_started_aside(tmp_path, monkeypatch):
+    # Forking a process with threads is safe on Linux alone: elsewhere len counts when asked.
+    monkeypatch.setattr(space_module, "CHUNK_ROWS", 64)
+    monkeypatch.setattr(valid_module.sys, "platform", "darwin")
+    space = load_space(two_family_space(tmp_path))
+    view = ValidConfigs(space, GPU_LIKE, get_precision("s"))
+    view.count_aside()
+    assert view._aside is None
+    assert len(view) == count_valid(space, GPU_LIKE, get_precision("s"))
