@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -78,6 +80,13 @@ def _usable_cores() -> list[int] | None:
         return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not on every platform
         return None
+
+
+def forking_is_safe() -> bool:
+    """Whether a search, which runs threads, may fork a child that goes on in Python: on Linux.
+    Elsewhere fork is missing or, as on macOS, unsafe with threads. Proposals made ahead
+    (``search.ahead``) and the valid set counted aside (``ValidConfigs.count_aside``) need it."""
+    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
 
 
 def host_cores() -> int:

@@ -12,7 +12,6 @@ import multiprocessing as mp
 import os
 import random
 import signal
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Iterator
@@ -21,7 +20,7 @@ import numpy as np
 
 from gemmtune import space as space_module
 from gemmtune.families import FAMILIES, Constraint
-from gemmtune.info import DeviceInfo
+from gemmtune.info import DeviceInfo, forking_is_safe
 from gemmtune.precision import Precision
 from gemmtune.space import Config, FamilySpace, Space, require_precision
 
@@ -153,9 +152,9 @@ class ValidConfigs(Sequence):
         says how many configurations are valid, and for a GPU's space the count takes seconds
         (4.5 s for z on the H200, more beside busy compilers): the search would otherwise wait
         for it after its last trial. A small product counts when asked, and so does a platform
-        other than Linux, where forking a process with threads is not safe (as ``search.ahead``)."""
+        where forking a process with threads is not safe (``info.forking_is_safe``)."""
         if (self._counts is not None or self._aside is not None or self.space.size <= space_module.CHUNK_ROWS
-                or not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods()):
+                or not forking_is_safe()):
             return
         receive, send = mp.Pipe(duplex=False)
         process = mp.get_context("fork").Process(target=_count_into, args=(self, send), name="gemmtune-count",
@@ -242,7 +241,6 @@ class ValidConfigs(Sequence):
         if self._counts is not None or self.space.size <= space_module.CHUNK_ROWS:
             return rng.choice(self)
         return self.sample(1, rng)[0]
-
 
 
 # How long ``len`` waits for a count started aside before counting itself: far longer than any

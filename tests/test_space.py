@@ -27,6 +27,7 @@ from helpers_foundation import (  # noqa: E402
 
 from gemmtune.defaults import FALLBACK, default_config, shipped_default  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
+from gemmtune.info import forking_is_safe  # noqa: E402
 from gemmtune.families import FAMILIES, XGEMM_K5, kernel_parameters  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.resources import load_kernel_source  # noqa: E402
@@ -774,7 +775,8 @@ def test_a_pick_from_a_small_valid_set_is_by_position(tmp_path, monkeypatch):
 def test_off_linux_the_count_is_not_started_aside(tmp_path, monkeypatch):
     # Forking a process with threads is safe on Linux alone: elsewhere len counts when asked.
     monkeypatch.setattr(space_module, "CHUNK_ROWS", 64)
-    monkeypatch.setattr(valid_module.sys, "platform", "darwin")
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert not forking_is_safe()
     space = load_space(two_family_space(tmp_path))
     view = ValidConfigs(space, GPU_LIKE, get_precision("s"))
     view.count_aside()

@@ -23,12 +23,12 @@ import copy
 import multiprocessing as mp
 import os
 import signal
-import sys
 from collections import deque
 
 import optuna
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.info import forking_is_safe as ahead_possible
 from gemmtune.search.candidates import config_key
 from gemmtune.search.session import Proposer
 
@@ -38,9 +38,6 @@ AHEAD = 4   # proposals the child keeps ready: enough to cover a burst of free b
 class NotReady:
     """What ``AheadProposer.next`` returns while the child is still proposing."""
 
-
-def ahead_possible() -> bool:
-    return sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods()
 
 
 class Journal(dict):

@@ -107,8 +107,7 @@ class Lane:
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)
         store.save_device(dev)
         self.measured: dict[tuple, tuple[str, float | None]] = Journal()
-        self.seen_id = 0
-        self.learn = self.session.copy.learn   # other processes' results, for the sampler
+        self.seen_id, self.learn = 0, self.session.copy.learn   # learn: other processes' results, for the sampler
         self.refresh()
         rng = random.Random(req.seed)
         self.proposer = proposer = Proposer(
@@ -160,13 +159,14 @@ class Lane:
                Outcome("lost", detail="its search process stopped sending heartbeats (it or its machine died) "
                        "during the trial"), False, self.req.trans_a, self.req.trans_b)
 
+    @property
+    def asking(self) -> bool:   # not stopped, and the trial budget not spent on trials done or in flight
+        return self.stopped_by is None and (self.budget is None or self.done + self.pipeline.in_flight < self.budget)
+
     def fill_one(self) -> bool:
-        """Ask for one new candidate if there is room (builds run ahead of the devices); True if
-        one was asked. One at a time, so that finished devices are fed between asks: an ask
-        (and the invalid proposals it may skip) costs the sampler and the database some time."""
-        if self.stopped_by is not None or not self.pipeline.has_room():
-            return False
-        if self.budget is not None and self.done + self.pipeline.in_flight >= self.budget:
+        """Ask for one new candidate if there is room (builds run ahead of the devices); True if one
+        was asked. One at a time, so that finished devices are fed between costly asks."""
+        if not self.asking or not self.pipeline.has_room():
             return False
         with quiet_heartbeat():
             proposal = self.proposer.next()

@@ -222,9 +222,7 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
                 lane.pipeline.feed()
                 asked = lane.fill_one() or asked
                 lane.pipeline.feed()
-                asking = lane.stopped_by is None and (lane.budget is None
-                                                      or lane.done + lane.pipeline.in_flight < lane.budget)
-                idle[lane].note(lane.pipeline, time.monotonic(), winding_down=not asking)
+                idle[lane].note(lane.pipeline, time.monotonic(), winding_down=not lane.asking)
             if now - beat >= beat_s:
                 beat = now
                 for lane in lanes:

@@ -80,7 +80,7 @@ class Summary:
     device_busy: float | None = None  # share of the wall time the timing workers were busy
     devices: list[DeviceInfo] = field(default_factory=list)   # every device that searched it here
     # share of the wall time the timing workers had nothing to measure, by what they waited for:
-    # "build" (a compiler was building) or "proposal" (none was)
+    # "proposal" (the pipeline had room for another candidate) or "build" (the builds in progress)
     device_idle: dict[str, float] | None = None
 
     @property
