@@ -27,6 +27,18 @@ def test_the_time_cap_stops_sampling_only_once_the_median_has_an_interval():
     assert enough([1.0, 9.0] * 2, spent_s=0.0, policy=TimingPolicy(max_repeats=4))
 
 
+def test_the_interval_of_the_median_is_scipys_quantile_test_interval():
+    from scipy import stats
+
+    rng = np.random.default_rng()
+    for n in [*range(MIN_SAMPLES, 40), 97, 200, 1000]:
+        for x in (rng.lognormal(size=n), rng.integers(0, 4, size=n).astype(float)):   # ties too
+            ci = stats.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(0.95)
+            assert median_ci(list(x)) == (float(ci.low), float(ci.high)), n
+    low, high = median_ci([5.0, 1.0, 4.0, 2.0, 3.0, 6.0, 9.0, 7.0, 8.0, 10.0])   # unsorted samples
+    assert low < 5.5 < high and {low, high} <= set(range(1, 11))
+
+
 def test_a_sample_batches_fewer_calls_when_the_cap_could_not_hold_enough_samples():
     assert batch_size(0.001) == MAX_BATCH                                   # tiny kernel: amortise
     assert batch_size(0.001, call_ms=0.5, cap_s=0.03) == 10                 # 6 samples x 10 x 0.5 ms = 30 ms
