@@ -61,3 +61,29 @@ def test_a_trial_under_any_time_cap_has_an_interval_around_its_median(cap, tmp_p
     assert t.repeats >= MIN_SAMPLES
     low, high = t.ci_ms
     assert low <= t.median_ms <= high
+
+
+def test_a_worker_reads_every_result_afresh_into_the_memory_it_maps_once_per_shape(tmp_path):
+    # Trials of one shape share one mapped host buffer: a later kernel's wrong or unwritten
+    # result must still be caught, never pass on what an earlier trial left there.
+    import pyopencl as cl
+
+    from faults import write_fault_space
+    from gemmtune.device import open_device
+    from gemmtune.jobs import Job
+    from gemmtune.worker import _trial
+
+    space = load_space(write_fault_space(tmp_path, (1, 5, 8)))
+    family = space.family("xgemm_k5")
+    info, dev = open_device("0")
+    queue = cl.CommandQueue(cl.Context([dev]), properties=cl.command_queue_properties.PROFILING_ENABLE)
+    problems: dict = {}
+    statuses, buffers = [], []
+    for fault in (1, 5, 1, 8):
+        config = next(c for c in valid_configs(space, info, get_precision("s")) if c.params["FAULT"] == fault)
+        outcome = _trial(cl, queue, problems, Job(config, family.source, "s", 40, 24, 56, TimingPolicy(max_seconds=0.01)))
+        statuses.append(outcome.status)
+        (pb,) = problems.values()
+        buffers.append(pb.result)
+    assert statuses == ["ok", "wrong_result", "ok", "wrong_result"]
+    assert all(b is buffers[0] for b in buffers) and isinstance(buffers[0].base, cl.MemoryMap)
