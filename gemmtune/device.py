@@ -48,6 +48,14 @@ def nvidia_compute_capability(d: cl.Device) -> int | None:
     return _nv_attribute(d, "compute_capability_major_nv")
 
 
+def keeps_source_builds(d: cl.Device) -> bool:
+    """Whether the driver keeps what it builds from source in an on-disk cache that another
+    process finds: PoCL does (~/.cache/pocl/kcache, keyed by the preprocessed source and the
+    options), with each kernel's machine code for a launch's work-group size beside the program,
+    unless POCL_KERNEL_CACHE=0 turns the cache off."""
+    return d.platform.name == "Portable Computing Language" and os.environ.get("POCL_KERNEL_CACHE", "1") != "0"
+
+
 def has_fp64_matrix(d: cl.Device) -> bool:
     """Whether kernels can multiply doubles with NVIDIA's mma.sync on 16 x 8 x 8 blocks
     (compute capability 9.0 and later): xgemm_rt's MMA."""

@@ -249,7 +249,7 @@ class Compilers:
     def collect(self, worker: Worker) -> Built:
         if not worker.connection.poll(0):
             worker.restart()
-            return Built("timeout", detail=f"no binary within the trial timeout of {self.timeout:g} s")
+            return Built("timeout", detail=f"no build within the trial timeout of {self.timeout:g} s")
         built = worker.receive()
         if built is None:
             reason = worker.death()

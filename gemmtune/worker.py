@@ -15,7 +15,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.jobs import Built, Job, Outcome, StopAbove
+from gemmtune.jobs import Built, BuildJob, Job, Outcome, StopAbove
 from gemmtune.timing import MIN_SAMPLES, Timing, enough, median_ci
 
 DETAIL_LIMIT = 8000       # characters of build log or error text kept per trial
@@ -294,14 +294,20 @@ def _worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None)
 
 
 def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
-    """A compiler: builds one program at a time in a context of its own and returns its binary.
+    """A compiler: builds one program at a time in a context of its own and hands the timing
+    worker what spares it the work: the binary, or the driver's cache.
 
-    Binaries, not a shared driver cache, carry the work to the timing worker: both PoCL
-    (its own binary format) and NVIDIA (PTX, which the driver turns into machine code in a
-    fraction of the front end's time) load a program from a binary, while only PoCL would find
-    a source build of another process in its on-disk cache. NVIDIA's driver does cache the
-    machine code it makes from a PTX binary on load (~/.nv/ComputeCache), so on a GPU the
-    compiler loads its binary once too, and the timing worker's load is a cache hit.
+    * NVIDIA loads a program from its binary (PTX) and turns it into machine code on the first
+      load, in a fraction of the front end's time, keeping that in its on-disk cache
+      (~/.nv/ComputeCache): the compiler loads its binary once, and the timing worker's load of
+      it is a cache hit.
+    * PoCL (``keeps_source_builds``) makes each kernel's machine code for the work-group size
+      of its first launch, then: 0.25-0.3 s of the timing worker's time per candidate on a
+      2-core machine, and asked for a binary it first makes a version for any size, which no
+      launch uses (0.25-0.35 s more). So there the compiler returns no binary and launches each
+      of the problem's kernels over one work-group instead; the timing worker's build from
+      source then finds the program and its kernels in PoCL's cache.
+    * Other drivers: the binary alone.
     """
     import hashlib
 
@@ -309,15 +315,26 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
     if opened is None:
         return
     cl, ctx = opened
+    from gemmtune.device import keeps_source_builds
     from gemmtune.kernels import BuildError, build, defines, load_binary, program_binary
     from gemmtune.precision import get_precision
 
     preload = not ctx.devices[0].type & cl.device_type.CPU
+    cached = keeps_source_builds(ctx.devices[0])
+    queue = cl.CommandQueue(ctx) if cached else None
     for job in _jobs(conn):
         t0 = time.perf_counter()
         try:
-            defs = defines(job.config, get_precision(job.precision), job.problem)
-            binary = program_binary(build(ctx, job.source, defs))
+            prec = get_precision(job.precision)
+            defs = defines(job.config, prec, job.problem)
+            program = build(ctx, job.source, defs)
+            if cached:
+                _launch_once(cl, queue, job, prec)
+                digest = hashlib.sha256(repr((job.source, sorted(defs.items()))).encode()).hexdigest()
+                result = Built("ok", None, digest, time.perf_counter() - t0)
+                conn.send(result)
+                continue
+            binary = program_binary(program)
             if preload:
                 try:
                     load_binary(ctx, binary, defs)
@@ -329,3 +346,28 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
         except Exception:  # noqa: BLE001 - the compiler itself broke: one candidate's loss
             result = Built("crash", compile_s=time.perf_counter() - t0, detail=traceback.format_exc()[-DETAIL_LIMIT:])
         conn.send(result)
+
+
+def _launch_once(cl, queue, job: BuildJob, prec) -> None:
+    """Each kernel of ``job``'s problem launched over one work-group of its own size, on buffers of
+    the problem's sizes (group 0 of the real launch reads and writes only what that launch's
+    group 0 does), so that the driver makes its machine code for that size now. A launch the
+    driver refuses is left for the timing worker to find and report."""
+    from gemmtune.kernels import GemmOperation
+
+    p = job.problem
+    if p is None:   # the problem is not known: the timing worker makes the code for its launch
+        return
+    op = GemmOperation(queue, job.config, job.source, prec, p.m, p.n, p.k, p.trans_a, p.trans_b, problem=p)
+    mf = cl.mem_flags
+    a, b, c = (cl.Buffer(queue.context, mf.READ_WRITE, max(1, size * prec.bytes))
+               for size in (p.m * p.k, p.k * p.n, p.m * p.n))
+    op.bind(a, b, c, 1.0, 0.0)
+    for kernel, launch, _ in op.launches:
+        if launch.local_size is not None:
+            try:
+                cl.enqueue_nd_range_kernel(queue, kernel, launch.local_size, launch.local_size)
+            except cl.Error:
+                pass
+    queue.finish()
+

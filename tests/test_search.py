@@ -665,3 +665,56 @@ def test_a_large_valid_set_is_counted_aside_for_the_summary(tmp_path, monkeypatc
     assert counted == [True]
     dev = resolve_device(None)
     assert summary.space_size == len(valid_configs(load_space(space), dev, get_precision("s"))) > 4
+
+
+def _compile(configs, space, problem) -> list:
+    from gemmtune.jobs import BuildJob
+    from gemmtune.runner import Compilers
+
+    compilers = Compilers("0", 1, 60)
+    try:
+        built = []
+        for config in configs:
+            worker = compilers.idle()
+            worker.submit(BuildJob(config, space.family(config.kernel).source, "s", problem), 60)
+            assert worker.connection.poll(60)
+            built.append(compilers.collect(worker))
+        return built
+    finally:
+        compilers.close()
+
+
+def test_on_pocl_a_compiler_hands_its_build_over_through_the_drivers_cache(tmp_path, monkeypatch):
+    # PoCL keeps source builds, and each kernel's code for the size it was launched with, on
+    # disk: no binary is made (asked for one, PoCL compiles every kernel for any size first).
+    # One digest per build, so that identical builds are measured once.
+    from gemmtune.device import keeps_source_builds, open_device
+    from gemmtune.launch import Problem
+
+    (tmp_path / "tiny.toml").write_text(TINY_SPACE)
+    space = load_space(tmp_path / "tiny.toml")
+    info, dev = open_device("0")
+    first, second = valid_configs(space, info, get_precision("s"))[:2]
+    assert keeps_source_builds(dev)
+    built = _compile([first, first, second], space, Problem(40, 24, 56))
+    assert [b.status for b in built] == ["ok"] * 3 and all(b.binary is None for b in built)
+    assert built[0].digest == built[1].digest != built[2].digest
+    monkeypatch.setenv("POCL_KERNEL_CACHE", "0")   # the cache off: the binary carries the build
+    assert not keeps_source_builds(dev)
+    (again,) = _compile([first], space, Problem(40, 24, 56))
+    assert again.status == "ok" and again.binary
+
+
+def test_on_pocl_a_compiler_launches_the_kernels_it_built(tmp_path):
+    # The proof that it launches: a kernel that reads far out of bounds kills the compiler
+    # (one candidate lost, as on the timing worker); a launch the driver refuses is left for the
+    # timing worker to report.
+    from gemmtune.device import open_device
+    from gemmtune.launch import Problem
+
+    space = load_space(write_fault_space(tmp_path, (3, 6)))
+    info, _ = open_device("0")
+    crashing, refused = valid_configs(space, info, get_precision("s"))
+    out_of_bounds, bad_size = _compile([crashing, refused], space, Problem(40, 24, 56))
+    assert out_of_bounds.status == "crash" and "signal" in out_of_bounds.detail
+    assert bad_size.status == "ok"
