@@ -89,10 +89,6 @@ class Pipeline:
         self.timing: dict[int, deque] = {i: deque() for i in range(len(runners))}
         self.fed = [0] * len(runners)    # candidates given to each device so far
         self.depth = 2 if compilers is not None else 1
-        # A CPU device's timing worker with nothing to measure builds the next candidate itself:
-        # its cores are the device's, idle while it waits, and the compilers (one per core
-        # beside it) are all building. On a GPU's host the compilers already have every core.
-        self.builds_when_idle = compilers is not None and all(r.device.type == "CPU" for r in runners)
 
     @property
     def busy(self) -> list:
@@ -108,15 +104,8 @@ class Pipeline:
 
     def has_room(self) -> bool:
         if self.compilers is not None:
-            return self._compiler_has_room() or self._device_builds()
+            return self.compilers.idle() is not None and len(self.ready) + len(self.busy) < self.build_ahead()
         return len(self.ready) + sum(map(len, self.timing.values())) < len(self.runners)
-
-    def _compiler_has_room(self) -> bool:
-        return self.compilers.idle() is not None and len(self.ready) + len(self.busy) < self.build_ahead()
-
-    def _device_builds(self) -> bool:
-        """Whether the next candidate goes unbuilt to an idle timing worker (``builds_when_idle``)."""
-        return self.builds_when_idle and not self.ready and not all(self.timing.values())
 
     def build_ahead(self) -> int:
         """Candidates built or building ahead of the devices: twice the builds that finish while
@@ -129,7 +118,7 @@ class Pipeline:
         return len(self.runners) * (2 + 2 * math.ceil(self.build_s / self.device_s))
 
     def add(self, trial, config: Config, key: tuple) -> None:
-        if self.compilers is not None and self._compiler_has_room():
+        if self.compilers is not None:
             job = BuildJob(config, self.space.family(config.kernel).source, self.prec.code, self.problem)
             self.compilers.idle().submit(job, self.compilers.timeout, (trial, config, key))
         else:
