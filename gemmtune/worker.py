@@ -330,17 +330,16 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
             program = build(ctx, job.source, defs)
             if cached:
                 _launch_once(cl, queue, job, prec)
-                digest = hashlib.sha256(repr((job.source, sorted(defs.items()))).encode()).hexdigest()
-                result = Built("ok", None, digest, time.perf_counter() - t0)
-                conn.send(result)
-                continue
-            binary = program_binary(program)
-            if preload:
-                try:
-                    load_binary(ctx, binary, defs)
-                except cl.Error:  # the timing worker will find out for itself, and say why
-                    pass
-            result = Built("ok", binary, hashlib.sha256(binary).hexdigest(), time.perf_counter() - t0)
+                binary, digest = None, hashlib.sha256(repr((job.source, sorted(defs.items()))).encode()).hexdigest()
+            else:
+                binary = program_binary(program)
+                digest = hashlib.sha256(binary).hexdigest()
+                if preload:
+                    try:
+                        load_binary(ctx, binary, defs)
+                    except cl.Error:  # the timing worker will find out for itself, and say why
+                        pass
+            result = Built("ok", binary, digest, time.perf_counter() - t0)
         except BuildError as e:
             result = Built("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
         except Exception:  # noqa: BLE001 - the compiler itself broke: one candidate's loss
