@@ -147,14 +147,17 @@ class ValidConfigs(Sequence):
         self._ends: list[int] = []
         self._aside = None   # (pid that started it, process, pipe) of ``count_aside``
 
+    @property
+    def _count_is_cheap(self) -> bool:   # counted already, or a product of one chunk
+        return self._counts is not None or self.space.size <= space_module.CHUNK_ROWS
+
     def count_aside(self) -> None:
         """Start counting in a forked process, for ``len`` to read later. A search's summary
         says how many configurations are valid, and for a GPU's space the count takes seconds
         (4.5 s for z on the H200, more beside busy compilers): the search would otherwise wait
         for it after its last trial. A small product counts when asked, and so does a platform
         where forking a process with threads is not safe (``info.forking_is_safe``)."""
-        if (self._counts is not None or self._aside is not None or self.space.size <= space_module.CHUNK_ROWS
-                or not forking_is_safe()):
+        if self._count_is_cheap or self._aside is not None or not forking_is_safe():
             return
         receive, send = mp.Pipe(duplex=False)
         process = mp.get_context("fork").Process(target=_count_into, args=(self, send), name="gemmtune-count",
@@ -238,7 +241,7 @@ class ValidConfigs(Sequence):
     def pick(self, rng: random.Random) -> Config:
         """One valid configuration, drawn uniformly: by position where the set is counted or
         small, else from the product, which needs no count (4.5 s for z's H200 space)."""
-        if self._counts is not None or self.space.size <= space_module.CHUNK_ROWS:
+        if self._count_is_cheap:
             return rng.choice(self)
         return self.sample(1, rng)[0]
 

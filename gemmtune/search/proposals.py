@@ -50,9 +50,10 @@ class Proposals:
         kernel = params.get("KERNEL", self.space.families[0].family.name)
         try:
             fs = self.space.family(kernel)
-            only = {p: values[0] if not self.ordinal else 0 for p, values in fs.values.items() if len(values) == 1}
-            given = {p: params[self.name(kernel, p)] if not complete or p not in only or self.name(kernel, p) in params
-                     else only[p] for p in fs.values}
+            only = {p: values[0] if not self.ordinal else 0 for p, values in fs.values.items()
+                    if complete and len(values) == 1}
+            given = {p: params[n] if (n := self.name(kernel, p)) in params or p not in only else only[p]
+                     for p in fs.values}
         except (KeyError, GemmtuneError):
             return None
         if self.ordinal:
