@@ -184,16 +184,17 @@ class ReplayRun:
 
 def replay_once(land: Landscape, sampler: str, seed: int, target: float,
                 first: Sequence[Config] = (), device: DeviceInfo | None = None, prior=None,
-                nearby: Sequence[Config] = ()) -> ReplayRun:
+                nearby: Sequence[Config] = (), fitted=None) -> ReplayRun:
     """One search of ``land`` with the strategy ``sampler``, stopping at the first measured ``ok``
     trial that reaches ``target`` x the best. ``first`` (the model's picks) are enqueued after
     the baseline where the strategy is model-seeded, or ``default`` and allows them; ``nearby``
     (the nearest tuned shapes' bests) before them for ``default`` only; ``device`` and ``prior``
-    (the device's other results rows) are what the strategy is prepared with."""
+    (the device's other results rows) and ``fitted`` (their model) are what the strategy is
+    prepared with."""
     threshold = target * land.best
     strategy = STRATEGIES[DEFAULT if sampler == "default" else sampler](seed)
     if device is not None:
-        strategy.prepare(learned.Problem(device, land.precision, *land.shape, peaks=land.peaks), prior)
+        strategy.prepare(learned.Problem(device, land.precision, *land.shape, peaks=land.peaks), prior, fitted)
     if not (strategy.model_seeded or (sampler == "default" and strategy.allows_model_seeds)):
         first = ()
     if sampler == "default":
@@ -307,7 +308,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
         raise GemmtuneError(f"{seeded[0]} needs a description of the study's device ({land.device_name}) "
                             "for the model")
     result = ReplayResult(land, target, seed_count)
-    top, prior = [], None
+    top, prior, fitted = [], None, None
     if device is not None:
         # As search: the device's other studies teach a model whose picks are among the seeds.
         prior = other_studies(land)
@@ -318,7 +319,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     nearby = nearby_configs(land, device) if "default" in samplers and device is not None else []
     workers = min(seeds, jobs or os.cpu_count() or 1)
     tasks = [(sampler, range(first, seeds, workers)) for sampler in samplers for first in range(workers)]
-    args = (target, top, device, prior, nearby)
+    args = (target, top, device, prior, nearby, fitted)
     if workers == 1:
         counts = [_trials(land, sampler, chosen, args) for sampler, chosen in tasks]
     else:

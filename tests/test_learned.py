@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import sys
 from pathlib import Path
@@ -144,15 +145,25 @@ def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_mod
     assert learned.prior_model(rp.other_studies(land).head(learned.MIN_ROWS - 1), dev) is None
 
 
-def test_without_other_studies_the_strategy_starts_from_the_model_seeds(two_studies):
-    land = rp.load_landscape(two_studies, "at-256")
-    problem = learned.Problem(gpu(), land.precision, *land.shape)
-    alone = STRATEGIES["learned"](0)
-    alone.prepare(problem, None)
-    assert alone.allows_model_seeds          # nothing to learn from: the analytic model's seeds first
-    taught = STRATEGIES["learned"](0)
-    taught.prepare(problem, rp.other_studies(land))
-    assert not taught.allows_model_seeds     # its own picks first
+def test_without_other_studies_the_learned_strategy_proposes_as_tpe_does(tmp_path):
+    """A device with nothing measured elsewhere teaches no model: the strategy leaves every
+    proposal to TPE, trial for trial; with another study in the database its model proposes, and
+    the same seeds measure in another order."""
+    alone = tmp_path / "alone.db"
+    landscape(alone, lambda c: speed(c, 256), study="at-256", m=256)
+    land, dev = rp.load_landscape(f"sqlite:///{alone}", "at-256"), gpu()
+    assert len(rp.other_studies(land)) == 0
+    strategy = STRATEGIES["learned"](0)
+    strategy.prepare(learned.Problem(dev, land.precision, *land.shape), rp.other_studies(land))
+    assert not strategy.learns and strategy.model is None and strategy.allows_model_seeds
+    runs = {s: [rp.replay_once(land, s, seed, 1.0, device=dev, prior=rp.other_studies(land)).measured
+                for seed in range(4)] for s in ("tpe", "learned")}
+    assert runs["learned"] == runs["tpe"]
+    landscape(alone, lambda c: speed(c, 512), study="at-512", m=512)   # now the device has a prior
+    land = rp.load_landscape(f"sqlite:///{alone}", "at-256")
+    taught = [rp.replay_once(land, "learned", seed, 1.0, device=dev, prior=rp.other_studies(land)).measured
+              for seed in range(4)]
+    assert taught != runs["tpe"]
 
 
 def test_replay_default_is_what_search_does_without_options(two_studies, monkeypatch):
@@ -167,9 +178,20 @@ def test_replay_default_is_what_search_does_without_options(two_studies, monkeyp
     monkeypatch.setattr(rp, "nearby_configs", lambda land, dev: [])
     seeded = rp.replay(land, ["default", "tpe-seeded"], seeds=3, target=1.0, device=dev)
     assert seeded.trials["default"] == seeded.trials["tpe-seeded"]
+    # With the learned strategy as the default: it measures after the baseline, the nearest
+    # shape's best and the seeds (which replay's "learned" skips), with the prior's model fitted
+    # once for both.
+    monkeypatch.undo()
     monkeypatch.setattr(rp, "DEFAULT", "learned")
-    taught = rp.replay(land, ["default", "learned"], seeds=3, target=1.0, device=dev)
-    assert taught.trials["default"] == taught.trials["learned"]
+    prior = rp.other_studies(land)
+    fitted = learned.prior_model(prior, dev, land.peaks)
+    top = rp.model_seeds(land, dev, 10, fitted)
+    run = rp.replay_once(land, "default", 0, 1.0, top, dev, prior, nearby, fitted)
+    first = list(dict.fromkeys(c for c in [land.baseline, *nearby, *top] if c is not None))
+    assert run.measured[:len(first)] == first[:len(run.measured)]
+    assert rp.replay(land, ["default"], seeds=2, target=1.0, device=dev).trials["default"][0] == run.trials
+    bare = rp.replay_once(land, "learned", 0, 1.0, top, dev, prior, nearby, fitted)
+    assert bare.measured[:len(first)] != first[:len(bare.measured)]
 
 
 def test_a_study_recorded_before_the_newest_columns_replays(tmp_path):
@@ -187,21 +209,83 @@ def test_a_study_recorded_before_the_newest_columns_replays(tmp_path):
     assert rp.replay(land, ["random"], seeds=2, target=1.0).trials["random"][0] >= 1
 
 
+def _refits_in_a_forked_child(strategy, config, answer) -> None:
+    strategy.tell(config, 999.0)
+    before = strategy.model
+    try:
+        strategy._fit()
+        strategy.fitting.result(timeout=60)
+        answer.put(strategy.model is not before)
+    except Exception as e:  # noqa: BLE001  the parent's assertion says what went wrong
+        answer.put(repr(e))
+
+
 def test_in_a_search_the_model_is_refitted_beside_it_not_in_its_way(two_studies):
-    """asynchronous: the first fit runs on a thread (no model yet: the sampler proposes); later
-    results refit on the thread while the last model keeps proposing."""
+    """asynchronous: the prior's model, fitted before the search, proposes from the first
+    proposal; each result refits the correction on a thread while the last model keeps
+    proposing; in a forked child as well (proposals are made ahead in one), where the thread
+    the parent started does not exist."""
+    import multiprocessing as mp
+
     land = rp.load_landscape(two_studies, "at-256")
+    prior, dev = rp.other_studies(land), gpu()
+    fitted = learned.prior_model(prior, dev)
     strategy = STRATEGIES["learned"](0)
     strategy.asynchronous = True
-    strategy.prepare(learned.Problem(gpu(), land.precision, *land.shape), rp.other_studies(land))
-    ready = strategy._fit()
+    strategy.prepare(learned.Problem(dev, land.precision, *land.shape), prior, fitted)
+    assert strategy.learns and strategy._fit() and strategy.model is fitted
     strategy.fitting.result()
-    assert not ready and strategy.model is not None and strategy._fit()
-    first = strategy.model
     strategy.tell(land.configs[0], 1234.0)
-    assert strategy._fit() and strategy.model is first or strategy.fitting.done()
+    assert strategy._fit() and (strategy.model is fitted or strategy.fitting.done())
     strategy.fitting.result()
-    assert strategy.model is not first and strategy._fit()
+    assert isinstance(strategy.model, learned.Corrected) and strategy.model.prior is fitted
+    answer = mp.get_context("fork").Queue()
+    child = mp.get_context("fork").Process(target=_refits_in_a_forked_child, args=(strategy, land.configs[1], answer))
+    child.start()
+    assert answer.get(timeout=90) is True
+    child.join(30)
+
+
+class _Drawn:
+    """The unmeasured part of a list of configurations, as a strategy sees it."""
+
+    def __init__(self, configs):
+        self.rng, self.free, self.configs, self.measured, self.draws = random.Random(0), 0, configs, set(), 0
+
+    def sample_unmeasured(self, count):
+        self.draws += 1
+        left = [c for c in self.configs if c not in self.measured]
+        return self.rng.sample(left, min(count, len(left)))
+
+    def first_unmeasured(self, order):
+        return next((c for c in order if c not in self.measured), None)
+
+
+def test_the_learned_strategy_proposes_a_rankings_best_in_turn_then_ranks_again(two_studies, monkeypatch):
+    """One ranking (a draw, its features, a prediction) serves BATCH proposals, best first by
+    predicted speed plus spread; one measured meanwhile is skipped; then the next ranking."""
+    from gemmtune.strategies import learned as strategy_module
+
+    monkeypatch.setattr(strategy_module, "EXPLORE", 0.0)
+    monkeypatch.setattr(strategy_module, "POOL", 12)
+    land = rp.load_landscape(two_studies, "at-256")
+    prior, dev = rp.other_studies(land), gpu()
+    fitted = learned.prior_model(prior, dev)
+    problem = learned.Problem(dev, land.precision, *land.shape)
+    strategy = STRATEGIES["learned"](0)
+    strategy.prepare(problem, prior, fitted)
+    drawn = _Drawn(list(land.configs))
+    first = [strategy.propose(drawn) for _ in range(3)]
+    assert drawn.draws == 1
+    mean, spread = fitted.predict(learned.features(first, problem))
+    score = mean + strategy_module.KAPPA * spread
+    assert list(score) == sorted(score, reverse=True)
+    skipped = strategy._ranked[0]
+    drawn.measured.add(skipped)
+    rest = [strategy.propose(drawn) for _ in range(strategy_module.BATCH - 4)]
+    assert skipped not in rest and drawn.draws == 1 and len(set(first + rest)) == strategy_module.BATCH - 1
+    strategy.propose(drawn)
+    assert drawn.draws == 2
 
 
 def test_a_learned_search_learns_from_the_devices_other_studies(tmp_path):

@@ -45,12 +45,16 @@ def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: 
 
 
 def prepare(strategy, req: SearchRequest, prec: Precision, dev: DeviceInfo, store: Store,
-            prior: pd.DataFrame | None) -> None:
+            prior: pd.DataFrame | None, priors: PriorModels) -> None:
     """Tell the search's strategy its problem and, if it learns from them, the device's rows of
-    the other studies (every shape the device measured)."""
+    the other studies (every shape the device measured) with their model, fitted once for the
+    seeds and the strategy alike."""
     strategy.asynchronous = True   # a learning strategy learns beside the search, not in its way
-    strategy.prepare(learned.Problem(dev, prec, req.m, req.n, req.k, req.trans_a, req.trans_b,
-                                     store.latest_peaks(dev.key)), prior if strategy.wants_prior else None)
+    problem = learned.Problem(dev, prec, req.m, req.n, req.k, req.trans_a, req.trans_b, store.latest_peaks(dev.key))
+    if strategy.wants_prior:
+        strategy.prepare(problem, prior, priors.model(prior, dev, problem.peaks))
+    else:
+        strategy.prepare(problem, None)
 
 
 class Broken:
@@ -102,7 +106,7 @@ class Lane:
         self.name = name = req.study or default_study_name(dev, prec, m, n, k, req.trans_a, req.trans_b)
         strategy = make_strategy(req.sampler, req.seed)
         prior = search_prior(store, dev, name) if req.seeds or strategy.wants_prior else None
-        prepare(strategy, req, prec, dev, store, prior)
+        prepare(strategy, req, prec, dev, store, prior, priors)
         self.proposals = Proposals(space, strategy.ordinal)
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)
         store.save_device(dev)

@@ -24,7 +24,7 @@ from gemmtune.search.request import Progress, SearchRequest, Summary
 from gemmtune.space import Space, load_space
 from gemmtune.valid import ValidConfigs
 from gemmtune.store import Store, database_url, probe
-from gemmtune.strategies import make_strategy
+from gemmtune.strategies import STRATEGIES, make_strategy
 
 
 def check_request(req: SearchRequest) -> None:
@@ -88,8 +88,10 @@ class Workers:
         self.close()
 
     def _open(self) -> None:
-        # The seeds' cost model, fitted while the workers start (seconds each, on a GPU).
-        self.priors = PriorModels(database_url(self.req.db), self.infos, early=bool(self.req.seeds))
+        # The cost model of the seeds and the learned strategy, fitted while the workers start
+        # (seconds each, on a GPU).
+        learns = STRATEGIES[self.req.sampler].wants_prior
+        self.priors = PriorModels(database_url(self.req.db), self.infos, early=bool(self.req.seeds) or learns)
         # Several timing workers share the host: each gets cores of its own, and the compilers
         # the rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times
         # as long per trial on the host (read-back, comparison, even waiting for the device) as

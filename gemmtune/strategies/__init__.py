@@ -18,7 +18,7 @@ STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Tpe, RandomPick, Gr
 
 
 # What gemmtune search uses without --sampler, and what gemmtune replay's "default" replays.
-DEFAULT = "tpe"
+DEFAULT = "learned"
 
 
 def names(command: str) -> list[str]:

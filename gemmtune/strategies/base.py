@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import optuna
     import pandas as pd
 
-    from gemmtune.learned import Problem
+    from gemmtune.learned import CostModel, Problem
     from gemmtune.space import Config
 
 MAX_FREE_PROPOSALS = 25   # invalid or already-measured proposals in a row before a random pick
@@ -82,10 +82,10 @@ class Strategy:
         measure next instead, or None to ask the strategy again."""
         return None
 
-    def prepare(self, problem: Problem, prior: pd.DataFrame | None) -> None:
-        """Before the first proposal: the problem searched (``gemmtune.learned.Problem``) and the
-        device's results rows recorded before this search (other studies; None: none read).
-        A strategy that learns from them sets ``allows_model_seeds`` here."""
+    def prepare(self, problem: Problem, prior: pd.DataFrame | None, fitted: CostModel | None = None) -> None:
+        """Before the first proposal: the problem searched (``gemmtune.learned.Problem``), the
+        device's results rows recorded before this search (other studies; None: none read) and,
+        where the caller fitted it already, their cost model (``learned.prior_model``)."""
 
     def tell(self, config: Config, value: float | None) -> None:
         """A measured result (GFLOP/s, None for a failure). Optuna's samplers learn from the

@@ -1,26 +1,39 @@
-"""The learned strategy: a cost model trained on everything the device measured proposes.
+"""The learned strategy, the search's default: after the seeds (none with ``--no-seed``), a cost
+model trained on everything the device measured at other problems proposes, and TPE beside it.
 
-Before the search it fits ``gemmtune.learned.CostModel`` to the device's rows of other studies
-(every shape and precision: the prior), once. After each result it fits a second, small model
-to what the prior model got wrong about this search's rows (their targets less the prior's
-predictions), and predicts with the sum of the two: the prior says what tends to be fast
-anywhere, the correction what is true at this shape. Refitting the prior with each result
-instead costs seconds per trial on a database of ten thousand rows; the correction costs
-milliseconds. Without a prior, the correction is the whole model. Each proposal draws up to
-POOL unmeasured configurations and takes the one with the best predicted speed plus KAPPA
-times the spread of the trees (an upper confidence bound: uncertain regions get tried). A
-share EXPLORE of the proposals, and every proposal while fewer than ``learned.MIN_ROWS`` rows
-exist, go to TPE, which sees every result too. With a prior the analytic model's seeds are not
-measured: the learned model's own picks come first (transfer between shapes).
+Its caller fits ``gemmtune.learned.CostModel`` to the device's rows of other studies (every
+shape and precision, and on a device the package ships results for, those: the prior) once, for
+the seeds and this strategy alike (``search.prior.PriorModels``). After each result the
+strategy fits a second, small model to what the prior model got wrong about this search's rows
+(their targets less the prior's predictions), and predicts with the sum of the two: the prior
+says what tends to be fast anywhere, the correction what is true at this shape (refitting the
+prior instead costs seconds per trial; the correction, milliseconds).
+
+A ranking draws up to POOL unmeasured configurations and orders them by predicted speed plus
+KAPPA times the spread of the trees (an upper confidence bound: uncertain regions get tried);
+the next BATCH proposals are its best, in that order, and the next ranking uses the model
+refitted since. A ranking of the H200's z space costs 0.07 s on a laptop's core and twice that
+on the H200's host, where a trial at 1024³ takes 50 ms: ranked for every proposal, the timing
+worker there waited for proposals 61-76 % of the time, and 1-5 % in batches (AutoTVM, whose
+model this follows, proposes in batches of 64). A share EXPLORE of the proposals goes to TPE,
+which sees every result too: half, because the prior's rows come from reduced spaces, and on
+the H200's whole space, with one proposal in ten, the search found 4-8 % less than TPE alone at
+z 1024³ (a region the model ranks low), and with half, as much or more at five shapes
+(docs/search.md, "The learned strategy after the seeds").
+
+Where the prior has fewer than ``learned.MIN_ROWS`` rows (an empty database on a device the
+package ships nothing for, as the Quick start's), TPE proposes throughout: trees refitted
+beside a search on a CPU device would take cores from the device it times, and a model of the
+search's own few rows has nothing to transfer.
 
 In a search (``asynchronous``) the models are fitted on a thread of their own while the search
-goes on (scikit-learn's trees are built without Python's lock), and proposals use the latest
-fitted ones: the prior's fit takes seconds, and must not hold the devices up. A replay fits
-before each proposal, so that it is deterministic.
+goes on (scikit-learn's trees are built without Python's lock), and a ranking uses the latest
+fitted one. A replay fits before each ranking, so that it is deterministic.
 """
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -28,11 +41,21 @@ import numpy as np
 from gemmtune.strategies.base import ASK, MAX_FREE_PROPOSALS
 from gemmtune.strategies.tpe import Tpe
 
-POOL = 1000      # configurations scored per proposal
+POOL = 1000      # configurations scored per ranking
+BATCH = 8        # proposals served from one ranking
 KAPPA = 0.5      # weight of the spread in the score (targets are log GFLOP/s)
-EXPLORE = 0.1    # share of proposals left to TPE
+EXPLORE = 0.5    # share of proposals left to TPE
 FEATURE_CACHE = 50_000   # configurations whose features are kept
-_FITTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gemmtune-fit")
+_FITTERS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _fitter() -> ThreadPoolExecutor:
+    """This process's fitting thread: a search proposes in a forked child (``search.ahead``),
+    where a pool the parent had started has no thread and would run nothing."""
+    pool = _FITTERS.get(os.getpid())
+    if pool is None:
+        pool = _FITTERS[os.getpid()] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gemmtune-fit")
+    return pool
 
 
 class Learned(Tpe):
@@ -43,22 +66,24 @@ class Learned(Tpe):
     def __init__(self, seed: int | None = None):
         super().__init__(seed)
         self.problem = None
-        self.prior_x = self.prior_y = None
         self.mine: dict[tuple, tuple] = {}   # config key -> (config, GFLOP/s)
         self.prior_model = None              # CostModel of the prior, fitted once
         self.model = None                    # the latest fitted model (prior, corrected)
         self.fitting: Future | None = None
         self.stale = True
         self._features: dict = {}
+        self._ranked: list = []              # the latest ranking's best not yet proposed, best first
 
-    def prepare(self, problem, prior) -> None:
-        from gemmtune.learned import MIN_ROWS, training_rows  # pandas and scikit-learn: here
+    def prepare(self, problem, prior, fitted=None) -> None:
+        from gemmtune.learned import prior_model  # pandas and scikit-learn: here
 
         self.problem = problem
-        if prior is not None and len(prior):
-            self.prior_x, self.prior_y = training_rows(prior, problem.dev, problem.peaks)
-        if self.prior_y is not None and len(self.prior_y) >= MIN_ROWS:
-            self.allows_model_seeds = False
+        self.prior_model = self.model = fitted if fitted is not None else prior_model(prior, problem.dev, problem.peaks)
+
+    @property
+    def learns(self) -> bool:
+        """Whether the device's other results taught a model (else TPE proposes throughout)."""
+        return self.prior_model is not None
 
     def tell(self, config, value) -> None:
         if value is not None and value > 0:
@@ -82,24 +107,19 @@ class Learned(Tpe):
         return self._rows(configs), relative_targets(np.asarray(values), np.zeros(len(values)))
 
     def _fit_now(self, own) -> None:
-        from gemmtune.learned import MIN_ROWS, CostModel, Corrected
+        from gemmtune.learned import Corrected
 
-        if self.prior_model is None and self.prior_y is not None and len(self.prior_y) >= MIN_ROWS:
-            self.prior_model = CostModel(self.seed).fit(self.prior_x, self.prior_y)
         self.model = Corrected(self.prior_model, *own, seed=self.seed) if own else self.prior_model
 
     def _fit(self) -> bool:
         """Whether a fitted model is there to propose with; refits where results came since."""
-        from gemmtune.learned import MIN_ROWS
-
-        prior = 0 if self.prior_y is None else len(self.prior_y)
-        if prior < MIN_ROWS and len(self.mine) < MIN_ROWS:
+        if not self.learns:
             return False
         busy = self.fitting is not None and not self.fitting.done()
         if self.stale and not busy:
             own, self.stale = (self._own_data() if self.mine else None), False
             if self.asynchronous:
-                self.fitting = _FITTER.submit(self._fit_now, own)
+                self.fitting = _fitter().submit(self._fit_now, own)
             else:
                 self._fit_now(own)
         return self.model is not None
@@ -107,10 +127,18 @@ class Learned(Tpe):
     def propose(self, candidates):
         if candidates.free >= MAX_FREE_PROPOSALS:
             return candidates.random_unmeasured()
-        if self.problem is None or candidates.rng.random() < EXPLORE or not self._fit():
+        if not self.learns or candidates.rng.random() < EXPLORE:
+            return ASK
+        config = candidates.first_unmeasured(self._ranked)
+        if config is not None:
+            self._ranked = self._ranked[self._ranked.index(config) + 1:]
+            return config
+        if not self._fit():
             return ASK
         pool = candidates.sample_unmeasured(POOL)
         if not pool:
             return ASK
         mean, spread = self.model.predict(self._rows(pool))
-        return pool[int(np.argmax(mean + KAPPA * spread))]
+        order = np.argsort(-(mean + KAPPA * spread), kind="stable")[:BATCH]
+        self._ranked = [pool[i] for i in order[1:]]
+        return pool[order[0]]
