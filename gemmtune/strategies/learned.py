@@ -14,7 +14,7 @@ KAPPA times the spread of the trees (an upper confidence bound: uncertain region
 the next BATCH proposals are its best, in that order, and the next ranking uses the model
 refitted since. A ranking of the H200's z space costs 0.07 s on a laptop's core and twice that
 on the H200's host, where a trial at 1024³ takes 50 ms: ranked for every proposal, the timing
-worker there waited for proposals 61-76 % of the time, and 1-5 % in batches (AutoTVM, whose
+worker there waited for proposals 61-76 % of the time, and 0-5 % in batches (AutoTVM, whose
 model this follows, proposes in batches of 64). A share EXPLORE of the proposals goes to TPE,
 which sees every result too: half, because the prior's rows come from reduced spaces, and on
 the H200's whole space, with one proposal in ten, the search found 4-8 % less than TPE alone at
