@@ -279,7 +279,9 @@ def print_summary(d: dict) -> None:
                    "finish).")
 @click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
               show_default=True, help="Seconds one trial (build, verify, time) may take.")
-@click.option("--sampler", type=click.Choice(strategies.names("search")), default=strategies.DEFAULT, show_default=True)
+@click.option("--sampler", type=click.Choice(strategies.names("search")), default=strategies.DEFAULT, show_default=True,
+              help="What chooses the trials after the seeds: learned (a cost model fitted to the device's results "
+                   "at other shapes, and TPE), tpe, random, or grid (every valid configuration).")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=None, help="Seed of the sampler (0 to 2**32 - 1).")
 @db_option
 @click.option("--study", default=None, help="Study name (default: from device, precision and shape).")
