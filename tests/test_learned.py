@@ -327,6 +327,7 @@ def test_the_seeds_model_fitted_while_the_workers_start_serves_only_the_same_row
     assert early is not None and priors.model(every, dev, None) is early          # the same rows: fitted once
     own = priors.model(land_rows, dev, None)                                         # a study's own rows left out
     assert own is not None and own is not early
+    assert priors.model(land_rows.copy(), dev, None) is own and priors.model(every, dev, None) is early  # asked again
     fresh = learned.features(SYNTHETIC[:5], learned.Problem(dev, land.precision, 256, 256, 256))
     assert np.array_equal(own.predict(fresh)[0], learned.prior_model(land_rows, dev).predict(fresh)[0])
     assert PriorModels(two_studies, [gpu("Other GPU")]).model(None, gpu("Other GPU"), None) is None

@@ -39,6 +39,7 @@ class PriorModels:
 
     def __init__(self, url: str, devices: list[DeviceInfo], early: bool = True):
         self._fitted: dict[str, tuple[tuple[int, ...], learned.CostModel | None]] = {}
+        self._recent: dict[str, tuple[tuple[int, ...], learned.CostModel | None]] = {}   # the last fitted when asked
         self._thread = threading.Thread(target=self._fit, args=(url, devices), daemon=True)
         if early:
             self._thread.start()
@@ -60,10 +61,16 @@ class PriorModels:
 
     def model(self, prior: pd.DataFrame | None, dev: DeviceInfo, peaks) -> learned.CostModel | None:
         """The cost model of ``prior`` (the device's rows at other studies): the one fitted early
-        if it learned from exactly these rows, else one fitted now."""
+        or last if it learned from exactly these rows, else one fitted now. A lane asks twice, for
+        its seeds and for a learning strategy, and a fit takes seconds."""
         if self._thread.ident is not None:
             self._thread.join()
-        ids, fitted = self._fitted.get(dev.key, (None, None))
-        if prior is not None and ids == tuple(prior.id):
-            return fitted
-        return learned.prior_model(prior, dev, peaks, jobs=-1)
+        ids = tuple(prior.id) if prior is not None else None
+        for kept in (self._fitted, self._recent):
+            kept_ids, fitted = kept.get(dev.key, (None, None))
+            if ids is not None and kept_ids == ids:
+                return fitted
+        fitted = learned.prior_model(prior, dev, peaks, jobs=-1)
+        if ids is not None:
+            self._recent[dev.key] = ids, fitted
+        return fitted
