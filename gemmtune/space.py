@@ -95,6 +95,12 @@ class Config:
         return ",".join(f"{k}={v}" for k, v in self.items)
 
 
+def config_key(kernel: str, params: Mapping[str, int]) -> tuple:
+    """A configuration's identity whatever the order of its parameters (rows, Optuna trials and
+    ``Config`` spell them in different orders)."""
+    return (kernel, tuple(sorted(params.items())))
+
+
 @dataclass(frozen=True)
 class FamilySpace:
     family: Family

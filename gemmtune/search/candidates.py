@@ -6,11 +6,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from gemmtune.space import Config, Space
-
-
-def config_key(kernel: str, params: dict) -> tuple:
-    return (kernel, tuple(sorted(params.items())))
+from gemmtune.space import Config, Space, config_key  # noqa: F401 - the search's modules take it from here
 
 
 class Unmeasured:

@@ -38,6 +38,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from gemmtune.space import config_key
 from gemmtune.strategies.base import ASK, MAX_FREE_PROPOSALS
 from gemmtune.strategies.tpe import Tpe
 
@@ -87,7 +88,7 @@ class Learned(Tpe):
 
     def tell(self, config, value) -> None:
         if value is not None and value > 0:
-            self.mine[(config.kernel, tuple(sorted(config.params.items())))] = (config, value)
+            self.mine[config_key(config.kernel, config.params)] = (config, value)
             self.stale = True
 
     def _rows(self, configs) -> np.ndarray:
