@@ -3,11 +3,13 @@ tests check their form and their arithmetic, not their size)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,3 +101,91 @@ def test_proposal_cost_prints_the_cost_per_measured_trial_as_the_study_grows():
     outcomes = dict((reason.strip(), int(count)) for reason, count in
                     re.findall(r"(?:, |outcome: )([a-z :-]+?) (\d+)", out.splitlines()[-1]))
     assert outcomes["measured"] == 90 and sum(outcomes.values()) == rows[-1][1], out
+
+
+def _replay_bench():
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import replay_bench
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    return replay_bench
+
+
+def test_replay_bench_writes_the_landscapes_the_docs_replay_from_the_repository(tmp_path):
+    """The benchmark's database holds every recorded row of the 22 landscapes, the older grids'
+    baselines, and the H200's description and peaks, which the models' features depend on."""
+    from gemmtune import replay, shipped_prior
+    from gemmtune.info import read_device_info
+    from gemmtune.store import Store
+
+    bench = _replay_bench()
+    db = tmp_path / "land.db"
+    grids, shipped = shipped_prior.read(bench.GRIDS_FILE), shipped_prior.read(REPO / "configs/prior-nvidia-h200.csv.gz")
+    assert bench.build(db) == len(grids) + len(shipped)
+    assert not list(tmp_path.glob("*.partial"))
+    store = Store(f"sqlite:///{db}", create=False)
+    rows = store.frame()
+    dev = read_device_info(bench.DEVICE_FILE)
+    assert store.latest_peaks(dev.key) == json.loads(bench.PEAKS_FILE.read_text())
+    assert store.device_info(dev.key) == dev
+    store.close()
+    assert rows.study.nunique() == 22 and set(rows.device_name) == {"NVIDIA H200"}
+    assert rows.groupby("study").size().to_dict() == {**grids.groupby("study").size().to_dict(),
+                                                      **shipped.groupby("study").size().to_dict()}
+    baselines = rows[rows.baseline == 1]
+    assert sorted(baselines.study) == sorted(set(grids.study)) and set(baselines.trial) == {0}
+    land = replay.load_landscape(f"sqlite:///{db}", "grid-d3")
+    assert land.baseline is not None and land.peaks["d"] == 32679
+    assert land.best == pytest.approx(grids[grids.study == "grid-d3"].gflops.astype(float).max())
+
+
+def test_replay_bench_replays_each_landscape_once_and_judges_the_bar(tmp_path):
+    from gemmtune import shipped_prior
+    from gemmtune.info import read_device_info
+    from gemmtune.store import Store
+
+    bench = _replay_bench()
+    dev = read_device_info(bench.DEVICE_FILE)
+    grids = shipped_prior.read(bench.GRIDS_FILE)
+    small = grids[grids.study.isin(["grid-z2", "grid-z3"])]
+    db = tmp_path / "two.db"
+    store = Store(f"sqlite:///{db}")
+    store.save_device(dev)
+    store.add_many({**row, "device": dev.key, "device_name": dev.name, "baseline": int(row["baseline"]),
+                    "gflops": float(row["gflops"]), "trans_a": None, "trans_b": None}
+                   for row in small.to_dict(orient="records"))
+    store.close()
+    args = ["tools/replay_bench.py", "--db", str(db), "--samplers", "default,random", "--seeds", "3"]
+    done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads((tmp_path / "two.json").read_text())
+    assert sorted(figures) == sorted(f"{s}|{p}|0.95|3" for s in ("grid-z2", "grid-z3") for p in ("default", "random"))
+    for entry in figures.values():
+        assert len(entry["trials"]) == 3 and entry["median"] == float(np.median(entry["trials"]))
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| grid-z")]
+    assert [r.split(" | ")[0] for r in rows] == ["| grid-z2", "| grid-z3"]
+    again = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stderr == "" and again.stdout == done.stdout   # nothing replayed twice
+
+
+@pytest.mark.parametrize("default, stock, verdict", [(3, [10, 7], "met"), (3.5, [7, 30], "met"),
+                                                     (4, [7, 9], "missed"), (1, [1.5, 40], "out of reach")])
+def test_replay_bench_bar_is_half_the_best_stock_median(default, stock, verdict):
+    assert _replay_bench().verdict(default, stock) == verdict
+
+
+def test_replay_bench_table_shows_quartiles_the_geometric_mean_and_the_count():
+    bench = _replay_bench()
+    done = {}
+    for study, medians in (("a", {"default": 2, "random": 8}), ("b", {"default": 8, "random": 2}),
+                           ("c", {"default": 1})):   # c lacks random: left out of the table
+        for sampler, median in medians.items():
+            done[bench.key(study, sampler, 0.95, 5)] = {
+                "study": study, "sampler": sampler, "median": median, "q1": median, "q3": median + (study == "a"),
+                "recorded": 10, "learned_spearman": 0.5, "precision": "d", "ok": 10, "trials": []}
+    text = bench.table(done, ["default", "random"], 5, 0.95)
+    assert "| a | 10 | 2 (2–3) | 8 (8–9) | 0.50 | met |" in text
+    assert "| b | 10 | 8 | 2 | 0.50 | missed |" in text and "| c |" not in text
+    assert "| **geometric mean** | | 4.00 | 4.00 | | |" in text
+    assert text.endswith("The bar: met at 1, missed at 1 of 2.")

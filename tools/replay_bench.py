@@ -1,0 +1,164 @@
+"""The search-efficiency benchmark of docs/search.md: every exhaustive landscape the project
+recorded on the H200, each replayed (``gemmtune replay``) with the other landscapes as the
+device's other results, so that no learned model is judged on what it learned from.
+
+    python tools/replay_bench.py --db land22.db --samplers default,random,optuna-cmaes,optuna-tpe --seeds 50 --jobs 2
+
+``--db`` (a SQLite file) is written first where it does not exist, from what the repository
+holds: the 13 landscapes the package ships as its prior (configs/prior-nvidia-h200.csv.gz, their
+``ok`` and ``slow`` rows) and the nine older grids (docs/landscapes/grids-nvidia-h200.csv.gz,
+with the baseline each measured first), with the H200's description and its ``gemmtune peak``
+figures (docs/landscapes/nvidia-h200.json, nvidia-h200-peaks.json), which the models' features
+depend on. Each landscape's figures go to ``--out`` (JSON) as they come; a second run with the
+same file replays only what it lacks. Prints a Markdown table: per landscape and sampler the
+median of the measured trials to ``--target`` x the landscape's best (quartiles beside), the
+learned model's rank correlation, and whether the default meets the bar of issue 26: a median
+at most half the best stock sampler's (random, optuna-tpe, optuna-cmaes). Where the best stock
+median is under 2 no strategy can (every search measures at least one trial).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LANDSCAPES = REPO / "docs" / "landscapes"
+DEVICE_FILE = LANDSCAPES / "nvidia-h200.json"
+PEAKS_FILE = LANDSCAPES / "nvidia-h200-peaks.json"
+GRIDS_FILE = LANDSCAPES / "grids-nvidia-h200.csv.gz"
+STOCK = ("random", "optuna-tpe", "optuna-cmaes")
+
+
+def build(path: Path) -> int:
+    """Write the landscapes' database at ``path`` (a new file); how many rows it holds."""
+    import pandas as pd
+
+    from gemmtune import shipped_prior
+    from gemmtune.info import read_device_info
+    from gemmtune.store import Store
+
+    dev = read_device_info(DEVICE_FILE)
+    grids = shipped_prior.read(GRIDS_FILE)
+    shipped = shipped_prior.read(REPO / "configs" / shipped_prior.file_name(dev.name))
+    rows = pd.concat([grids, shipped.assign(baseline="0")], ignore_index=True)
+    records = []
+    for row in rows.to_dict(orient="records"):
+        records.append({**row, "device": dev.key, "device_name": dev.name, "baseline": int(row["baseline"]),
+                        "gflops": float(row["gflops"]), "trial": int(row["trial"]),
+                        # Rows written before transposes were recorded leave them empty.
+                        "trans_a": row["trans_a"] or None, "trans_b": row["trans_b"] or None})
+    partial = path.with_name(path.name + ".partial")
+    partial.unlink(missing_ok=True)
+    store = Store(f"sqlite:///{partial}")
+    try:
+        store.save_device(dev)
+        store.save_peaks(dev.key, dev.name, json.loads(PEAKS_FILE.read_text()))
+        count = store.add_many(records)
+    finally:
+        store.close()
+    partial.rename(path)   # whole or not at all
+    return count
+
+
+def key(study: str, sampler: str, target: float, seeds: int) -> str:
+    return f"{study}|{sampler}|{target}|{seeds}"
+
+
+def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, jobs: int) -> dict:
+    """Replay every landscape in ``db`` with ``samplers``; the figures, also kept in ``out``."""
+    from gemmtune import replay
+    from gemmtune.info import read_device_info
+    from gemmtune.store import Store
+
+    done = json.loads(out.read_text()) if out.exists() else {}
+    dev = read_device_info(DEVICE_FILE)
+    store = Store(f"sqlite:///{db}", create=False)
+    try:
+        studies = sorted(set(store.frame().study))
+    finally:
+        store.close()
+    for study in studies:
+        missing = [s for s in samplers if key(study, s, target, seeds) not in done]
+        if not missing:
+            continue
+        print(f"{study}: {', '.join(missing)}", file=sys.stderr, flush=True)
+        land = replay.load_landscape(f"sqlite:///{db}", study)
+        result = replay.replay(land, missing, seeds, target, device=dev, jobs=jobs).to_json()
+        for entry in result["samplers"]:
+            done[key(study, entry["sampler"], target, seeds)] = {
+                "study": study, "precision": result["precision"], "recorded": result["recorded"],
+                "ok": result["ok"], "learned_spearman": result["learned_spearman"],
+                **{name: entry[name] for name in ("sampler", "median", "q1", "q3", "trials")}}
+        partial = out.with_name(out.name + ".partial")
+        partial.write_text(json.dumps(done, indent=1))
+        os.replace(partial, out)
+    return done
+
+
+def verdict(default: float, stock: list[float]) -> str:
+    """The bar: the default's median at most half the best stock sampler's."""
+    best = min(stock)
+    if best < 2:
+        return "out of reach"
+    return "met" if default <= best / 2 else "missed"
+
+
+def table(done: dict, samplers: list[str], seeds: int, target: float) -> str:
+    studies = sorted({e["study"] for e in done.values()})
+    lines = [f"| landscape | configurations | {' | '.join(samplers)} | Spearman | bar |",
+             "|" + "---|" * (len(samplers) + 4)]
+    verdicts, logs = [], {s: [] for s in samplers}
+    for study in studies:
+        entries = {s: done.get(key(study, s, target, seeds)) for s in samplers}
+        if any(e is None for e in entries.values()):
+            continue
+        first = next(iter(entries.values()))
+        cells = []
+        for s, e in entries.items():
+            cells.append(f"{e['median']:g}" + ("" if e["q1"] == e["q3"] else f" ({e['q1']:g}–{e['q3']:g})"))
+            logs[s].append(math.log(e["median"]))
+        stock = [entries[s]["median"] for s in samplers if s in STOCK]
+        bar = verdict(entries["default"]["median"], stock) if "default" in entries and stock else ""
+        verdicts.append(bar)
+        spearman = first["learned_spearman"]
+        lines.append(f"| {study} | {first['recorded']} | {' | '.join(cells)} | "
+                     f"{'' if spearman is None else f'{spearman:.2f}'} | {bar} |")
+    means = " | ".join(f"{math.exp(sum(v) / len(v)):.2f}" if v else "" for v in logs.values())
+    lines.append(f"| **geometric mean** | | {means} | | |")
+    counts = ", ".join(f"{name} at {verdicts.count(name)}" for name in ("met", "missed", "out of reach")
+                       if verdicts.count(name))
+    return "\n".join(lines) + (f"\n\nThe bar: {counts} of {len(verdicts)}." if counts else "")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--db", type=Path, required=True, help="the landscapes' SQLite file (written if missing)")
+    ap.add_argument("--out", type=Path, help="figures, kept between runs (default: the database's name .json)")
+    ap.add_argument("--samplers", default="default,random,optuna-tpe,optuna-cmaes")
+    ap.add_argument("--seeds", type=int, default=50)
+    ap.add_argument("--target", type=float, default=0.95)
+    ap.add_argument("--jobs", type=int, default=1, help="processes replaying seeds side by side (0: one per core)")
+    args = ap.parse_args(argv)
+    samplers = [s for s in args.samplers.split(",") if s]
+    out = args.out or args.db.with_suffix(".json")
+
+    from gemmtune.errors import GemmtuneError
+
+    try:
+        if not args.db.exists():
+            print(f"writing {args.db}: {build(args.db)} rows", file=sys.stderr, flush=True)
+        done = run(args.db, out, samplers, args.seeds, args.target, args.jobs)
+    except GemmtuneError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 2
+    print(table(done, samplers, args.seeds, args.target))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
