@@ -179,13 +179,15 @@ def test_replay_bench_table_shows_quartiles_the_geometric_mean_and_the_count():
     bench = _replay_bench()
     done = {}
     for study, medians in (("a", {"default": 2, "random": 8}), ("b", {"default": 8, "random": 2}),
-                           ("c", {"default": 1})):   # c lacks random: left out of the table
+                           ("c", {"default": 1})):   # c: random not replayed
         for sampler, median in medians.items():
             done[bench.key(study, sampler, 0.95, 5)] = {
                 "study": study, "sampler": sampler, "median": median, "q1": median, "q3": median + (study == "a"),
                 "recorded": 10, "learned_spearman": 0.5, "precision": "d", "ok": 10, "trials": []}
+    done[bench.key("d", "random", 0.99, 5)] = {**done[bench.key("a", "random", 0.95, 5)], "study": "d"}  # another target
     text = bench.table(done, ["default", "random"], 5, 0.95)
     assert "| a | 10 | 2 (2–3) | 8 (8–9) | 0.50 | met |" in text
-    assert "| b | 10 | 8 | 2 | 0.50 | missed |" in text and "| c |" not in text
-    assert "| **geometric mean** | | 4.00 | 4.00 | | |" in text
+    assert "| b | 10 | 8 | 2 | 0.50 | missed |" in text
+    assert "| c | 10 | 1 | – | 0.50 |  |" in text and "| d |" not in text
+    assert "| **geometric mean** (2 with every sampler) | | 4.00 | 4.00 | | |" in text
     assert text.endswith("The bar: met at 1, missed at 1 of 2.")

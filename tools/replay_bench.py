@@ -109,30 +109,37 @@ def verdict(default: float, stock: list[float]) -> str:
 
 
 def table(done: dict, samplers: list[str], seeds: int, target: float) -> str:
-    studies = sorted({e["study"] for e in done.values()})
+    """Markdown: a row per landscape, a dash where a sampler was not replayed; the bar judged
+    against the stock samplers replayed there, the geometric means over the landscapes every
+    sampler was replayed at."""
+    studies = sorted({e["study"] for e in done.values() if e["sampler"] in samplers})
     lines = [f"| landscape | configurations | {' | '.join(samplers)} | Spearman | bar |",
              "|" + "---|" * (len(samplers) + 4)]
     verdicts, logs = [], {s: [] for s in samplers}
     for study in studies:
         entries = {s: done.get(key(study, s, target, seeds)) for s in samplers}
-        if any(e is None for e in entries.values()):
+        present = {s: e for s, e in entries.items() if e is not None}
+        if not present:
             continue
-        first = next(iter(entries.values()))
-        cells = []
-        for s, e in entries.items():
-            cells.append(f"{e['median']:g}" + ("" if e["q1"] == e["q3"] else f" ({e['q1']:g}–{e['q3']:g})"))
-            logs[s].append(math.log(e["median"]))
-        stock = [entries[s]["median"] for s in samplers if s in STOCK]
-        bar = verdict(entries["default"]["median"], stock) if "default" in entries and stock else ""
+        first = next(iter(present.values()))
+        cells = ["–" if e is None else f"{e['median']:g}" + ("" if e["q1"] == e["q3"] else f" ({e['q1']:g}–{e['q3']:g})")
+                 for e in entries.values()]
+        if len(present) == len(samplers):
+            for s, e in present.items():
+                logs[s].append(math.log(e["median"]))
+        stock = [e["median"] for s, e in present.items() if s in STOCK]
+        bar = verdict(present["default"]["median"], stock) if "default" in present and stock else ""
         verdicts.append(bar)
         spearman = first["learned_spearman"]
         lines.append(f"| {study} | {first['recorded']} | {' | '.join(cells)} | "
                      f"{'' if spearman is None else f'{spearman:.2f}'} | {bar} |")
+    complete = len(next(iter(logs.values()), []))
     means = " | ".join(f"{math.exp(sum(v) / len(v)):.2f}" if v else "" for v in logs.values())
-    lines.append(f"| **geometric mean** | | {means} | | |")
+    lines.append(f"| **geometric mean** ({complete} with every sampler) | | {means} | | |")
     counts = ", ".join(f"{name} at {verdicts.count(name)}" for name in ("met", "missed", "out of reach")
                        if verdicts.count(name))
-    return "\n".join(lines) + (f"\n\nThe bar: {counts} of {len(verdicts)}." if counts else "")
+    judged = sum(1 for v in verdicts if v)
+    return "\n".join(lines) + (f"\n\nThe bar: {counts} of {judged}." if counts else "")
 
 
 def main(argv=None) -> int:
