@@ -96,9 +96,7 @@ class Config:
 
 
 def config_key(kernel: str, params: Mapping[str, int]) -> tuple:
-    """A configuration's identity whatever the order of its parameters (rows, Optuna trials and
-    ``Config`` spell them in different orders)."""
-    return (kernel, tuple(sorted(params.items())))
+    return (kernel, tuple(sorted(params.items())))   # the same, whatever order params come in
 
 
 @dataclass(frozen=True)

@@ -178,21 +178,16 @@ class Store:
             raise _open_error(e, self.url) from None
 
     def add(self, **row) -> int:
-        with self.engine.begin() as conn:
-            return conn.execute(results.insert().values(**_filled(row))).inserted_primary_key[0]
+        from gemmtune import __version__
 
-    def add_many(self, rows) -> int:
-        """Append ``rows`` (dicts, as ``add`` takes) in one transaction, in order; how many."""
-        rows = [_filled(row) for row in rows]
-        if rows:
-            # One statement for all, so every row names every column: what a row leaves out takes
-            # the column's default, as in ``add``.
-            names = {name for row in rows for name in row}
-            missing = {name: (results.c[name].default.arg if results.c[name].default is not None else None)
-                       for name in names}
-            with self.engine.begin() as conn:
-                conn.execute(results.insert(), [{**missing, **row} for row in rows])
-        return len(rows)
+        row.setdefault("created_at", _now())
+        row.setdefault("gemmtune_version", __version__)
+        if isinstance(row.get("params"), dict):
+            row["params"] = json.dumps(row["params"])
+        if isinstance(row.get("samples_ms"), (list, tuple)):
+            row["samples_ms"] = json.dumps([round(x, 6) for x in row["samples_ms"]])
+        with self.engine.begin() as conn:
+            return conn.execute(results.insert().values(**row)).inserted_primary_key[0]
 
     def frame(self, after_id: int | None = None, **filters) -> pd.DataFrame:
         """Rows of ``results`` matching column == value filters (None values are ignored), and
@@ -397,16 +392,3 @@ def plain_journal(engine: sa.engine.Engine) -> None:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _filled(row: dict) -> dict:
-    """A results row as the table stores it: stamped when and by which version it was written
-    (unless it says so), its parameters and samples as JSON text."""
-    from gemmtune import __version__
-
-    row = {"created_at": _now(), "gemmtune_version": __version__, **row}
-    if isinstance(row.get("params"), dict):
-        row["params"] = json.dumps(row["params"])
-    if isinstance(row.get("samples_ms"), (list, tuple)):
-        row["samples_ms"] = json.dumps([round(x, 6) for x in row["samples_ms"]])
-    return row

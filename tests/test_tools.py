@@ -152,9 +152,9 @@ def test_replay_bench_replays_each_landscape_once_and_judges_the_bar(tmp_path):
     db = tmp_path / "two.db"
     store = Store(f"sqlite:///{db}")
     store.save_device(dev)
-    store.add_many({**row, "device": dev.key, "device_name": dev.name, "baseline": int(row["baseline"]),
-                    "gflops": float(row["gflops"]), "trans_a": None, "trans_b": None}
-                   for row in small.to_dict(orient="records"))
+    for row in small.to_dict(orient="records"):
+        store.add(**{**row, "device": dev.key, "device_name": dev.name, "baseline": int(row["baseline"]) == 1,
+                     "gflops": float(row["gflops"]), "trans_a": None, "trans_b": None})
     store.close()
     args = ["tools/replay_bench.py", "--db", str(db), "--samplers", "default,random", "--seeds", "3"]
     done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300)

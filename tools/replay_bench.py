@@ -38,18 +38,19 @@ def build(path: Path) -> int:
     """Write the landscapes' database at ``path`` (a new file); how many rows it holds."""
     import pandas as pd
 
-    from gemmtune import shipped_prior
+    from gemmtune import __version__, shipped_prior
     from gemmtune.info import read_device_info
-    from gemmtune.store import Store
+    from gemmtune.store import Store, results
 
     dev = read_device_info(DEVICE_FILE)
     grids = shipped_prior.read(GRIDS_FILE)
     shipped = shipped_prior.read(REPO / "configs" / shipped_prior.file_name(dev.name))
-    rows = pd.concat([grids, shipped.assign(baseline="0")], ignore_index=True)
+    rows = pd.concat([grids, shipped.assign(baseline=0)], ignore_index=True)
     records = []
     for row in rows.to_dict(orient="records"):
-        records.append({**row, "device": dev.key, "device_name": dev.name, "baseline": int(row["baseline"]),
+        records.append({**row, "device": dev.key, "device_name": dev.name, "baseline": int(row["baseline"]) == 1,
                         "gflops": float(row["gflops"]), "trial": int(row["trial"]),
+                        "created_at": "2026-12-04T00:00:00+00:00", "gemmtune_version": __version__,
                         # Rows written before transposes were recorded leave them empty.
                         "trans_a": row["trans_a"] or None, "trans_b": row["trans_b"] or None})
     partial = path.with_name(path.name + ".partial")
@@ -58,11 +59,12 @@ def build(path: Path) -> int:
     try:
         store.save_device(dev)
         store.save_peaks(dev.key, dev.name, json.loads(PEAKS_FILE.read_text()))
-        count = store.add_many(records)
+        with store.engine.begin() as conn:   # one transaction: 17k rows in a second
+            conn.execute(results.insert(), records)
     finally:
         store.close()
     partial.rename(path)   # whole or not at all
-    return count
+    return len(records)
 
 
 def key(study: str, sampler: str, target: float, seeds: int) -> str:
