@@ -65,8 +65,8 @@ from gemmtune.info import DeviceInfo, read_device_info
 from gemmtune.precision import Precision, get_precision
 from gemmtune.search.prior import other_rows
 from gemmtune.search.proposals import Proposals
-from gemmtune.search.session import Proposer, config_key, memory_study, quiet_optuna
-from gemmtune.space import Config, FamilySpace, Space, load_space, shipped_families
+from gemmtune.search.session import Proposer, memory_study, quiet_optuna
+from gemmtune.space import Config, FamilySpace, Space, config_key, load_space, shipped_families
 from gemmtune.store import Store, database_url
 from gemmtune.strategies import DEFAULT, STRATEGIES, names
 from gemmtune.urls import shown

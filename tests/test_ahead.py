@@ -22,8 +22,8 @@ from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.search.ahead import AHEAD, AheadProposer, Journal, NotReady, ahead_possible  # noqa: E402
 from gemmtune.search.optuna_adapter import BatchedStorage  # noqa: E402
 from gemmtune.search.proposals import Proposals
-from gemmtune.search.session import Proposer, StudyCopy, config_key  # noqa: E402
-from gemmtune.space import parse_space  # noqa: E402
+from gemmtune.search.session import Proposer, StudyCopy  # noqa: E402
+from gemmtune.space import config_key, parse_space  # noqa: E402
 from gemmtune.strategies import make_strategy  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not ahead_possible(), reason="proposals are made ahead where fork is the way")

@@ -742,7 +742,8 @@ def test_a_fork_of_the_search_counts_for_itself(tmp_path, monkeypatch):
 
 
 def test_a_random_unmeasured_pick_from_a_large_valid_set_never_counts_it(tmp_path, monkeypatch):
-    from gemmtune.search.candidates import Unmeasured, config_key
+    from gemmtune.search.candidates import Unmeasured
+    from gemmtune.space import config_key
 
     monkeypatch.setattr(space_module, "CHUNK_ROWS", 64)
     space = load_space(two_family_space(tmp_path))

@@ -20,8 +20,8 @@ from helpers_foundation import SMALL_SPACE  # noqa: E402
 from gemmtune.search.optuna_adapter import BatchedStorage  # noqa: E402
 from gemmtune.search.recording import read_results
 from gemmtune.search.proposals import Proposals
-from gemmtune.search.session import Proposer, StudyCopy, config_key
-from gemmtune.space import Config, parse_space
+from gemmtune.search.session import Proposer, StudyCopy
+from gemmtune.space import Config, config_key, parse_space
 from gemmtune.strategies import make_strategy
 
 SPACE = parse_space(SMALL_SPACE, "test")

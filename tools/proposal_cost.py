@@ -51,11 +51,10 @@ def main(argv=None) -> int:
 
     from gemmtune import model
     from gemmtune.precision import get_precision
-    from gemmtune.search.candidates import config_key
     from gemmtune.search.lane import Broken
     from gemmtune.search.proposals import Proposals
     from gemmtune.search.session import Proposer, quiet_optuna
-    from gemmtune.space import load_space
+    from gemmtune.space import config_key, load_space
     from gemmtune.strategies import DEFAULT, make_strategy
     from gemmtune.valid import ValidConfigs
 

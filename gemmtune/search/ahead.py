@@ -29,7 +29,7 @@ import optuna
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import forking_is_safe as ahead_possible
-from gemmtune.search.candidates import config_key
+from gemmtune.space import config_key
 from gemmtune.search.session import Proposer
 
 AHEAD = 4   # proposals the child keeps ready: enough to cover a burst of free builders

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from gemmtune.space import Config, Space, config_key  # noqa: F401 - the search's modules take it from here
+from gemmtune.space import Config, Space, config_key
 
 
 class Unmeasured:

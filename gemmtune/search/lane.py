@@ -24,8 +24,8 @@ from gemmtune.search.prior import PriorModels, search_prior
 from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.proposals import Proposals
-from gemmtune.search.session import Proposer, StudySession, config_key, quiet_heartbeat
-from gemmtune.space import Config, Space
+from gemmtune.search.session import Proposer, StudySession, quiet_heartbeat
+from gemmtune.space import Config, Space, config_key
 from gemmtune.valid import ValidConfigs
 from gemmtune.store import Store
 from gemmtune.strategies import make_strategy

@@ -12,8 +12,7 @@ from gemmtune.precision import Precision
 from gemmtune.rows import screen
 from gemmtune.runner import Outcome
 from gemmtune.search.request import Summary
-from gemmtune.search.session import config_key
-from gemmtune.space import Config, Space
+from gemmtune.space import Config, Space, config_key
 from gemmtune.store import Store
 from gemmtune.timing import Timing, gflops, is_tie
 

@@ -32,10 +32,10 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.search.candidates import Unmeasured, config_key
+from gemmtune.search.candidates import Unmeasured
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.optuna_adapter import BatchedStorage, one_read, trial_id
-from gemmtune.space import Config
+from gemmtune.space import Config, config_key
 from gemmtune.store import fast_sqlite
 from gemmtune.strategies import ASK, Strategy
 from gemmtune.urls import db_error, shown
