@@ -34,8 +34,9 @@ GRIDS_FILE = LANDSCAPES / "grids-nvidia-h200.csv.gz"
 STOCK = ("random", "optuna-tpe", "optuna-cmaes")
 
 
-def build(path: Path) -> int:
-    """Write the landscapes' database at ``path`` (a new file); how many rows it holds."""
+def build(path: Path, studies=None) -> int:
+    """Write the landscapes' database at ``path`` (a new file), of every landscape or those
+    named in ``studies``; how many rows it holds."""
     import pandas as pd
 
     from gemmtune import __version__, shipped_prior
@@ -46,6 +47,8 @@ def build(path: Path) -> int:
     grids = shipped_prior.read(GRIDS_FILE)
     shipped = shipped_prior.read(REPO / "configs" / shipped_prior.file_name(dev.name))
     rows = pd.concat([grids, shipped.assign(baseline=0)], ignore_index=True)
+    if studies is not None:
+        rows = rows[rows.study.isin(studies)]
     records = []
     for row in rows.to_dict(orient="records"):
         records.append({**row, "device": dev.key, "device_name": dev.name, "baseline": int(row["baseline"]) == 1,
