@@ -178,3 +178,22 @@ def test_replay_bench_table_shows_quartiles_the_geometric_mean_and_the_count():
     assert "| c | 10 | 1 | – | 0.50 |  |" in text and "| d |" not in text
     assert "| **geometric mean** (2 with every sampler) | | 4.00 | 4.00 | | |" in text
     assert text.endswith("The bar: met at 1, missed at 1 of 2.")
+
+
+@pytest.mark.parametrize("case", ["figures not JSON", "no landscapes", "not a database"])
+def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
+    from gemmtune.store import Store
+
+    db = tmp_path / "land.db"
+    if case == "not a database":
+        db.write_text("not sqlite")
+    else:
+        Store(f"sqlite:///{db}").close()
+    if case == "figures not JSON":
+        _replay_bench().build(db.with_name("two.db"), {"grid-z2"})
+        db = db.with_name("two.db")
+        (tmp_path / "two.json").write_text("{not json")
+    done = subprocess.run([sys.executable, "tools/replay_bench.py", "--db", str(db), "--samplers", "random",
+                           "--seeds", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -77,16 +77,22 @@ def key(study: str, sampler: str, target: float, seeds: int) -> str:
 def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, jobs: int) -> dict:
     """Replay every landscape in ``db`` with ``samplers``; the figures, also kept in ``out``."""
     from gemmtune import replay
+    from gemmtune.errors import GemmtuneError
     from gemmtune.info import read_device_info
     from gemmtune.store import Store
 
-    done = json.loads(out.read_text()) if out.exists() else {}
+    try:
+        done = json.loads(out.read_text()) if out.exists() else {}
+    except (OSError, ValueError) as e:
+        raise GemmtuneError(f"cannot read the figures of {out}: {e}") from None
     dev = read_device_info(DEVICE_FILE)
     store = Store(f"sqlite:///{db}", create=False)
     try:
         studies = sorted(set(store.frame().study))
     finally:
         store.close()
+    if not studies:
+        raise GemmtuneError(f"no landscapes in {db}")
     for study in studies:
         missing = [s for s in samplers if key(study, s, target, seeds) not in done]
         if not missing:
