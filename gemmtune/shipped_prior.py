@@ -2,8 +2,8 @@
 same model learns from before its own database holds anything.
 
 ``configs/prior-<device name>.csv.gz`` holds the ``ok`` and ``slow`` rows of exhaustive studies
-recorded on that device (``tools/make_prior.py`` writes it; docs/search.md, "Twenty-two
-landscapes in one database", says which). A search adds them to the rows its learned model is
+recorded on that device (``tools/make_prior.py`` writes it; docs/search.md, "The shipped
+prior", says which). A search adds them to the rows its learned model is
 fitted to (``gemmtune.search.prior.search_prior``) on a device of that name, whatever driver
 it runs; ``gemmtune replay`` never does, so that no landscape is judged by a model that learned
 from it. Their study names begin with ``PREFIX`` and their ids are negative: they can never be

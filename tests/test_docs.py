@@ -89,6 +89,60 @@ def test_relative_links_resolve(doc):
     assert not broken, f"{doc.relative_to(REPO)} links to missing files: " + ", ".join(broken)
 
 
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown file: lower case, punctuation dropped,
+    spaces as hyphens, a repeated one numbered (-1, -2, ...)."""
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    slugs, count = set(), {}
+    for heading in re.findall(r"^#+ +(.+?) *#*$", text, re.MULTILINE):
+        heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)   # a link's text
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        n = count[slug] = count.get(slug, -1) + 1
+        slugs.add(slug if n == 0 else f"{slug}-{n}")
+    return slugs
+
+
+def headings(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return [h.replace("`", "") for h in re.findall(r"^#+ +(.+?) *#*$", text, re.MULTILINE)]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_links_to_sections_resolve(doc):
+    """A link to a section (``file.md#anchor`` or ``#anchor``) names a heading that exists: a
+    renamed or removed section fails here, where the file check above would pass."""
+    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.DOTALL)
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or "#" not in target:
+            continue
+        file, anchor = target.split("#", 1)
+        path = (doc.parent / file) if file else doc
+        if path.suffix == ".md" and path.exists() and anchor not in anchors(path):
+            broken.append(target)
+    assert not broken, f"{doc.relative_to(REPO)} links to sections that do not exist: " + ", ".join(broken)
+
+
+# A section named in the code: docs/search.md, "The search pipeline" (a comment may wrap it).
+SECTION = re.compile(r'(docs/[\w-]+\.md), +"([^"]+)"')
+CODE = [*sorted((REPO / "gemmtune").rglob("*.py")), *sorted((REPO / "tools").glob("*.py")),
+        *sorted((REPO / "kernels").glob("*.cl")), *sorted((REPO / "docs" / "landscapes").glob("*.toml"))]
+
+
+def test_sections_the_code_names_exist():
+    """Comments and docstrings that point to a section of the docs by its title (or the start of
+    it) point to one that exists."""
+    missing, found = [], 0
+    for path in CODE:
+        for doc, title in SECTION.findall(path.read_text(encoding="utf-8")):
+            title = re.sub(r"\s+(?:(?://|#)\s*)?", " ", title).strip().rstrip(".,")
+            found += 1
+            if not any(h.startswith(title) for h in headings(REPO / doc)):
+                missing.append(f"{path.relative_to(REPO)}: {doc}, {title!r}")
+    assert found, "no section references found: the pattern no longer matches the code's"
+    assert not missing, "sections named in the code that the docs do not have:\n  " + "\n  ".join(missing)
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "docs" / "landscapes").glob("*.toml")), ids=lambda p: p.name)
 def test_landscape_spaces_the_docs_name_load_and_are_named_there(path):
     """The spaces the performance docs' landscape commands pass to --space: each parses as a

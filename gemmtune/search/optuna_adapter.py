@@ -176,8 +176,8 @@ class _Observed:
 
 class GroupedTpe(optuna.samplers.TPESampler):
     """``TPESampler(multivariate=True, group=True, ...)`` for less, proposing what Optuna's does
-    (``tests/test_optuna_adapter.py`` compares them; docs/search.md, "The search pipeline" and
-    "Long searches", measure each part):
+    (``tests/test_optuna_adapter.py`` compares them; docs/search.md, "The search pipeline",
+    measures each part):
 
     * each completed trial is added to the parameter groups once, not again for each proposal;
     * with ``choice`` (gemmtune's ``KERNEL``, which picks a family) only the chosen family's

@@ -10,7 +10,7 @@ Driven with ``study.ask()`` / ``study.tell()`` so that gemmtune decides what a t
   against ``--trials``. A measured configuration that failed (its build, its launch, its check)
   is told PRUNED too (``FAILED``), so that TPE learns where configurations fail as it learns
   where they are invalid; told FAIL, as Optuna's own ``optimize`` tells an exception, TPE would
-  not see them, and kept proposing launches a device refuses (docs/search.md, "A new shape").
+  not see them, and kept proposing launches a device refuses (docs/search.md, "The search pipeline").
   A proposal measured before in this study does not count either: Optuna is told the earlier
   value (or that it failed), and nothing is rebuilt; the strategy may name what to measure
   instead (``Strategy.repeated``: TPE's takes an unmeasured neighbour).
@@ -80,7 +80,7 @@ def accepting(sampler, proposals: Proposals, is_valid: Callable[[Config], bool])
     """Within the block a sampler that can choose among its candidates (``GroupedTpe.accept``)
     takes its best valid one, sparing the proposal an invalid choice would cost. Measured ones
     stay acceptable: told their value again, repeats sharpen TPE's estimate of a good region, and
-    refusing them too cost the replays trials (docs/search.md, "Long searches")."""
+    refusing them too cost the replays trials (docs/search.md, "Tried and not kept")."""
     if not hasattr(sampler, "accept"):
         yield
         return

@@ -19,7 +19,7 @@ model this follows, proposes in batches of 64). A share EXPLORE of the proposals
 which sees every result too: half, because the prior's rows come from reduced spaces, and on
 the H200's whole space, with one proposal in ten, the search found 4-8 % less than TPE alone at
 z 1024³ (a region the model ranks low), and with half, as much or more at five shapes
-(docs/search.md, "The learned strategy after the seeds").
+(docs/search.md, "A new shape").
 
 Where the prior has fewer than ``learned.MIN_ROWS`` rows (an empty database on a device the
 package ships nothing for, as the Quick start's), TPE proposes throughout: trees refitted
