@@ -209,3 +209,37 @@ def test_a_search_sharing_a_study_with_tampered_rows_runs(tmp_path, add_result):
     result = invoke(["search", "--db", f"sqlite:///{db}", "--space", str(space), "--study", "shared", "--size", "16",
                      "--trials", "1", "--no-seed", "-q", "--time-cap", "0.05", "--format", "json"])
     assert json.loads(result.stdout)["best"]["gflops"] < 1e9
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (apt-get install gcc)")
+def test_devices_whose_keys_differ_only_in_punctuation_get_macros_of_their_own(tmp_path, add_result):
+    """Both keys spell GEMMTUNE_DEVICE_LAB_GPU_1_0; the header gives the second another macro,
+    lists which is which, and each selects its own device's configuration."""
+    db, header = tmp_path / "two.db", tmp_path / "tuned.h"
+    tsm = {"Lab | GPU | 1.0": 16, "Lab | GPU | 1-0": 32}
+    for device, value in tsm.items():
+        add_result(db, device=device, device_name="GPU", m=16, n=16, k=16, params={**PARAMS, "TSM": value})
+    invoke(["export", "--db", f"sqlite:///{db}", "--format", "header", "-o", str(header)])
+    listed = re.findall(r"^//   (GEMMTUNE_DEVICE_\w+)\n//       (.+) \(precisions", header.read_text(), re.MULTILINE)
+    assert len(listed) == 2 and len({macro for macro, _ in listed}) == 2
+    for macro, device in listed:
+        out = subprocess.run(["cc", "-E", "-dM", "-x", "c", f"-D{macro}", str(header)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        macros = dict((line.split(" ", 2) + [""])[1:3] for line in out.stdout.splitlines())
+        assert macros["GEMMTUNE_TUNED"] == "1" and macros["TSM"] == str(tsm[device])
+
+
+@pytest.mark.parametrize("name, value", [("TSM", True), ("TSM", 1.5), ("TSM", "16"), ("TSM 1\n#define X", 1),
+                                         ("1TSM", 1), ("TSM", "16\n#define X 1")])
+def test_a_define_that_is_not_an_identifier_and_an_integer_is_refused(name, value):
+    """The last guard before a header is written: whatever got past the configuration checks,
+    only a C identifier with an integer, or a string of the expected form, becomes a #define."""
+    from gemmtune.errors import GemmtuneError
+    from gemmtune.export import _FILE_NAME, _define, _string
+
+    with pytest.raises(GemmtuneError, match="refusing to export"):
+        _define(name, value)
+    if isinstance(value, str) and not _FILE_NAME.fullmatch(value) or not name.isidentifier():
+        with pytest.raises(GemmtuneError, match="refusing to export"):
+            _string(name, str(value), _FILE_NAME)
+    assert _define("TSM", 16) == "#define TSM 16" and _string("SRC", "xgemm_k5.cl", _FILE_NAME) == '#define SRC "xgemm_k5.cl"'
