@@ -144,8 +144,13 @@ def test_replay_bench_replays_each_landscape_once_and_judges_the_bar(tmp_path):
     db = tmp_path / "two.db"
     assert _replay_bench().build(db, {"grid-z2", "grid-z3"}) == 48 + 56
     args = ["tools/replay_bench.py", "--db", str(db), "--samplers", "default,random", "--seeds", "3"]
+    one = subprocess.run([sys.executable, *args, "--studies", "grid-z3"], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert one.returncode == 0, one.stderr
+    assert sorted(json.loads((tmp_path / "two.json").read_text())) == ["grid-z3|default|0.95|3", "grid-z3|random|0.95|3"]
     done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["grid-z2: default, random"]   # grid-z3's figures were kept
     figures = json.loads((tmp_path / "two.json").read_text())
     assert sorted(figures) == sorted(f"{s}|{p}|0.95|3" for s in ("grid-z2", "grid-z3") for p in ("default", "random"))
     for entry in figures.values():
@@ -180,7 +185,7 @@ def test_replay_bench_table_shows_quartiles_the_geometric_mean_and_the_count():
     assert text.endswith("The bar: met at 1, missed at 1 of 2.")
 
 
-@pytest.mark.parametrize("case", ["figures not JSON", "no landscapes", "not a database"])
+@pytest.mark.parametrize("case", ["figures not JSON", "no landscapes", "not a database", "unknown landscape"])
 def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
     from gemmtune.store import Store
 
@@ -189,11 +194,13 @@ def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
         db.write_text("not sqlite")
     else:
         Store(f"sqlite:///{db}").close()
-    if case == "figures not JSON":
+    if case in ("figures not JSON", "unknown landscape"):
         _replay_bench().build(db.with_name("two.db"), {"grid-z2"})
         db = db.with_name("two.db")
+    if case == "figures not JSON":
         (tmp_path / "two.json").write_text("{not json")
+    only = ["--studies", "grid-z9"] if case == "unknown landscape" else []
     done = subprocess.run([sys.executable, "tools/replay_bench.py", "--db", str(db), "--samplers", "random",
-                           "--seeds", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           "--seeds", "1", *only], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -74,8 +74,10 @@ def key(study: str, sampler: str, target: float, seeds: int) -> str:
     return f"{study}|{sampler}|{target}|{seeds}"
 
 
-def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, jobs: int) -> dict:
-    """Replay every landscape in ``db`` with ``samplers``; the figures, also kept in ``out``."""
+def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, jobs: int,
+        only: list[str] | None = None) -> dict:
+    """Replay every landscape in ``db`` (or those named in ``only``) with ``samplers``; the
+    figures, also kept in ``out``."""
     from gemmtune import replay
     from gemmtune.errors import GemmtuneError
     from gemmtune.info import read_device_info
@@ -93,6 +95,11 @@ def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, job
         store.close()
     if not studies:
         raise GemmtuneError(f"no landscapes in {db}")
+    if only:
+        unknown = [s for s in only if s not in studies]
+        if unknown:
+            raise GemmtuneError(f"no landscape {unknown[0]!r} in {db} (it has: {', '.join(studies)})")
+        studies = [s for s in studies if s in only]
     for study in studies:
         missing = [s for s in samplers if key(study, s, target, seeds) not in done]
         if not missing:
@@ -161,6 +168,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=50)
     ap.add_argument("--target", type=float, default=0.95)
     ap.add_argument("--jobs", type=int, default=1, help="processes replaying seeds side by side (0: one per core)")
+    ap.add_argument("--studies", default="", help="replay only these landscapes (comma-separated; default: all)")
     args = ap.parse_args(argv)
     samplers = [s for s in args.samplers.split(",") if s]
     out = args.out or args.db.with_suffix(".json")
@@ -170,7 +178,8 @@ def main(argv=None) -> int:
     try:
         if not args.db.exists():
             print(f"writing {args.db}: {build(args.db)} rows", file=sys.stderr, flush=True)
-        done = run(args.db, out, samplers, args.seeds, args.target, args.jobs)
+        done = run(args.db, out, samplers, args.seeds, args.target, args.jobs,
+                   [s for s in args.studies.split(",") if s])
     except GemmtuneError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 2
