@@ -78,9 +78,13 @@ def test_group_options_are_in_the_readme():
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
 
+def prose(path: Path) -> str:
+    """A Markdown file without its code blocks."""
+    return re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
 def relative_links(path: Path) -> list[str]:
-    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)  # not code
-    return [t for t in LINK.findall(text) if not re.match(r"[a-z][a-z0-9+.-]*:|#", t)]
+    return [t for t in LINK.findall(prose(path)) if not re.match(r"[a-z][a-z0-9+.-]*:|#", t)]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
@@ -89,12 +93,16 @@ def test_relative_links_resolve(doc):
     assert not broken, f"{doc.relative_to(REPO)} links to missing files: " + ", ".join(broken)
 
 
+def headings(path: Path) -> list[str]:
+    """The headings of a Markdown file, as text (inline code's backticks dropped)."""
+    return [h.replace("`", "") for h in re.findall(r"^#+ +(.+?) *#*$", prose(path), re.MULTILINE)]
+
+
 def anchors(path: Path) -> set[str]:
     """The anchors GitHub gives the headings of a Markdown file: lower case, punctuation dropped,
     spaces as hyphens, a repeated one numbered (-1, -2, ...)."""
-    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
     slugs, count = set(), {}
-    for heading in re.findall(r"^#+ +(.+?) *#*$", text, re.MULTILINE):
+    for heading in headings(path):
         heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)   # a link's text
         slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
         n = count[slug] = count.get(slug, -1) + 1
@@ -102,18 +110,12 @@ def anchors(path: Path) -> set[str]:
     return slugs
 
 
-def headings(path: Path) -> list[str]:
-    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
-    return [h.replace("`", "") for h in re.findall(r"^#+ +(.+?) *#*$", text, re.MULTILINE)]
-
-
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
 def test_links_to_sections_resolve(doc):
     """A link to a section (``file.md#anchor`` or ``#anchor``) names a heading that exists: a
     renamed or removed section fails here, where the file check above would pass."""
-    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.DOTALL)
     broken = []
-    for target in LINK.findall(text):
+    for target in LINK.findall(prose(doc)):
         if re.match(r"[a-z][a-z0-9+.-]*:", target) or "#" not in target:
             continue
         file, anchor = target.split("#", 1)

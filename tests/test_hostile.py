@@ -239,7 +239,7 @@ def test_a_define_that_is_not_an_identifier_and_an_integer_is_refused(name, valu
 
     with pytest.raises(GemmtuneError, match="refusing to export"):
         _define(name, value)
-    if isinstance(value, str) and not _FILE_NAME.fullmatch(value) or not name.isidentifier():
+    if (isinstance(value, str) and not _FILE_NAME.fullmatch(value)) or not name.isidentifier():
         with pytest.raises(GemmtuneError, match="refusing to export"):
             _string(name, str(value), _FILE_NAME)
     assert _define("TSM", 16) == "#define TSM 16" and _string("SRC", "xgemm_k5.cl", _FILE_NAME) == '#define SRC "xgemm_k5.cl"'
