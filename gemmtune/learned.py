@@ -172,13 +172,15 @@ def _compute_study_rows(part: pd.DataFrame, dev: DeviceInfo, peaks) -> list[tupl
     return out
 
 
-def prior_model(rows: pd.DataFrame | None, dev: DeviceInfo, peaks=None, jobs: int | None = None) -> CostModel | None:
+def prior_model(rows: pd.DataFrame | None, dev: DeviceInfo, peaks=None, jobs: int | None = None,
+                seed: int = 0) -> CostModel | None:
     """The cost model fitted to ``rows`` (the device's results at other problems), or None where
-    they are fewer than ``MIN_ROWS`` usable ones."""
+    they are fewer than ``MIN_ROWS`` usable ones. ``seed``: the trees' random seed; a search
+    always fits with 0, and a replay may ask for others to see how much a verdict owes to it."""
     if rows is None:
         return None
     x, y = training_rows(rows, dev, peaks)
-    return CostModel(0).fit(x, y, jobs=jobs) if len(y) >= MIN_ROWS else None
+    return CostModel(seed).fit(x, y, jobs=jobs) if len(y) >= MIN_ROWS else None
 
 
 def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Sequence[Config] = (),

@@ -285,12 +285,15 @@ def learned_spearman(land: Landscape, dev: DeviceInfo, fitted) -> float | None:
 
 
 def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 0.95,
-           seed_count: int = 10, device: DeviceInfo | None = None, jobs: int = 1) -> ReplayResult:
+           seed_count: int = 10, device: DeviceInfo | None = None, jobs: int = 1,
+           forest_seed: int = 0) -> ReplayResult:
     """Replay ``seeds`` searches (sampler seeds 0 .. seeds-1) per sampler against ``land``.
 
     ``device`` describes the study's device for the model: tpe-seeded needs it, and with it the
     result also carries the model's rank correlation with the study's measurements. ``jobs``
-    processes replay the seeds side by side (0: one per core); the counts do not depend on it."""
+    processes replay the seeds side by side (0: one per core); the counts do not depend on it.
+    ``forest_seed``: the random seed of the cost model's trees (a search's is 0), for a replay
+    that asks how much the counts owe to one forest."""
     samplers = list(dict.fromkeys(samplers))
     bad = [s for s in samplers if s not in SAMPLERS]
     if bad or not samplers:
@@ -312,7 +315,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     if device is not None:
         # As search: the device's other studies teach a model whose picks are among the seeds.
         prior = other_studies(land)
-        fitted = learned.prior_model(prior, device, land.peaks)
+        fitted = learned.prior_model(prior, device, land.peaks, seed=forest_seed)
         top = model_seeds(land, device, seed_count, fitted)
         result.model_spearman = model_spearman(land, device)
         result.learned_spearman = learned_spearman(land, device, fitted)

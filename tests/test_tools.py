@@ -161,6 +161,26 @@ def test_replay_bench_replays_each_landscape_once_and_judges_the_bar(tmp_path):
     assert again.returncode == 0 and again.stderr == "" and again.stdout == done.stdout   # nothing replayed twice
 
 
+def test_replay_bench_keeps_another_forests_figures_apart_and_the_stock_ones_for_every_forest(tmp_path):
+    """--forest-seed refits the learned model with other trees: the default's figures for that
+    forest are new, the stock samplers' (which learn nothing) are not replayed again."""
+    db = tmp_path / "two.db"
+    _replay_bench().build(db, {"grid-z2", "grid-z3"})
+    args = [sys.executable, "tools/replay_bench.py", "--db", str(db), "--samplers", "default,random", "--seeds", "3",
+            "--studies", "grid-z3"]
+    first = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    other = subprocess.run([*args, "--forest-seed", "7"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0 and other.returncode == 0, other.stderr
+    assert other.stderr.splitlines() == ["grid-z3: default"]
+    figures = json.loads((tmp_path / "two.json").read_text())
+    assert sorted(figures) == ["grid-z3|default|0.95|3", "grid-z3|default|0.95|3|forest 7", "grid-z3|random|0.95|3"]
+    ours, theirs = figures["grid-z3|default|0.95|3"], figures["grid-z3|default|0.95|3|forest 7"]
+    assert ours["learned_spearman"] != theirs["learned_spearman"]   # other trees, other predictions
+    row = next(line for line in other.stdout.splitlines() if line.startswith("| grid-z3"))
+    medians = [cell.split(" (")[0] for cell in row.split(" | ")[2:4]]   # quartiles after them
+    assert medians == [f"{theirs['median']:g}", f"{figures['grid-z3|random|0.95|3']['median']:g}"]
+
+
 @pytest.mark.parametrize("default, stock, verdict", [(3, [10, 7], "met"), (3.5, [7, 30], "met"),
                                                      (4, [7, 9], "missed"), (1, [1.5, 40], "out of reach")])
 def test_replay_bench_bar_is_half_the_best_stock_median(default, stock, verdict):
@@ -185,7 +205,8 @@ def test_replay_bench_table_shows_quartiles_the_geometric_mean_and_the_count():
     assert text.endswith("The bar: met at 1, missed at 1 of 2.")
 
 
-@pytest.mark.parametrize("case", ["figures not JSON", "no landscapes", "not a database", "unknown landscape"])
+@pytest.mark.parametrize("case", ["figures not JSON", "no landscapes", "not a database", "unknown landscape",
+                                  "negative forest seed"])
 def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
     from gemmtune.store import Store
 
@@ -200,7 +221,10 @@ def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
     if case == "figures not JSON":
         (tmp_path / "two.json").write_text("{not json")
     only = ["--studies", "grid-z9"] if case == "unknown landscape" else []
+    if case == "negative forest seed":
+        db, only = tmp_path / "new.db", ["--forest-seed", "-1"]
     done = subprocess.run([sys.executable, "tools/replay_bench.py", "--db", str(db), "--samplers", "random",
                            "--seeds", "1", *only], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
+    assert case != "negative forest seed" or not db.exists()   # refused before the database is written
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -15,6 +15,11 @@ median of the measured trials to ``--target`` x the landscape's best (quartiles 
 learned model's rank correlation, and whether the default meets the bar of issue 26: a median
 at most half the best stock sampler's (random, optuna-tpe, optuna-cmaes). Where the best stock
 median is under 2 no strategy can (every search measures at least one trial).
+
+``--forest-seed N`` fits the learned model's trees with another random seed than a search's (0):
+the default's figures for that forest are kept apart (the stock samplers learn nothing, and
+theirs serve every forest), so that a verdict can be checked against the forest it was made
+with.
 """
 
 from __future__ import annotations
@@ -70,12 +75,13 @@ def build(path: Path, studies=None) -> int:
     return len(records)
 
 
-def key(study: str, sampler: str, target: float, seeds: int) -> str:
-    return f"{study}|{sampler}|{target}|{seeds}"
+def key(study: str, sampler: str, target: float, seeds: int, forest: int = 0) -> str:
+    """Where a figure is kept: a forest other than a search's only for a sampler that learns."""
+    return f"{study}|{sampler}|{target}|{seeds}" + (f"|forest {forest}" if forest and sampler not in STOCK else "")
 
 
 def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, jobs: int,
-        only: list[str] | None = None) -> dict:
+        only: list[str] | None = None, forest: int = 0) -> dict:
     """Replay every landscape in ``db`` (or those named in ``only``) with ``samplers``; the
     figures, also kept in ``out``."""
     from gemmtune import replay
@@ -101,14 +107,14 @@ def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, job
             raise GemmtuneError(f"no landscape {unknown[0]!r} in {db} (it has: {', '.join(studies)})")
         studies = [s for s in studies if s in only]
     for study in studies:
-        missing = [s for s in samplers if key(study, s, target, seeds) not in done]
+        missing = [s for s in samplers if key(study, s, target, seeds, forest) not in done]
         if not missing:
             continue
         print(f"{study}: {', '.join(missing)}", file=sys.stderr, flush=True)
         land = replay.load_landscape(f"sqlite:///{db}", study)
-        result = replay.replay(land, missing, seeds, target, device=dev, jobs=jobs).to_json()
+        result = replay.replay(land, missing, seeds, target, device=dev, jobs=jobs, forest_seed=forest).to_json()
         for entry in result["samplers"]:
-            done[key(study, entry["sampler"], target, seeds)] = {
+            done[key(study, entry["sampler"], target, seeds, forest)] = {
                 "study": study, "precision": result["precision"], "recorded": result["recorded"],
                 "ok": result["ok"], "learned_spearman": result["learned_spearman"],
                 **{name: entry[name] for name in ("sampler", "median", "q1", "q3", "trials")}}
@@ -126,7 +132,7 @@ def verdict(default: float, stock: list[float]) -> str:
     return "met" if default <= best / 2 else "missed"
 
 
-def table(done: dict, samplers: list[str], seeds: int, target: float) -> str:
+def table(done: dict, samplers: list[str], seeds: int, target: float, forest: int = 0) -> str:
     """Markdown: a row per landscape, a dash where a sampler was not replayed; the bar judged
     against the stock samplers replayed there, the geometric means over the landscapes every
     sampler was replayed at."""
@@ -135,7 +141,7 @@ def table(done: dict, samplers: list[str], seeds: int, target: float) -> str:
              "|" + "---|" * (len(samplers) + 4)]
     verdicts, logs = [], {s: [] for s in samplers}
     for study in studies:
-        entries = {s: done.get(key(study, s, target, seeds)) for s in samplers}
+        entries = {s: done.get(key(study, s, target, seeds, forest)) for s in samplers}
         present = {s: e for s, e in entries.items() if e is not None}
         if not present:
             continue
@@ -169,6 +175,8 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=float, default=0.95)
     ap.add_argument("--jobs", type=int, default=1, help="processes replaying seeds side by side (0: one per core)")
     ap.add_argument("--studies", default="", help="replay only these landscapes (comma-separated; default: all)")
+    ap.add_argument("--forest-seed", type=int, default=0,
+                    help="random seed of the learned model's trees (default: 0, a search's)")
     args = ap.parse_args(argv)
     samplers = [s for s in args.samplers.split(",") if s]
     out = args.out or args.db.with_suffix(".json")
@@ -176,14 +184,16 @@ def main(argv=None) -> int:
     from gemmtune.errors import GemmtuneError
 
     try:
+        if not 0 <= args.forest_seed < 2**32:
+            raise GemmtuneError(f"--forest-seed must be in 0 .. 2**32 - 1, got {args.forest_seed}")
         if not args.db.exists():
             print(f"writing {args.db}: {build(args.db)} rows", file=sys.stderr, flush=True)
         done = run(args.db, out, samplers, args.seeds, args.target, args.jobs,
-                   [s for s in args.studies.split(",") if s])
+                   [s for s in args.studies.split(",") if s], args.forest_seed)
     except GemmtuneError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 2
-    print(table(done, samplers, args.seeds, args.target))
+    print(table(done, samplers, args.seeds, args.target, args.forest_seed))
     return 0
 
 
