@@ -74,6 +74,22 @@ from gemmtune.urls import shown
 SAMPLERS = ("default", *names("replay"))
 
 
+def check_samplers(samplers) -> list[str]:
+    """``samplers`` without repeats; GemmtuneError for none or a name that is no sampler."""
+    samplers = list(dict.fromkeys(samplers))
+    bad = [s for s in samplers if s not in SAMPLERS]
+    if bad or not samplers:
+        raise GemmtuneError(f"unknown sampler {bad[0] if bad else ''!r}: use some of {', '.join(SAMPLERS)}")
+    return samplers
+
+
+def learns(sampler: str) -> bool:
+    """Whether ``sampler``'s replays read the cost model fitted to the device's other studies
+    (its seeds or its proposals), so that they need the device's description and depend on the
+    model's trees."""
+    return sampler == "default" or STRATEGIES[sampler].model_seeded or STRATEGIES[sampler].wants_prior
+
+
 @dataclass(frozen=True)
 class Landscape:
     """What an exhaustive study recorded: the lookup table a replay searches."""
@@ -294,10 +310,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     processes replay the seeds side by side (0: one per core); the counts do not depend on it.
     ``forest_seed``: the random seed of the cost model's trees (a search's is 0), for a replay
     that asks how much the counts owe to one forest."""
-    samplers = list(dict.fromkeys(samplers))
-    bad = [s for s in samplers if s not in SAMPLERS]
-    if bad or not samplers:
-        raise GemmtuneError(f"unknown sampler {bad[0] if bad else ''!r}: use some of {', '.join(SAMPLERS)}")
+    samplers = check_samplers(samplers)
     if seeds < 1:
         raise GemmtuneError(f"--seeds must be at least 1, got {seeds}")
     if not 0 < target <= 1:
@@ -306,7 +319,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
         raise GemmtuneError(f"--model-seeds must be at least 1, got {seed_count}")
     if jobs < 0:
         raise GemmtuneError(f"--jobs must be at least 0, got {jobs}")
-    seeded = [s for s in samplers if s == "default" or STRATEGIES[s].model_seeded or STRATEGIES[s].wants_prior]
+    seeded = [s for s in samplers if learns(s)]
     if seeded and device is None:
         raise GemmtuneError(f"{seeded[0]} needs a description of the study's device ({land.device_name}) "
                             "for the model")

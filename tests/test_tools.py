@@ -206,7 +206,7 @@ def test_replay_bench_table_shows_quartiles_the_geometric_mean_and_the_count():
 
 
 @pytest.mark.parametrize("case", ["figures not JSON", "no landscapes", "not a database", "unknown landscape",
-                                  "negative forest seed"])
+                                  "negative forest seed", "unknown sampler with another forest"])
 def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
     from gemmtune.store import Store
 
@@ -215,7 +215,7 @@ def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
         db.write_text("not sqlite")
     else:
         Store(f"sqlite:///{db}").close()
-    if case in ("figures not JSON", "unknown landscape"):
+    if case in ("figures not JSON", "unknown landscape", "unknown sampler with another forest"):
         _replay_bench().build(db.with_name("two.db"), {"grid-z2"})
         db = db.with_name("two.db")
     if case == "figures not JSON":
@@ -223,7 +223,10 @@ def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
     only = ["--studies", "grid-z9"] if case == "unknown landscape" else []
     if case == "negative forest seed":
         db, only = tmp_path / "new.db", ["--forest-seed", "-1"]
-    done = subprocess.run([sys.executable, "tools/replay_bench.py", "--db", str(db), "--samplers", "random",
+    sampler = "random"
+    if case == "unknown sampler with another forest":
+        sampler, only = "tpe-unknown", ["--forest-seed", "3"]
+    done = subprocess.run([sys.executable, "tools/replay_bench.py", "--db", str(db), "--samplers", sampler,
                            "--seeds", "1", *only], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
     assert case != "negative forest seed" or not db.exists()   # refused before the database is written

@@ -77,7 +77,9 @@ def build(path: Path, studies=None) -> int:
 
 def key(study: str, sampler: str, target: float, seeds: int, forest: int = 0) -> str:
     """Where a figure is kept: a forest other than a search's only for a sampler that learns."""
-    return f"{study}|{sampler}|{target}|{seeds}" + (f"|forest {forest}" if forest and sampler not in STOCK else "")
+    from gemmtune.replay import learns
+
+    return f"{study}|{sampler}|{target}|{seeds}" + (f"|forest {forest}" if forest and learns(sampler) else "")
 
 
 def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, jobs: int,
@@ -184,6 +186,9 @@ def main(argv=None) -> int:
     from gemmtune.errors import GemmtuneError
 
     try:
+        from gemmtune.replay import check_samplers
+
+        check_samplers(samplers)   # before anything is written
         if not 0 <= args.forest_seed < 2**32:
             raise GemmtuneError(f"--forest-seed must be in 0 .. 2**32 - 1, got {args.forest_seed}")
         if not args.db.exists():
