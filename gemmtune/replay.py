@@ -76,17 +76,14 @@ SAMPLERS = ("default", *names("replay"))
 
 def check_samplers(samplers) -> list[str]:
     """``samplers`` without repeats; GemmtuneError for none or a name that is no sampler."""
-    samplers = list(dict.fromkeys(samplers))
-    bad = [s for s in samplers if s not in SAMPLERS]
+    samplers, bad = list(dict.fromkeys(samplers)), [s for s in samplers if s not in SAMPLERS]
     if bad or not samplers:
         raise GemmtuneError(f"unknown sampler {bad[0] if bad else ''!r}: use some of {', '.join(SAMPLERS)}")
     return samplers
 
 
 def learns(sampler: str) -> bool:
-    """Whether ``sampler``'s replays read the cost model fitted to the device's other studies
-    (its seeds or its proposals), so that they need the device's description and depend on the
-    model's trees."""
+    """Whether ``sampler``'s replays read the cost model fitted to the device's other studies."""
     return sampler == "default" or STRATEGIES[sampler].model_seeded or STRATEGIES[sampler].wants_prior
 
 
@@ -308,8 +305,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     ``device`` describes the study's device for the model: tpe-seeded needs it, and with it the
     result also carries the model's rank correlation with the study's measurements. ``jobs``
     processes replay the seeds side by side (0: one per core); the counts do not depend on it.
-    ``forest_seed``: the random seed of the cost model's trees (a search's is 0), for a replay
-    that asks how much the counts owe to one forest."""
+    ``forest_seed``: the random seed of the cost model's trees (a search's: 0)."""
     samplers = check_samplers(samplers)
     if seeds < 1:
         raise GemmtuneError(f"--seeds must be at least 1, got {seeds}")
