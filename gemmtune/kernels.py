@@ -159,7 +159,8 @@ class GemmOperation:
         self.scratch = {s.name: _scratch_buffer(queue.context, s) for s in self.plan.scratch}
         self.launches = []   # (kernel, launch, the positions of the call's arguments)
         for launch in self.plan.launches:
-            kernel = cl.Kernel(self.program, launch.kernel)
+            program = self.program if launch.defines is None else build(queue.context, source, dict(launch.defines))
+            kernel = cl.Kernel(program, launch.kernel)
             check_work_group(kernel, launch.kernel, launch.local_size, queue.device)
             bound = []
             for i, arg in enumerate(launch.args):

@@ -75,12 +75,15 @@ class Scratch:
 class Launch:
     """One kernel enqueue. ``args``: ints (passed as int32), names of scratch buffers, or the
     call arguments above. ``gemm``: part of the product itself; False for a pass that prepares
-    an operand (timed apart as the passes' share)."""
+    an operand (timed apart as the passes' share). ``defines``: the kernel is in a program of
+    its own, the family's source built with these defines alone (so that candidates which
+    differ only in the product share it); None: in the configuration's program."""
     kernel: str
     global_size: tuple[int, ...]
     local_size: tuple[int, ...] | None
     args: tuple
     gemm: bool = True
+    defines: tuple[tuple[str, int], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,12 @@
 #if !defined(TRANSB)
   #define TRANSB 0  // 0: B is K x N column-major; 1: B is given as N x K (op(B) = B^T); 2: op(B) = B^H
 #endif
+// Which kernels a build holds (set by the host, not tuned): 0 all of them, as an exported header's
+// single program does; 1 the product alone; 2 the packing kernels alone. gemmtune builds the
+// packing kernels apart, once per panel size and op(), instead of again with every candidate.
+#if !defined(PART)
+  #define PART 0
+#endif
 #if TRANSA == 2
   #define CONJ_A(v) CONJ(v)
 #else
@@ -203,6 +209,7 @@ inline realV load_a_edge(const __global real* restrict a, const int stride, cons
     }                                                                              \
   } while (0)
 
+#if PART != 2
 __kernel __attribute__((reqd_work_group_size(WGS, 1, 1)))
 void xgemm(const int M, const int N, const int K, const real alpha, const real beta,
            const __global real* restrict A, const int offA, const int lda,
@@ -294,13 +301,14 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
     }
   }
 }
+#endif
 
 // Packing: the product then reads each operand as one sequential stream, whatever lda and ldb
 // are. Read in place, a column stride of a multiple of 4 KiB maps every step of K onto the same
 // few cache sets, and the panel of A no longer stays in cache between work-items (in s at
 // 2048^3, A read in place ran at about 60 % of the speed of packed A on a 2-core AMD EPYC).
 // Rows or columns past M or N are stored as zeros, so the product needs no edge case for them.
-#if PACKA
+#if PACKA && PART != 1
 // Ap[(b * K + p) * MR + r] = op(A)(b * MR + r, p); one work-item per (p, b). A fixed work-group
 // size, because PoCL compiles a kernel again for each new local size it is launched with.
 __kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1)))
@@ -318,7 +326,7 @@ void xgemm_pack_a(const int M, const int K, const __global real* restrict A, con
 }
 #endif
 
-#if PACKB
+#if PACKB && PART != 1
 // Bp[(b * K + p) * NR + j] = op(B)(p, b * NR + j); one work-item per (p, b)
 __kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1)))
 void xgemm_pack_b(const int N, const int K, const __global real* restrict B, const int offB,

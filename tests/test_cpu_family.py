@@ -197,7 +197,39 @@ def test_cpu_plan_packs_into_panels_and_passes_the_call_arguments():
                          "C", "offset_c", 40, "Ap", "Bp")
     swapped = XGEMM_CPU.plan({**p, "ORDER": 1}, s, problem, LIMITS, 2).launches[-1]
     assert swapped.global_size == (3, 2)
-    assert XGEMM_CPU.build_defines(p, s, problem) == {"TRANSA": 1, "TRANSB": 0}
+    assert XGEMM_CPU.build_defines(p, s, problem) == {"TRANSA": 1, "TRANSB": 0, "PART": 1}
+    # the packing kernels apart, built from what they depend on: the panel and op() of their operand
+    assert dict(pack_a.defines) == {"PRECISION": 32, "PART": 2, "PACKA": 1, "PACKB": 0, "VW": 1, "MV": 16, "TRANSA": 1}
+    assert dict(pack_b.defines) == {"PRECISION": 32, "PART": 2, "PACKA": 0, "PACKB": 1, "VW": 1, "MV": 1, "NR": 6,
+                                    "TRANSB": 0}
+    assert main.defines is None
+
+
+def test_candidates_with_the_same_panels_share_one_build_of_the_packing_kernels(queue):
+    """Two configurations that differ in the product alone: their packing kernels come from one
+    program, built once; each product's program holds the product alone; both compute right."""
+    import pyopencl as cl
+
+    from gemmtune.kernels import GemmOperation
+
+    s, source = get_precision("s"), shipped_families().family("xgemm_cpu").source
+    base = {**XGEMM_CPU.defaults, "VW": 8, "MV": 2, "NR": 3, "NB": 1, "KC": 0, "PACKA": 1, "PACKB": 1, "ORDER": 0}
+    ops = [GemmOperation(queue, Config.of("xgemm_cpu", {**base, "KU": ku}), source, s, 37, 20, 19, "C", "T")
+           for ku in (1, 4)]
+    programs = [[kernel.get_info(cl.kernel_info.PROGRAM).int_ptr for kernel, _, _ in op.launches] for op in ops]
+    assert programs[0][:2] == programs[1][:2] and programs[0][2] != programs[1][2]
+    for op in ops:
+        assert op.program.get_info(cl.program_info.KERNEL_NAMES) == "xgemm"
+    rng = np.random.default_rng()
+    a, b = uniform((19, 37), np.float32, rng), uniform((20, 19), np.float32, rng)   # op(A) = A^H, op(B) = B^T
+    expected = Reference.compute(s, a, b, None, 1.0, 0.0, "C", "T")
+    for op in ops:
+        bufs = [cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=np.asfortranarray(x))
+                for x in (a, b, np.full((37, 20), np.nan, np.float32, order="F"))]
+        op.enqueue(*bufs, 1.0, 0.0)[-1].wait()
+        out = np.empty((37, 20), np.float32, order="F")
+        cl.enqueue_copy(queue, out, bufs[2])
+        check("s", out, expected)
 
 
 def test_cpu_plan_without_k_packs_nothing_and_refuses_short_leading_dimensions():
