@@ -101,7 +101,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     ``best_config`` for the problem from the results database ``db`` (default: $GEMMTUNE_DB,
     else sqlite:///results/gemmtune.db): the tuned configuration of this shape, else of the
     nearest tuned shape, else the shipped default. Lookups are cached in the process.
-    ``device`` is an index, "P:D", or None for $GEMMTUNE_DEVICE or 0.
+    ``device`` is an index, "P:D", or None for $GEMMTUNE_DEVICE or 0. M, N or K may be 0, as in
+    BLAS: K = 0 gives ``beta * c`` (zeros at beta 0), M or N = 0 an empty array.
     Raises ValueError for mixed dtypes or mismatched shapes, GemmtuneError for a configuration
     that is not valid on the device.
     """
@@ -118,13 +119,16 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
         raise ValueError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
     if c is not None and np.asarray(c).shape != (m, n):
         raise ValueError(f"c must be {m}x{n}, got {'x'.join(map(str, np.asarray(c).shape))}")
-    if min(m, n, ka) < 1:
-        raise ValueError(f"empty product: {m}x{ka} times {kb}x{n}")
     if c is None and beta != 0:
         raise ValueError(f"beta = {beta} needs c: without c, beta must be 0")
     check_scalars(prec, alpha, beta)
 
     dev = get_device(device)
+    if min(m, n, ka) == 0:
+        # BLAS's empty products: nothing to multiply; with K = 0, C <- beta * C (c unread at beta 0)
+        if ka == 0 and c is not None and beta != 0:
+            return (beta * np.asarray(c)).astype(prec.dtype)
+        return np.zeros((m, n), dtype=prec.dtype)
     # Row-major C = op(a) op(b) is column-major C^T = op(b)^T op(a)^T, and the memory of a
     # row-major matrix is its transpose in column-major: hand b as A and a as B, m and n swapped.
     # The tuned shape is that column-major one, the problem the kernel actually runs.
@@ -179,6 +183,33 @@ def device_info(device: cl.Device) -> DeviceInfo:
     raise GemmtuneError(f"device {device.name.strip()!r} is not among the OpenCL devices gemmtune lists")
 
 
+class EmptyProduct:
+    """What ``Gemm`` enqueues for a product with M, N or K of 0, as BLAS means it: nothing where
+    M or N is 0; C <- beta * C where K is 0 (c not read where beta is 0). Rectangular copies of
+    c's view through the host (blocking) instead of a kernel, which would need a build of its
+    own for a call this rare."""
+
+    kernel_events = 0
+
+    def __init__(self, queue: cl.CommandQueue, prec: Precision, m: int, n: int, ldc: int):
+        self.queue, self.prec, self.m, self.n, self.ldc = queue, prec, m, n, ldc
+
+    def enqueue(self, a, b, c: cl.Buffer, alpha=1.0, beta=0.0, wait_for=None, offsets=(0, 0, 0)) -> list[cl.Event]:
+        if self.m == 0 or self.n == 0:
+            return []
+        item = self.prec.bytes
+        rect = dict(buffer_origin=(offsets[2] * item, 0), host_origin=(0, 0), region=(self.n * item, self.m),
+                    buffer_pitches=(self.ldc * item,), host_pitches=(self.n * item,))
+        host = np.zeros((self.m, self.n), dtype=self.prec.dtype)
+        events = []
+        if beta != 0:
+            events.append(cl.enqueue_copy(self.queue, host, c, wait_for=wait_for, **rect))
+            host *= self.prec.dtype.type(beta)
+            wait_for = None
+        events.append(cl.enqueue_copy(self.queue, c, host, wait_for=wait_for, **rect))
+        return events
+
+
 _PLAIN = (float, int)   # scalars that need no check: they fit every precision
 
 
@@ -192,6 +223,8 @@ class Gemm:
     them: an offset into their buffer and rows further apart than their length (``x[i:j, p:q]``
     of a larger array); elements within a row must be adjacent. Nothing outside ``c``'s view is
     written. ``trans_a=True`` means op(a) = a.T, ``"C"`` a.conj().T. beta == 0 never reads c.
+    An empty product (``EmptyProduct``) enqueues no kernel: K = 0 scales c's view by beta through
+    the host, M or N = 0 does nothing.
     The call waits for the operands' pending events and records its own on ``c`` (``c.events``).
 
     The configuration of each problem is chosen the first time its shapes and strides are seen,
@@ -214,7 +247,7 @@ class Gemm:
         # config: one configuration for every problem instead of best_config's choice.
         self.config = None if config is None else resolve_config(config, self.info, self.precision)
         self._calls: OrderedDict[tuple, GemmOperation] = OrderedDict()
-        self.last_operation: GemmOperation | None = None   # of the last call, and its events
+        self.last_operation: GemmOperation | EmptyProduct | None = None   # of the last call, and its events
         self.last_events: list = []
 
     def _check(self, name: str, x) -> int:
@@ -235,7 +268,7 @@ class Gemm:
             raise ValueError(f"{name}'s offset ({x.offset} bytes) is not a whole number of elements")
         return x.strides[0] // item if rows > 1 else max(cols, 1)
 
-    def operation(self, a, b, c, trans_a: str, trans_b: str, views: bool) -> GemmOperation:
+    def operation(self, a, b, c, trans_a: str, trans_b: str, views: bool) -> GemmOperation | EmptyProduct:
         """The prepared column-major operation for these operands' shapes, strides and op flags."""
         lda, ldb, ldc = (self._check(name, x) for name, x in (("a", a), ("b", b), ("c", c)))
         (m, ka), (kb, n) = _op_shape(a, trans_a), _op_shape(b, trans_b)
@@ -243,8 +276,8 @@ class Gemm:
             raise ValueError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
         if c.shape != (m, n):
             raise ValueError(f"c must be {m}x{n}, got {'x'.join(map(str, c.shape))}")
-        if min(m, n, ka) < 1:
-            raise ValueError(f"empty product: {m}x{ka} times {kb}x{n}")
+        if min(m, n, ka) == 0:
+            return EmptyProduct(self.queue, self.precision, m, n, ldc)
         # Same row-major to column-major swap as gemm: b is A, a is B, m and n exchanged.
         problem = Problem(n, m, ka, trans_b, trans_a, ldb, lda, ldc, views)
         cfg = self.config or best_config(n, m, ka, self.precision, device=self.info, db=self.db,
@@ -275,6 +308,7 @@ class Gemm:
         wait = [*a.events, *b.events, *c.events] or None
         events = op.enqueue(b.base_data, a.base_data, c.base_data, alpha, beta, wait,
                             (b.offset // item, a.offset // item, c.offset // item))
-        c.add_event(events[-1])
+        if events:
+            c.add_event(events[-1])
         self.last_operation, self.last_events = op, events
         return c

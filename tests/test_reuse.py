@@ -280,3 +280,42 @@ def test_gemm_object_refuses_what_it_cannot_use(queue, results_db):
         gemm(cla.zeros(queue, (8, 4), np.float32), x, cla.zeros(queue, (8, 8), np.float32))
     with pytest.raises(ValueError, match="within a row must be adjacent"):
         gemm(cla.zeros(queue, (8, 8), np.float32)[:, ::2], cla.zeros(queue, (4, 8), np.float32), x)
+
+
+@pytest.mark.parametrize("m, k, n", [(5, 0, 7), (0, 4, 3), (6, 3, 0)])
+def test_gemm_empty_products_as_blas_means_them(results_db, m, k, n):
+    """K = 0 leaves beta * C (C unread at beta 0, so its NaN must not show); M or N = 0 an empty C."""
+    rng = np.random.default_rng()
+    prec = get_precision("d")
+    a, b = random_matrix(prec, (m, k), rng), random_matrix(prec, (k, n), rng)
+    c = random_matrix(prec, (m, n), rng)
+    nan = np.full((m, n), np.nan)
+    for beta, given in ((0.0, nan), (-0.5, c)):
+        out = gemmtune.gemm(a, b, given, alpha=2.0, beta=beta, db=url(results_db))
+        assert out.shape == (m, n) and out.dtype == np.float64
+        assert np.array_equal(out, beta * c if beta else np.zeros((m, n)))
+    assert gemmtune.gemm(a, b, db=url(results_db)).shape == (m, n)
+
+
+@pytest.mark.parametrize("precision", ["s", "z"])
+def test_gemm_object_with_k_zero_scales_c_within_its_view(queue, results_db, precision):
+    """C <- beta * C on a view of a larger array (an offset, rows further apart than their
+    length): nothing outside the view changes; beta 0 writes zeros over NaN."""
+    rng = np.random.default_rng()
+    prec = get_precision(precision)
+    m, n = 5, 7
+    big = random_matrix(prec, (m + 3, n + 4), rng)
+    a, b = cla.zeros(queue, (m, 0), prec.dtype), cla.zeros(queue, (0, n), prec.dtype)
+    gemm = gemmtune.Gemm(queue, precision, db=url(results_db))
+    beta = (0.5 - 2j) if prec.is_complex else -1.5
+    for scale, start in ((beta, big), (0.0, np.where(np.ones_like(big, bool), np.nan, big))):
+        whole = cla.to_device(queue, start)
+        c = whole[2:2 + m, 3:3 + n]
+        assert gemm(a, b, c, alpha=3.0, beta=scale) is c
+        out = whole.get()
+        expected = start.copy()
+        expected[2:2 + m, 3:3 + n] = scale * start[2:2 + m, 3:3 + n] if scale else 0
+        assert np.allclose(out, expected, rtol=1e-6, atol=0, equal_nan=True)
+        assert not np.isnan(out[2:2 + m, 3:3 + n]).any()
+    empty = cla.zeros(queue, (0, n), prec.dtype)
+    assert gemm(cla.zeros(queue, (0, 3), prec.dtype), cla.zeros(queue, (3, n), prec.dtype), empty) is empty
