@@ -188,7 +188,7 @@ def main(argv=None) -> int:
     try:
         from gemmtune.replay import check_samplers
 
-        check_samplers(samplers)   # before anything is written
+        samplers = check_samplers(samplers)   # before anything is written; without repeats
         if not 0 <= args.forest_seed < 2**32:
             raise GemmtuneError(f"--forest-seed must be in 0 .. 2**32 - 1, got {args.forest_seed}")
         if not args.db.exists():
