@@ -28,6 +28,7 @@ class Job:
     stop_above_ms: float | None = None   # stop timing, status "slow", once the time's interval is above this
     trans_a: str = "N"
     trans_b: str = "N"
+    helpers: tuple = ()                  # (defines, binary) of the programs built apart (Built.helpers)
 
     @property
     def problem_key(self) -> tuple:
@@ -58,6 +59,7 @@ class Built:
     digest: str | None = None         # sha256 of the binary: equal digests, one measurement
     compile_s: float | None = None
     detail: str = ""
+    helpers: tuple = ()               # (Launch.defines, binary) of the plan's programs built apart
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,7 @@ class GemmOperation:
 
     def __init__(self, queue: cl.CommandQueue, config: Config, source: str, prec: Precision,
                  m: int, n: int, k: int, trans_a="N", trans_b="N", binary: bytes | None = None,
-                 compute_units: int | None = None, problem: Problem | None = None):
+                 compute_units: int | None = None, problem: Problem | None = None, helpers=()):
         self.queue, self.config, self.prec = queue, config, prec
         self.problem = problem or Problem(m, n, k, normalize_op(trans_a), normalize_op(trans_b))
         self.m, self.n, self.k = self.problem.m, self.problem.n, self.problem.k
@@ -159,7 +159,8 @@ class GemmOperation:
         self.scratch = {s.name: _scratch_buffer(queue.context, s) for s in self.plan.scratch}
         self.launches = []   # (kernel, launch, the positions of the call's arguments)
         for launch in self.plan.launches:
-            program = self.program if launch.defines is None else build(queue.context, source, dict(launch.defines))
+            program = (self.program if launch.defines is None else
+                       build(queue.context, source, dict(launch.defines), dict(helpers).get(launch.defines)))
             kernel = cl.Kernel(program, launch.kernel)
             check_work_group(kernel, launch.kernel, launch.local_size, queue.device)
             bound = []

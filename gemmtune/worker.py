@@ -76,7 +76,7 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
     t0 = time.perf_counter()
     try:
         op = GemmOperation(queue, job.config, job.source, prec, job.m, job.n, job.k, job.trans_a, job.trans_b,
-                           binary=job.binary)
+                           binary=job.binary, helpers=job.helpers)
     except BuildError as e:
         return Outcome("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
     compile_s = time.perf_counter() - t0
@@ -308,6 +308,10 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
       of the problem's kernels over one work-group instead; the timing worker's build from
       source then finds the program and its kernels in PoCL's cache.
     * Other drivers: the binary alone.
+
+    Where the binary carries the build, so do the programs the plan builds apart from the
+    candidate (operand preparation, stream-K's fix-up: ``Launch.defines``), each built and loaded
+    once per compiler, so that the timing worker never compiles one (``_helpers``).
     """
     import hashlib
 
@@ -322,8 +326,10 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
     preload = not ctx.devices[0].type & cl.device_type.CPU
     cached = keeps_source_builds(ctx.devices[0])
     queue = cl.CommandQueue(ctx) if cached else None
+    loaded: set[tuple] = set()   # the programs built apart that this compiler loaded once
     for job in _jobs(conn):
         t0 = time.perf_counter()
+        helpers = ()
         try:
             prec = get_precision(job.precision)
             defs = defines(job.config, prec, job.problem)
@@ -334,17 +340,36 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
             else:
                 binary = program_binary(program)
                 digest = hashlib.sha256(binary).hexdigest()
-                if preload:
-                    try:
-                        load_binary(ctx, binary, defs)
-                    except cl.Error:  # the timing worker will find out for itself, and say why
-                        pass
-            result = Built("ok", binary, digest, time.perf_counter() - t0)
+                helpers = _helpers(ctx, job, prec)
+                for code, code_defs in ((binary, defs), *((b, dict(d)) for d, b in helpers if d not in loaded)):
+                    if preload:
+                        try:
+                            load_binary(ctx, code, code_defs)
+                        except cl.Error:  # the timing worker will find out for itself, and say why
+                            pass
+                loaded.update(d for d, _ in helpers)
+            result = Built("ok", binary, digest, time.perf_counter() - t0, helpers=helpers)
         except BuildError as e:
             result = Built("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
         except Exception:  # noqa: BLE001 - the compiler itself broke: one candidate's loss
             result = Built("crash", compile_s=time.perf_counter() - t0, detail=traceback.format_exc()[-DETAIL_LIMIT:])
         conn.send(result)
+
+
+def _helpers(ctx, job: BuildJob, prec) -> tuple[tuple[tuple, bytes], ...]:
+    """(defines, binary) of each program of ``job``'s plan built apart from the candidate
+    (``Launch.defines``: operand preparation, stream-K's fix-up), built once per compiler and
+    sent with every candidate that launches it: the timing worker then loads them instead of
+    compiling them itself. None where the problem is not known."""
+    from gemmtune.families import FAMILIES
+    from gemmtune.kernels import build, program_binary
+
+    if job.problem is None:
+        return ()
+    plan = FAMILIES[job.config.kernel].plan(job.config.params, prec, job.problem, ctx.devices[0],
+                                            ctx.devices[0].max_compute_units)
+    wanted = dict.fromkeys(launch.defines for launch in plan.launches if launch.defines is not None)
+    return tuple((d, program_binary(build(ctx, job.source, dict(d)))) for d in wanted)
 
 
 def _launch_once(cl, queue, job: BuildJob, prec) -> None:

@@ -10,6 +10,14 @@
 #define PRECISION 32    // element type: 32, 64, 3232 or 6464
 #endif
 
+// Which kernels of a file a build holds (set by the host, not tuned): 0 all of them, as an
+// exported header's single program; 1 the product alone; 2 the operand-preparation kernels alone
+// (pad.cl's, xgemm_cpu's packing); 3 stream-K's fix-up alone. gemmtune builds the preparation and
+// fix-up kernels apart from each candidate, once per what they depend on (gemmtune/launch.py).
+#if !defined(PART)
+  #define PART 0
+#endif
+
 #if PRECISION == 64 || PRECISION == 6464
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif

@@ -21,6 +21,7 @@
 #define COPY_PER_ITEM 4       // elements of a row that each work-item of pad_copy moves
 #endif
 
+#if PART == 0 || PART == 2   // common.cl: the kernels a build holds
 // out (P_out x Q_out, column-major) <- in (P x Q, column-major, leading dimension ld_in),
 // zeros outside P x Q, conjugated if conj != 0. Each work-item moves COPY_PER_ITEM elements of
 // a row, a work-group's height of columns apart, all its loads before its stores: global size
@@ -87,3 +88,4 @@ void pad_transpose(const int P, const int Q, const int ld_in, const int P_out, c
     }
   }
 }
+#endif

@@ -57,12 +57,6 @@
 #if !defined(TRANSB)
   #define TRANSB 0  // 0: B is K x N column-major; 1: B is given as N x K (op(B) = B^T); 2: op(B) = B^H
 #endif
-// Which kernels a build holds (set by the host, not tuned): 0 all of them, as an exported header's
-// single program does; 1 the product alone; 2 the packing kernels alone. gemmtune builds the
-// packing kernels apart, once per panel size and op(), instead of again with every candidate.
-#if !defined(PART)
-  #define PART 0
-#endif
 #if TRANSA == 2
   #define CONJ_A(v) CONJ(v)
 #else

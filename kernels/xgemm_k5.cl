@@ -44,6 +44,7 @@
 #error "xgemm_k5: WPTN must divide TSN, and both slices must split evenly over the work-items"
 #endif
 
+#if PART < 2   // common.cl: the kernels a build holds
 __kernel __attribute__((reqd_work_group_size(TSM, RTSN, 1)))
 void xgemm(const int M, const int N, const int Kp, const real alpha, const real beta,
            const __global real* restrict A, const int lda,
@@ -94,3 +95,4 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     }
   }
 }
+#endif

@@ -103,6 +103,7 @@
 
 #include "pad.cl"   // the operand preparation kernels, and their TRANSPOSEX/TRANSPOSEY
 #include "xgemm_rt_checks.cl"
+#if PART < 2   // common.cl: the kernels a build holds
 #include "xgemm_rt_copy.cl"
 #if MMA
   #include "xgemm_rt_mma.cl"
@@ -110,8 +111,10 @@
   #include "xgemm_rt_compute.cl"
 #endif
 #include "xgemm_rt_pipe.cl"
+#endif
 #include "xgemm_rt_streamk.cl"
 
+#if PART < 2
 __kernel __attribute__((reqd_work_group_size(MDIMC, NDIMC, 1)))
 void xgemm(const int M, const int N, const int Kp, const real alpha, const real beta,
            const __global real* restrict A, const int lda,
@@ -224,3 +227,4 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     }
   }
 }
+#endif

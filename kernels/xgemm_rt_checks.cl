@@ -36,6 +36,7 @@
 //      (groups of 32 as 8 x 4 work-items); WPTM, WPTN even and KWG % 8 == 0 (whole 16 x 8 x 8
 //      blocks); STAGE == 1, and VLM, VLN, UNROLL == 1, WARPM == 0, which do not apply to it;
 //      with MMA 2, PIPE 5 to 7
+#if PART < 2   // a build of the preparation or fix-up kernels alone sets only what they read
 #if MWG % MDIMC != 0 || NWG % NDIMC != 0 || (KWG * MWG) % (VWG * WGS) != 0 || (KWG * NWG) % (VWG * WGS) != 0
 #error "xgemm_rt: tiles must split evenly over work-items and vector loads"
 #endif
@@ -61,6 +62,7 @@
 #endif
 #if BKFAST == 2 && (KWG * NWG) % (VWG * VWG * WGS) != 0
 #error "xgemm_rt: with BKFAST = 2 the B slice must split evenly into VWG x VWG blocks per work-item"
+#endif
 #endif
 
 // Vector types: VW elements of `real` moved as one OpenCL vector of the underlying scalar.

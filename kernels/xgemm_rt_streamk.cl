@@ -25,6 +25,7 @@
 #define GRID_ORIGIN const int m0 = get_group_id(0) * MWG, n0 = get_group_id(1) * NWG;
 #endif
 
+#if PART == 0 || PART == 3
 // With STREAMK: C <- alpha * (the sum of a split tile's parts, in order) + beta * C, FIXV
 // consecutive elements along M per work-item (read from the parts as one vector: on the H200,
 // 15.3 us instead of 25.8 for the 494 parts of s 4096^3). fixups[f] = (tile, first slot, parts)
@@ -57,3 +58,4 @@ __kernel void xgemm_fixup(const int M, const int N, const real alpha, const real
     }
   }
 }
+#endif

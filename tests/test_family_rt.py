@@ -743,6 +743,41 @@ def test_stream_k_adds_up_the_parts_of_split_tiles(code, case, units, tiles, sli
     check_stream_k(code, STREAM_K_CONFIG, units, 16 * tiles - 3, 8 * slices - 5)
 
 
+def test_candidates_share_one_build_of_the_preparation_and_fixup_kernels():
+    """Two stream-K configurations that differ in the product alone (KWG, UNROLL): pad.cl's and
+    xgemm_fixup's kernels come from programs built once for both, each product's program holds
+    the product alone, and both compute right (C poisoned with NaN)."""
+    import pyopencl as cl
+
+    from gemmtune.device import open_device
+    from gemmtune.kernels import GemmOperation
+
+    _, dev = open_device(0)
+    queue = cl.CommandQueue(cl.Context([dev]))
+    s, source = get_precision("s"), load_space().family("xgemm_rt").source
+    m, n, k, units = 16 * 7 - 3, 11, 8 * 5 - 5, 3
+    ops = [GemmOperation(queue, make_config(load_space(), "xgemm_rt", {**STREAM_K_CONFIG, **more}), source, s,
+                         m, n, k, "T", "T", compute_units=units) for more in ({}, {"KWG": 16, "UNROLL": 2})]
+    programs = []
+    for op in ops:
+        assert [launch.kernel for _, launch, _ in op.launches] == ["pad_transpose", "pad_copy", "xgemm", "xgemm_fixup"]
+        programs.append([kernel.get_info(cl.kernel_info.PROGRAM).int_ptr for kernel, _, _ in op.launches])
+        assert op.program.get_info(cl.program_info.KERNEL_NAMES) == "xgemm"
+    assert programs[0][0] == programs[0][1] == programs[1][0] == programs[1][1]   # pad.cl's, once
+    assert programs[0][3] == programs[1][3] and programs[0][2] != programs[1][2]
+    rng = np.random.default_rng()
+    mf = cl.mem_flags
+    a, b = np.asfortranarray(uniform((k, m), np.float32, rng)), np.asfortranarray(uniform((n, k), np.float32, rng))
+    value, scale = numpy_product(a, b, None, 1.5, 0.0, "T", "T")
+    for op in ops:
+        c = np.full((m, n), np.nan, np.float32, order="F")
+        bufs = [cl.Buffer(queue.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=x) for x in (a, b, c)]
+        op.enqueue(*bufs, 1.5, 0.0)[-1].wait()
+        cl.enqueue_copy(queue, c, bufs[2])
+        assert np.all(np.isfinite(c))
+        np.testing.assert_allclose(c, value, rtol=0, atol=worst_case_tolerance(np.float32, k, scale))
+
+
 # xgemm_fixup adds FIXV elements per work-item, as many of 4, 2, 1 as divide MWG: 4 above, and
 # 2 and 1 here. One work-item along M (MDIMC = 1) also checks the asynchronous copies' advancing
 # addresses, which PoCL once got wrong there.

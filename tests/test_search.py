@@ -705,6 +705,45 @@ def test_on_pocl_a_compiler_hands_its_build_over_through_the_drivers_cache(tmp_p
     assert again.status == "ok" and again.binary
 
 
+def test_a_compiler_sends_the_programs_built_apart_and_the_timing_worker_loads_them(tmp_path, monkeypatch):
+    # Where the binary carries the build (PoCL's cache off, as on NVIDIA), the preparation
+    # kernels' program goes along with each candidate, and the timing worker loads it from its
+    # binary instead of compiling it; the product is still verified against numpy.
+    import pyopencl as cl
+
+    from gemmtune import kernels
+    from gemmtune.device import open_device
+    from gemmtune.families import FAMILIES
+    from gemmtune.jobs import Job
+    from gemmtune.launch import Problem
+    from gemmtune.timing import TimingPolicy
+    from gemmtune.worker import _trial
+
+    monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
+    (tmp_path / "tiny.toml").write_text(TINY_SPACE)
+    space = load_space(tmp_path / "tiny.toml")
+    info, dev = open_device("0")
+    problem = Problem(40, 24, 56, "T", "N")   # A transposed, B too (xgemm_k5 reads it Np x Kp)
+    first, second = valid_configs(space, info, get_precision("s"))[:2]
+    built = _compile([first, second], space, problem)
+    plan = FAMILIES["xgemm_k5"].plan(first.params, get_precision("s"), problem, dev, dev.max_compute_units)
+    apart = {launch.defines for launch in plan.launches if launch.defines is not None}
+    assert len(apart) == 1 and all(b.status == "ok" for b in built)
+    assert [d for d, _ in built[0].helpers] == [*apart] and all(binary for _, binary in built[0].helpers)
+    assert built[0].helpers == built[1].helpers   # the same transpose tile: one program for both
+
+    calls = []
+    real_build = kernels.build
+    monkeypatch.setattr(kernels, "build", lambda ctx, source, defs, binary=None: calls.append((defs, binary))
+                        or real_build(ctx, source, defs, binary))
+    queue = cl.CommandQueue(cl.Context([dev]), properties=cl.command_queue_properties.PROFILING_ENABLE)
+    job = Job(first, space.family("xgemm_k5").source, "s", 40, 24, 56, TimingPolicy(max_seconds=0.01),
+              built[0].binary, trans_a="T", helpers=built[0].helpers)
+    outcome = _trial(cl, queue, {}, job)
+    assert outcome.status == "ok" and outcome.check.passed
+    assert (dict(*apart), built[0].helpers[0][1]) in calls
+
+
 def test_on_pocl_a_compiler_launches_the_kernels_it_built(tmp_path):
     # The proof that it launches: a kernel that reads far out of bounds kills the compiler
     # (one candidate lost, as on the timing worker); a launch the driver refuses is left for the

@@ -29,7 +29,7 @@ def _registers(p: Params, prec: Precision):
 
 
 def _pack_defines(flag: str, block: int, prec: Precision, problem) -> tuple[tuple[str, int], ...]:
-    """The build of one packing kernel (the source's PART 2): what it depends on, the panel's
+    """The build of one packing kernel (common.cl's PART 2): what it depends on, the panel's
     width and op() of its operand, so that every candidate with that panel shares one program.
     On PoCL with 2 cores, the two packing kernels were 0.1 s of a candidate's 0.35 s of building."""
     # VW 1: any precision takes it (complex ones no other); MR rows of A as MV = MR

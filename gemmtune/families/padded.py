@@ -45,25 +45,37 @@ TRANSPOSE_FITS = Constraint(
 
 
 
+def preparation_defines(p: Params, prec: Precision) -> tuple[tuple[str, int], ...]:
+    """The build of pad.cl's kernels apart from the product (common.cl's PART 2): what they read,
+    the precision and the transpose tile, so that the candidates of a search share a few builds."""
+    return (("PRECISION", prec.cl_define), ("PART", 2),
+            *((name, p[name]) for name in ("TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")))
+
+
 def _prepare(src: str, ld: int, transpose: bool, conj: bool, rows: int, cols: int, rows_p: int,
-             cols_p: int, dst: str, p: Params, device) -> Launch:
+             cols_p: int, dst: str, p: Params, prec: Precision, device) -> Launch:
     """dst (rows_p x cols_p, column-major) <- src (rows x cols), zero-padded and conjugated if
     asked; with ``transpose``, src is stored cols x rows and dst gets its transpose."""
+    defines = preparation_defines(p, prec)
     if not transpose:
         # A fixed work-group (the kernel guards the edges): with the local size left to the
         # driver, PoCL compiles a new work-group function for every new shape.
         tile = copy_tile(device)
         size = (_roundup(rows_p, tile[0]), _roundup(-(-cols_p // COPY_PER_ITEM), tile[1]))
-        return Launch("pad_copy", size, tile, (rows, cols, ld, rows_p, cols_p, int(conj), src, dst), gemm=False)
+        return Launch("pad_copy", size, tile, (rows, cols, ld, rows_p, cols_p, int(conj), src, dst), gemm=False,
+                      defines=defines)
     tx, ty, tw = p["TRANSPOSEX"], p["TRANSPOSEY"], p["TRANSPOSEW"]   # tiles of ty * tw input columns
     size = (_roundup(cols_p, tx), _roundup(rows_p, ty * tw) // tw)
     return Launch("pad_transpose", size, (tx, ty), (cols, rows, ld, cols_p, rows_p, int(conj), src, dst),
-                  gemm=False)
+                  gemm=False, defines=defines)
 
 
 class Padded(Family):
     """A main kernel ``xgemm(M, N, Kp, alpha, beta, A, lda, B, ldb, C, ldc, ...)`` reading A as
     Mp x Kp and B as Np x Kp (or Kp x Np where ``b_k_fast``), column-major, zero-padded."""
+
+    def build_defines(self, p, prec, problem):
+        return {"PART": 1}   # the product alone: the preparation kernels are built apart
 
     def b_k_fast(self, p: Params) -> bool:
         """Whether the kernel reads B as Kp x Np (k fastest) rather than Np x Kp."""
@@ -111,7 +123,7 @@ class Padded(Family):
         if a_pass:
             scratch.append(Scratch("a_padded", mp * kp * prec.bytes))
             launches.append(_prepare(A, lda, problem.trans_a != "N", problem.trans_a == "C", m, k, mp, kp,
-                                     "a_padded", p, device))
+                                     "a_padded", p, prec, device))
             a, lda = "a_padded", mp
         rows, cols, rows_p, cols_p = self._b_layout(p, problem, padded)
         b, ldb = B, problem.ldb
@@ -120,7 +132,7 @@ class Padded(Family):
             transpose = problem.trans_b != "N" if self.b_k_fast(p) else problem.trans_b == "N"
             scratch.append(Scratch("b_padded", np_ * kp * prec.bytes))
             launches.append(_prepare(B, ldb, transpose, problem.trans_b == "C", rows, cols, rows_p, cols_p,
-                                     "b_padded", p, device))
+                                     "b_padded", p, prec, device))
             b, ldb = "b_padded", rows_p
         more_scratch, main = self.main_launches(p, prec, problem, (mp, np_, kp), (a, lda, b, ldb), compute_units)
         return Plan((*scratch, *more_scratch), (*launches, *main))

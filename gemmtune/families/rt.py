@@ -125,7 +125,9 @@ class RegisterTiled(Padded):
             scratch.append(Scratch("fixups", table=tuple((*f, 0) for f in split.fixups)))
             per_tile = p["MWG"] * p["NWG"] // self.fixup_width(p)   # a work-item per FIXV elements of a tile
             launches.append(Launch("xgemm_fixup", (len(split.fixups) * per_tile,), (math.gcd(per_tile, 256),),
-                                   (problem.m, problem.n, ALPHA, BETA, C, problem.ldc, "fixups", "work")))
+                                   (problem.m, problem.n, ALPHA, BETA, C, problem.ldc, "fixups", "work"),
+                                   defines=(("PRECISION", prec.cl_define), ("PART", 3),
+                                            *((name, p[name]) for name in ("MWG", "NWG", "BANDM")))))
         return tuple(scratch), tuple(launches)
 
     def local_mem_bytes(self, p, prec):

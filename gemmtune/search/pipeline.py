@@ -175,7 +175,7 @@ class Pipeline:
     def _job(self, config, built) -> Job:
         p = self.problem
         return Job(config, self.space.family(config.kernel).source, self.prec.code, p.m, p.n, p.k, self.policy,
-                   built.binary if built else None, self.threshold_ms(), p.trans_a, p.trans_b)
+                   built and built.binary, self.threshold_ms(), p.trans_a, p.trans_b, built.helpers if built else ())
 
     def waits(self) -> tuple[list, list]:
         """Connections to wait on and their deadlines."""
