@@ -12,8 +12,8 @@
 
 // Which kernels of a file a build holds (set by the host, not tuned): 0 all of them, as an
 // exported header's single program; 1 the product alone; 2 the operand-preparation kernels alone
-// (pad.cl's, xgemm_cpu's packing); 3 stream-K's fix-up alone. gemmtune builds the preparation and
-// fix-up kernels apart from each candidate, once per what they depend on (gemmtune/launch.py).
+// (pad.cl's, xgemm_cpu's packing); 3 the fix-up alone (stream-K's, or the sum of K's parts).
+// gemmtune builds those apart from each candidate, once per what they depend on (launch.py).
 #if !defined(PART)
   #define PART 0
 #endif

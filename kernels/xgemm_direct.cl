@@ -82,6 +82,7 @@ inline void stage(__local real* dst, const int rows, const int ldl, const __glob
   }
 }
 
+#if PART < 2   // common.cl: the kernels a build holds
 __kernel __attribute__((reqd_work_group_size(MDIMC, NDIMC, 1)))
 void xgemm_direct(const int M, const int N, const int K, const real alpha, const real beta,
                   const __global real* restrict A, const int offset_a, const int lda,
@@ -144,7 +145,9 @@ void xgemm_direct(const int M, const int N, const int K, const real alpha, const
     }
   }
 }
+#endif
 
+#if PART == 0 || PART == 3
 // C <- alpha * (the parts' sums, added in order) + beta * C; a work-item per element, the grid
 // rounded up to the work-group.
 __kernel void xgemm_direct_sum(const int M, const int N, const int parts, const real alpha, const real beta,
@@ -158,3 +161,4 @@ __kernel void xgemm_direct_sum(const int M, const int N, const int parts, const 
   C += offset_c;
   STORE_AXPBY(C[n * ldc + m], sum, alpha, beta);
 }
+#endif

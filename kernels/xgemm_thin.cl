@@ -65,6 +65,7 @@ inline void put(const real sum, const int r, const int l, const int R, const int
   else { work[(get_group_id(2) * R + r) * L + l] = sum; }
 }
 
+#if PART < 2   // common.cl: the kernels a build holds
 __kernel __attribute__((reqd_work_group_size(WGS, 1, 1)))
 void xgemm_thin(const int L, const int R, const int K, const real alpha, const real beta,
                 const __global real* restrict X, const int offset_x, const int ldx,
@@ -164,7 +165,9 @@ void xgemm_thin(const int L, const int R, const int K, const real alpha, const r
   }
 #endif
 }
+#endif
 
+#if PART == 0 || PART == 3
 // Y <- alpha * (the parts' sums, added in order) + beta * Y; a work-item per result.
 __kernel void xgemm_thin_sum(const int L, const int R, const int parts, const real alpha, const real beta,
                              __global real* Y, const int offset_y, const int yr, const int yl,
@@ -177,3 +180,4 @@ __kernel void xgemm_thin_sum(const int L, const int R, const int parts, const re
   Y += offset_y;
   STORE_AXPBY(Y[r * yr + l * yl], sum, alpha, beta);
 }
+#endif

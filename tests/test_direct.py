@@ -125,6 +125,25 @@ def test_direct_reads_views_and_writes_nothing_outside_c(queue, code, parts):
         np.testing.assert_array_equal(untouched, before)
 
 
+@pytest.mark.parametrize("family, shape", [("xgemm_direct", (9, 11, 100)), ("xgemm_thin", (1, 40, 3000))])
+def test_candidates_share_one_build_of_the_sum_of_parts(queue, family, shape):
+    """The sum of K's parts is built apart, once per precision: two candidates with parts
+    launch it from one program, and each product's program holds the product alone."""
+    import pyopencl as cl
+
+    from gemmtune.kernels import GemmOperation
+    from gemmtune.valid import valid_configs
+
+    s, space = get_precision("s"), load_space()
+    problem = Problem(*shape)
+    cut = [c for c in valid_configs(space, _pocl_info(), s) if c.kernel == family
+           and len(FAMILIES[family].plan(c.params, s, problem, queue.device, queue.device.max_compute_units).launches) == 2]
+    ops = [GemmOperation(queue, c, space.family(family).source, s, *shape) for c in cut[:2]]
+    programs = [[kernel.get_info(cl.kernel_info.PROGRAM).int_ptr for kernel, _, _ in op.launches] for op in ops]
+    assert len(ops) == 2 and programs[0][1] == programs[1][1] and programs[0][0] != programs[1][0]
+    assert [op.program.get_info(cl.program_info.KERNEL_NAMES) for op in ops] == [FAMILIES[family].kernel_name] * 2
+
+
 def test_the_kernels_error_checks_agree_with_constraints_1_and_3(queue):
     """The kernel refuses to build what constraints 1 and 3 forbid: the family's rules and the
     kernel's #error checks say the same."""

@@ -31,7 +31,8 @@ class Direct(Family):
         return p["KWG"] * (p["MWG"] + p["NWG"] + 2 * p["PADL"]) * prec.bytes
 
     def build_defines(self, p, prec, problem):
-        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b]}
+        # PART 1: the product alone; xgemm_direct_sum is built apart, once per precision
+        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b], "PART": 1}
 
     def parts(self, p: Params, prec: Precision, m: int, n: int, k: int) -> tuple[int, int]:
         """How many parts K is cut into for an m x n x k problem, and the K-length of each (a
@@ -53,7 +54,8 @@ class Direct(Family):
         if parts > 1:
             tile = copy_tile(device)
             launches.append(Launch("xgemm_direct_sum", (_roundup(m, tile[0]), _roundup(n, tile[1])), tile,
-                                   (m, n, parts, ALPHA, BETA, C, OFFSET_C, problem.ldc, "work")))
+                                   (m, n, parts, ALPHA, BETA, C, OFFSET_C, problem.ldc, "work"),
+                                   defines=(("PRECISION", prec.cl_define), ("PART", 3))))
         return Plan((work,), tuple(launches))
 
 

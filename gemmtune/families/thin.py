@@ -66,7 +66,8 @@ class Thin(Family):
 
     def build_defines(self, p, prec, problem):
         lay = layout(problem)
-        return {"DOT": int(lay.dot), "CONJX": int(lay.conj_x), "CONJV": int(lay.conj_v)}
+        # PART 1: the product alone; xgemm_thin_sum is built apart, once per precision
+        return {"DOT": int(lay.dot), "CONJX": int(lay.conj_x), "CONJV": int(lay.conj_v), "PART": 1}
 
     def groups(self, p: Params, lay: Layout) -> tuple[int, int]:
         per_group = p["WPT"] if lay.dot else p["WGS"] * p["WPT"]
@@ -94,7 +95,8 @@ class Thin(Family):
                             C, OFFSET_C, *lay.y_strides, length, "work"))]
         if parts > 1:
             launches.append(Launch("xgemm_thin_sum", (_roundup(lay.rows * lay.length, SUM_GROUP),), (SUM_GROUP,),
-                                   (lay.length, lay.rows, parts, ALPHA, BETA, C, OFFSET_C, *lay.y_strides, "work")))
+                                   (lay.length, lay.rows, parts, ALPHA, BETA, C, OFFSET_C, *lay.y_strides, "work"),
+                                   defines=(("PRECISION", prec.cl_define), ("PART", 3))))
         return Plan((work,), tuple(launches))
 
 
