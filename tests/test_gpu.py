@@ -216,3 +216,47 @@ def test_registers_keep_spilling_tiles_out_of_the_space(gpu):
     params = {**{k: v for k, v in given.items() if k != "KERNEL"}, "TRANSPOSEX": 16, "TRANSPOSEY": 16, "TRANSPOSEW": 1}
     assert XGEMM_RT.broken(params, gpu, get_precision("d")).number == 8
     assert XGEMM_RT.broken(params, dataclasses.replace(gpu, registers_per_group=0), get_precision("d")) is None
+
+
+def helpers_round_trip(device_index, queue, config, code: str, problem) -> None:
+    """A compiler builds ``config`` for ``problem`` and sends, with the product's binary, the
+    binaries of the programs its plan builds apart; a trial from them verifies against numpy."""
+    import pyopencl as cl
+
+    from gemmtune.families import FAMILIES
+    from gemmtune.jobs import BuildJob, Job
+    from gemmtune.runner import Compilers
+    from gemmtune.space import shipped_families
+    from gemmtune.timing import TimingPolicy
+    from gemmtune.worker import _trial
+
+    prec = get_precision(code)
+    source = shipped_families().family(config.kernel).source
+    compilers = Compilers(str(device_index), 1, 300)
+    try:
+        worker = compilers.idle()
+        worker.submit(BuildJob(config, source, code, problem), 300)
+        assert worker.connection.poll(300)
+        built = compilers.collect(worker)
+    finally:
+        compilers.close()
+    plan = FAMILIES[config.kernel].plan(config.params, prec, problem, queue.device, queue.device.max_compute_units)
+    apart = dict.fromkeys(launch.defines for launch in plan.launches if launch.defines is not None)
+    assert built.status == "ok" and built.binary, built.detail
+    assert [d for d, _ in built.helpers] == [*apart] and all(binary for _, binary in built.helpers)
+    job = Job(config, source, code, problem.m, problem.n, problem.k, TimingPolicy(max_seconds=0.05), built.binary,
+              trans_a=problem.trans_a, trans_b=problem.trans_b, helpers=built.helpers)
+    outcome = _trial(cl, queue, {}, job)
+    assert outcome.status == "ok" and outcome.check.passed, outcome.detail
+
+
+def test_the_kernels_built_apart_go_to_the_timing_worker_as_binaries_on_the_gpu(queue, gpu):
+    """On NVIDIA the binary carries a build: both preparation kernels and stream-K's fix-up
+    (built apart from the product, once per what they depend on) go along with the candidate."""
+    from gemmtune.compute import resolve_config
+    from gemmtune.launch import Problem
+
+    given = dict(KERNEL="xgemm_rt", MWG=64, NWG=64, KWG=8, MDIMC=8, NDIMC=16, VWG=2, VLM=1, VLN=1, UNROLL=1, WARPM=0,
+                 STAGE=1, BKFAST=0, PIPE=7, PADL=2, MMA=2, STREAMK=2)
+    problem = Problem(1031, 517, 263, "T", "T")   # A transposed, B copied: both kernels of pad.cl
+    helpers_round_trip(gpu.index, queue, resolve_config(given, gpu, get_precision("z")), "z", problem)
