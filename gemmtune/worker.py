@@ -341,13 +341,13 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
                 binary = program_binary(program)
                 digest = hashlib.sha256(binary).hexdigest()
                 helpers = _helpers(ctx, job, prec)
-                for code, code_defs in ((binary, defs), *((b, dict(d)) for d, b in helpers if d not in loaded)):
-                    if preload:
+                if preload:   # the product's binary, and each program built apart once per compiler
+                    for code, code_defs in ((binary, defs), *((b, dict(d)) for d, b in helpers if d not in loaded)):
                         try:
                             load_binary(ctx, code, code_defs)
                         except cl.Error:  # the timing worker will find out for itself, and say why
                             pass
-                loaded.update(d for d, _ in helpers)
+                    loaded.update(d for d, _ in helpers)
             result = Built("ok", binary, digest, time.perf_counter() - t0, helpers=helpers)
         except BuildError as e:
             result = Built("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
