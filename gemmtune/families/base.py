@@ -46,6 +46,16 @@ class Constraint:
     check: Callable[[Params, DeviceInfo, Precision], bool]  # True when the configuration obeys it
 
 
+# common.cl's PART: which kernels of a file a build holds
+PRODUCT, PREPARATION, FIXUP = 1, 2, 3
+
+
+def part_defines(part: int, prec: Precision, **own: int) -> tuple[tuple[str, int], ...]:
+    """The defines of a build apart from the product (PREPARATION or FIXUP): the precision, the
+    part and what else its kernels read, so that every candidate sharing those shares the build."""
+    return (("PRECISION", prec.cl_define), ("PART", part), *own.items())
+
+
 def _roundup(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 

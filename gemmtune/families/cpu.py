@@ -4,7 +4,7 @@ read at any offset and leading dimension; op(A) and op(B) may first be packed in
 
 from __future__ import annotations
 
-from gemmtune.families.base import Constraint, Family, Params
+from gemmtune.families.base import PREPARATION, PRODUCT, Constraint, Family, Params, part_defines
 from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
                              check_leading_dimensions)
 from gemmtune.precision import Precision
@@ -37,7 +37,7 @@ def _pack_defines(flag: str, block: int, prec: Precision, problem) -> tuple[tupl
         own = {"PACKA": 1, "PACKB": 0, "VW": 1, "MV": block, "TRANSA": OPS[problem.trans_a]}
     else:
         own = {"PACKA": 0, "PACKB": 1, "VW": 1, "MV": 1, "NR": block, "TRANSB": OPS[problem.trans_b]}
-    return tuple({"PRECISION": prec.cl_define, "PART": 2, **own}.items())
+    return part_defines(PREPARATION, prec, **own)
 
 
 class Cpu(Family):
@@ -67,7 +67,7 @@ class Cpu(Family):
 
     def build_defines(self, p, prec, problem):
         # PART 1: the product alone; the packing kernels are built apart (``_pack_defines``)
-        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b], "PART": 1}
+        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b], "PART": PRODUCT}
 
     def pass_elements(self, p, problem):
         m, n, k = problem.m, problem.n, problem.k

@@ -3,8 +3,8 @@ leading dimension and offset, bounds-checked tiles, one launch (two where K is c
 
 from __future__ import annotations
 
-from gemmtune.families.base import (Constraint, Family, Params, _roundup, _safe, register_budget, work_group_fits,
-                                    work_per_item)
+from gemmtune.families.base import (FIXUP, PRODUCT, Constraint, Family, Params, _roundup, _safe, register_budget, work_group_fits,
+                                    part_defines, work_per_item)
 from gemmtune.families.padded import copy_tile
 from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
                              check_leading_dimensions)
@@ -32,7 +32,7 @@ class Direct(Family):
 
     def build_defines(self, p, prec, problem):
         # PART 1: the product alone; xgemm_direct_sum is built apart, once per precision
-        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b], "PART": 1}
+        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b], "PART": PRODUCT}
 
     def parts(self, p: Params, prec: Precision, m: int, n: int, k: int) -> tuple[int, int]:
         """How many parts K is cut into for an m x n x k problem, and the K-length of each (a
@@ -55,7 +55,7 @@ class Direct(Family):
             tile = copy_tile(device)
             launches.append(Launch("xgemm_direct_sum", (_roundup(m, tile[0]), _roundup(n, tile[1])), tile,
                                    (m, n, parts, ALPHA, BETA, C, OFFSET_C, problem.ldc, "work"),
-                                   defines=(("PRECISION", prec.cl_define), ("PART", 3))))
+                                   defines=part_defines(FIXUP, prec)))
         return Plan((work,), tuple(launches))
 
 

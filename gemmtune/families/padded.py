@@ -3,7 +3,7 @@ prepares (copies, transposes, conjugates) where the caller's operand is not alre
 
 from __future__ import annotations
 
-from gemmtune.families.base import Constraint, Family, Params, _roundup, fits_work_group
+from gemmtune.families.base import PREPARATION, PRODUCT, Constraint, Family, Params, _roundup, fits_work_group, part_defines
 from gemmtune.launch import A, ALPHA, B, BETA, C, Launch, Plan, Problem, Scratch
 from gemmtune.precision import Precision
 
@@ -48,8 +48,7 @@ TRANSPOSE_FITS = Constraint(
 def preparation_defines(p: Params, prec: Precision) -> tuple[tuple[str, int], ...]:
     """The build of pad.cl's kernels apart from the product (common.cl's PART 2): what they read,
     the precision and the transpose tile, so that the candidates of a search share a few builds."""
-    return (("PRECISION", prec.cl_define), ("PART", 2),
-            *((name, p[name]) for name in ("TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")))
+    return part_defines(PREPARATION, prec, **{name: p[name] for name in ("TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")})
 
 
 def _prepare(src: str, ld: int, transpose: bool, conj: bool, rows: int, cols: int, rows_p: int,
@@ -75,7 +74,7 @@ class Padded(Family):
     Mp x Kp and B as Np x Kp (or Kp x Np where ``b_k_fast``), column-major, zero-padded."""
 
     def build_defines(self, p, prec, problem):
-        return {"PART": 1}   # the product alone: the preparation kernels are built apart
+        return {"PART": PRODUCT}   # the product alone: the preparation kernels are built apart
 
     def b_k_fast(self, p: Params) -> bool:
         """Whether the kernel reads B as Kp x Np (k fastest) rather than Np x Kp."""

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemmtune.families.base import (Constraint, Params, _safe, register_budget, work_group_fits,
-                                    work_per_item)
+from gemmtune.families.base import (FIXUP, Constraint, Params, _safe, register_budget, work_group_fits,
+                                    part_defines, work_per_item)
 from gemmtune.families.padded import TRANSPOSE_FITS, Padded
 from gemmtune.info import DeviceInfo
 from gemmtune.launch import ALPHA, BETA, C, Launch, Scratch
@@ -126,8 +126,7 @@ class RegisterTiled(Padded):
             per_tile = p["MWG"] * p["NWG"] // self.fixup_width(p)   # a work-item per FIXV elements of a tile
             launches.append(Launch("xgemm_fixup", (len(split.fixups) * per_tile,), (math.gcd(per_tile, 256),),
                                    (problem.m, problem.n, ALPHA, BETA, C, problem.ldc, "fixups", "work"),
-                                   defines=(("PRECISION", prec.cl_define), ("PART", 3),
-                                            *((name, p[name]) for name in ("MWG", "NWG", "BANDM")))))
+                                   defines=part_defines(FIXUP, prec, **{name: p[name] for name in ("MWG", "NWG", "BANDM")})))
         return tuple(scratch), tuple(launches)
 
     def local_mem_bytes(self, p, prec):

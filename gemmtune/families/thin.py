@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemmtune.families.base import Constraint, Family, Params, _roundup, fits_work_group
+from gemmtune.families.base import FIXUP, PRODUCT, Constraint, Family, Params, _roundup, fits_work_group, part_defines
 from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Problem, Scratch,
                              check_leading_dimensions)
 from gemmtune.precision import Precision
@@ -67,7 +67,7 @@ class Thin(Family):
     def build_defines(self, p, prec, problem):
         lay = layout(problem)
         # PART 1: the product alone; xgemm_thin_sum is built apart, once per precision
-        return {"DOT": int(lay.dot), "CONJX": int(lay.conj_x), "CONJV": int(lay.conj_v), "PART": 1}
+        return {"DOT": int(lay.dot), "CONJX": int(lay.conj_x), "CONJV": int(lay.conj_v), "PART": PRODUCT}
 
     def groups(self, p: Params, lay: Layout) -> tuple[int, int]:
         per_group = p["WPT"] if lay.dot else p["WGS"] * p["WPT"]
@@ -96,7 +96,7 @@ class Thin(Family):
         if parts > 1:
             launches.append(Launch("xgemm_thin_sum", (_roundup(lay.rows * lay.length, SUM_GROUP),), (SUM_GROUP,),
                                    (lay.length, lay.rows, parts, ALPHA, BETA, C, OFFSET_C, *lay.y_strides, "work"),
-                                   defines=(("PRECISION", prec.cl_define), ("PART", 3))))
+                                   defines=part_defines(FIXUP, prec)))
         return Plan((work,), tuple(launches))
 
 
