@@ -311,7 +311,7 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
 
     Where the binary carries the build, so do the programs the plan builds apart from the
     candidate (operand preparation, stream-K's fix-up: ``Launch.defines``), each built and loaded
-    once per compiler, so that the timing worker never compiles one (``_helpers``).
+    once per compiler, so that the timing worker never compiles one (``_apart_defines``).
     """
     import hashlib
 
@@ -326,7 +326,7 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
     preload = not ctx.devices[0].type & cl.device_type.CPU
     cached = keeps_source_builds(ctx.devices[0])
     queue = cl.CommandQueue(ctx) if cached else None
-    loaded: set[tuple] = set()   # the programs built apart that this compiler loaded once
+    apart: dict[tuple, bytes] = {}   # the programs built apart, by defines: built and loaded once
     for job in _jobs(conn):
         t0 = time.perf_counter()
         helpers = ()
@@ -340,14 +340,16 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
             else:
                 binary = program_binary(program)
                 digest = hashlib.sha256(binary).hexdigest()
-                helpers = _helpers(ctx, job, prec)
-                if preload:   # the product's binary, and each program built apart once per compiler
-                    for code, code_defs in ((binary, defs), *((b, dict(d)) for d, b in helpers if d not in loaded)):
+                wanted = _apart_defines(ctx, job, prec)
+                new = {d: program_binary(build(ctx, job.source, dict(d))) for d in wanted if d not in apart}
+                apart.update(new)
+                helpers = tuple((d, apart[d]) for d in wanted)
+                if preload:   # the product's binary, and each program built apart the first time
+                    for code, code_defs in ((binary, defs), *((b, dict(d)) for d, b in new.items())):
                         try:
                             load_binary(ctx, code, code_defs)
                         except cl.Error:  # the timing worker will find out for itself, and say why
                             pass
-                    loaded.update(d for d, _ in helpers)
             result = Built("ok", binary, digest, time.perf_counter() - t0, helpers=helpers)
         except BuildError as e:
             result = Built("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
@@ -356,20 +358,18 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
         conn.send(result)
 
 
-def _helpers(ctx, job: BuildJob, prec) -> tuple[tuple[tuple, bytes], ...]:
-    """(defines, binary) of each program of ``job``'s plan built apart from the candidate
-    (``Launch.defines``: operand preparation, stream-K's fix-up), built once per compiler and
-    sent with every candidate that launches it: the timing worker then loads them instead of
-    compiling them itself. None where the problem is not known."""
+def _apart_defines(ctx, job: BuildJob, prec) -> tuple[tuple, ...]:
+    """The defines of each program of ``job``'s plan built apart from the candidate
+    (``Launch.defines``: operand preparation, stream-K's fix-up), in launch order. Their binaries
+    go with the candidate, so that the timing worker loads them instead of compiling them. None
+    where the problem is not known."""
     from gemmtune.families import FAMILIES
-    from gemmtune.kernels import build, program_binary
 
     if job.problem is None:
         return ()
     plan = FAMILIES[job.config.kernel].plan(job.config.params, prec, job.problem, ctx.devices[0],
                                             ctx.devices[0].max_compute_units)
-    wanted = dict.fromkeys(launch.defines for launch in plan.launches if launch.defines is not None)
-    return tuple((d, program_binary(build(ctx, job.source, dict(d)))) for d in wanted)
+    return tuple(dict.fromkeys(launch.defines for launch in plan.launches if launch.defines is not None))
 
 
 def _launch_once(cl, queue, job: BuildJob, prec) -> None:
