@@ -113,7 +113,7 @@ def _replay_bench():
 
 
 def test_replay_bench_writes_the_landscapes_the_docs_replay_from_the_repository(tmp_path):
-    """The benchmark's database holds every recorded row of the 22 landscapes, the older grids'
+    """The benchmark's database holds every recorded row of the 25 landscapes, the older grids'
     baselines, and the H200's description and peaks, which the models' features depend on."""
     from gemmtune import replay, shipped_prior
     from gemmtune.info import read_device_info
@@ -130,7 +130,7 @@ def test_replay_bench_writes_the_landscapes_the_docs_replay_from_the_repository(
     assert store.latest_peaks(dev.key) == json.loads(bench.PEAKS_FILE.read_text())
     assert store.device_info(dev.key) == dev
     store.close()
-    assert rows.study.nunique() == 22 and set(rows.device_name) == {"NVIDIA H200"}
+    assert rows.study.nunique() == 25 and set(rows.device_name) == {"NVIDIA H200"}
     assert rows.groupby("study").size().to_dict() == {**grids.groupby("study").size().to_dict(),
                                                       **shipped.groupby("study").size().to_dict()}
     baselines = rows[rows.baseline == 1]

@@ -2,7 +2,7 @@
 recorded on the H200, each replayed (``gemmtune replay``) with the other landscapes as the
 device's other results, so that no learned model is judged on what it learned from.
 
-    python tools/replay_bench.py --db land22.db --samplers default,random,optuna-cmaes,optuna-tpe --seeds 50 --jobs 2
+    python tools/replay_bench.py --db land25.db --samplers default,random,optuna-cmaes,optuna-tpe --seeds 50 --jobs 2
 
 ``--db`` (a SQLite file) is written first where it does not exist, from what the repository
 holds: the 13 landscapes the package ships as its prior (configs/prior-nvidia-h200.csv.gz, their
