@@ -361,7 +361,7 @@ def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=Non
 def _apart_defines(ctx, job: BuildJob, prec) -> tuple[tuple, ...]:
     """The defines of each program of ``job``'s plan built apart from the candidate
     (``Launch.defines``: operand preparation, stream-K's fix-up), in launch order. Their binaries
-    go with the candidate, so that the timing worker loads them instead of compiling them. None
+    go with the candidate, so that the timing worker loads them instead of compiling them. Empty
     where the problem is not known."""
     from gemmtune.families import FAMILIES
 

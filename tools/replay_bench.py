@@ -5,7 +5,7 @@ device's other results, so that no learned model is judged on what it learned fr
     python tools/replay_bench.py --db land25.db --samplers default,random,optuna-cmaes,optuna-tpe --seeds 50 --jobs 2
 
 ``--db`` (a SQLite file) is written first where it does not exist, from what the repository
-holds: the 13 landscapes the package ships as its prior (configs/prior-nvidia-h200.csv.gz, their
+holds: the 16 landscapes the package ships as its prior (configs/prior-nvidia-h200.csv.gz, their
 ``ok`` and ``slow`` rows) and the nine older grids (docs/landscapes/grids-nvidia-h200.csv.gz,
 with the baseline each measured first), with the H200's description and its ``gemmtune peak``
 figures (docs/landscapes/nvidia-h200.json, nvidia-h200-peaks.json), which the models' features

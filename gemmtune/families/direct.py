@@ -3,8 +3,8 @@ leading dimension and offset, bounds-checked tiles, one launch (two where K is c
 
 from __future__ import annotations
 
-from gemmtune.families.base import (FIXUP, PRODUCT, Constraint, Family, Params, _roundup, _safe, register_budget, work_group_fits,
-                                    part_defines, work_per_item)
+from gemmtune.families.base import (FIXUP, PRODUCT, Constraint, Family, Params, _roundup, _safe, part_defines,
+                                    register_budget, work_group_fits, work_per_item)
 from gemmtune.families.padded import copy_tile
 from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
                              check_leading_dimensions)

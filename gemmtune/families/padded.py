@@ -3,7 +3,8 @@ prepares (copies, transposes, conjugates) where the caller's operand is not alre
 
 from __future__ import annotations
 
-from gemmtune.families.base import PREPARATION, PRODUCT, Constraint, Family, Params, _roundup, fits_work_group, part_defines
+from gemmtune.families.base import (PREPARATION, PRODUCT, Constraint, Family, Params, _roundup, fits_work_group,
+                                    part_defines)
 from gemmtune.launch import A, ALPHA, B, BETA, C, Launch, Plan, Problem, Scratch
 from gemmtune.precision import Precision
 

@@ -126,7 +126,7 @@ class RegisterTiled(Padded):
             per_tile = p["MWG"] * p["NWG"] // self.fixup_width(p)   # a work-item per FIXV elements of a tile
             launches.append(Launch("xgemm_fixup", (len(split.fixups) * per_tile,), (math.gcd(per_tile, 256),),
                                    (problem.m, problem.n, ALPHA, BETA, C, problem.ldc, "fixups", "work"),
-                                   defines=part_defines(FIXUP, prec, **{name: p[name] for name in ("MWG", "NWG", "BANDM")})))
+                                   defines=part_defines(FIXUP, prec, MWG=p["MWG"], NWG=p["NWG"], BANDM=p["BANDM"])))
         return tuple(scratch), tuple(launches)
 
     def local_mem_bytes(self, p, prec):
