@@ -38,6 +38,22 @@ def two_studies(tmp_path):
     return f"sqlite:///{db}"
 
 
+@pytest.fixture()
+def two_runnable_studies(tmp_path):
+    """``two_studies`` as the device records them: the configurations that break a constraint
+    on it fail (to build or launch) instead of running."""
+    from gemmtune.families import FAMILIES
+
+    def runnable(config):
+        c = recorded_as(config)
+        return FAMILIES[c.kernel].broken(c.params, gpu(), get_precision("s")) is None
+
+    db = tmp_path / "two.db"
+    for m in (512, 256):
+        landscape(db, lambda c: speed(c, m) if runnable(c) else None, study=f"at-{m}", m=m)
+    return f"sqlite:///{db}"
+
+
 def test_features_describe_each_configuration_at_its_problem():
     dev, s = gpu(), get_precision("s")
     small, large = learned.Problem(dev, s, 64, 64, 64), learned.Problem(dev, s, 4096, 4096, 4096)
@@ -52,25 +68,56 @@ def test_features_describe_each_configuration_at_its_problem():
 def test_rows_asked_for_again_reuse_their_features_and_changed_rows_get_new_ones(two_studies, monkeypatch):
     rows = Store(two_studies, create=False).frame()
     dev = gpu()
+    # Rows of configurations the device's constraints rule out teach nothing (next test).
+    usable = {s: len(learned.training_rows(rows[rows.study == s], dev)[1]) for s in ("at-256", "at-512")}
+    learned._STUDY_ROWS.clear()
     computed = []
     real_features = learned.features
     monkeypatch.setattr(learned, "features", lambda cs, p: computed.append(len(cs)) or real_features(cs, p))
     x, y = learned.training_rows(rows, dev)
-    assert len(y) == len(rows) and sum(computed) == len(rows)
+    assert len(y) == sum(usable.values()) and sum(computed) == len(y) and 0 < len(y) <= len(rows)
     x2, y2 = learned.training_rows(rows.copy(), dev)   # the same rows again
-    assert sum(computed) == len(rows) and np.array_equal(x2, x) and np.array_equal(y2, y)
+    assert sum(computed) == len(y) and np.array_equal(x2, x) and np.array_equal(y2, y)
     # One row faster, in one study: only that study's features are computed again, and its
     # targets move (it becomes its study's best).
     changed = rows.copy()
-    one = changed.index[changed.study == "at-256"][0]
+    one = next(i for i in changed.index[changed.study == "at-256"]
+               if len(learned.training_rows(changed.loc[[i]], dev)[1]))
     changed.loc[one, "gflops"] = 10 * changed.gflops.max()
     before = sum(computed)
     x3, y3 = learned.training_rows(changed, dev)
-    assert sum(computed) - before == (rows.study == "at-256").sum()
+    assert sum(computed) - before == usable["at-256"]
     assert y3.max() == 0 and not np.array_equal(y3, y) and np.array_equal(x3, x)
     # Other peaks: the analytic terms change, so the features are computed again.
     x4, _ = learned.training_rows(rows, dev, {"s": 1.0, "bandwidth": 1.0})
-    assert sum(computed) - before == (rows.study == "at-256").sum() + len(rows) and not np.array_equal(x4, x)
+    assert sum(computed) - before == usable["at-256"] + len(y) and not np.array_equal(x4, x)
+
+
+def test_rows_of_configurations_the_device_rules_out_are_not_trained_on(two_studies):
+    """A row whose configuration breaks a constraint on the device (a kernel variant since
+    removed, a limit added since) is left out of the training rows, however fast it was; the
+    others keep their targets."""
+    from dataclasses import replace
+
+    from gemmtune.families import FAMILIES
+    from gemmtune.rows import config_of
+
+    rows = Store(two_studies, create=False).frame()
+    dev, s = gpu(), get_precision("s")
+    learned._STUDY_ROWS.clear()
+    x, y = learned.training_rows(rows, dev)
+    configs = [config_of(r.kernel, r.params) for r in rows.itertuples()]
+    allowed = np.array([FAMILIES[c.kernel].broken(c.params, dev, s) is None for c in configs])
+    assert 0 < allowed.sum() == len(y) < len(rows)   # the fixture holds both kinds
+    ruled_out = rows.assign(gflops=np.where(allowed, rows.gflops, 100 * rows.gflops.max()))
+    x2, y2 = learned.training_rows(ruled_out, dev)
+    assert np.array_equal(x2, x) and np.array_equal(y2, y)
+    # On a device that takes larger work-groups the rows ruled out by the group size alone are
+    # trained on, and being fast, they set their studies' best.
+    roomy = replace(dev, max_work_group_size=1 << 16, max_work_item_sizes=(1 << 16,) * 3)
+    more = np.array([FAMILIES[c.kernel].broken(c.params, roomy, s) is None for c in configs])
+    _, y3 = learned.training_rows(ruled_out, roomy)
+    assert len(y3) == more.sum() > allowed.sum() and y3.max() == 0 and (y3 < np.log(0.02)).sum() == allowed.sum()
 
 
 def test_a_correction_fitted_to_this_searchs_rows_overrules_a_wrong_prior():
@@ -107,40 +154,43 @@ def test_the_model_learned_from_other_studies_ranks_a_new_one(two_studies):
     assert np.median(result.trials["learned"]) <= 3 < np.median(result.trials["random"])
 
 
-def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_model_suggest(two_studies, monkeypatch):
+def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_model_suggest(two_runnable_studies, monkeypatch):
     """Where the device's other problems taught a model, each of the analytic model's best
     tilings is measured twice: as the nearest known good configuration spells it and as the
     learned model picks it (the best tiling a third time, as far from both as it goes), after
     the learned model's own best picks over every tiling, one before each of the first pairs.
-    Here the known one has K tiles of 64; the other study shows that K tiles of 8 pay, which
-    the analytic model cannot see, and the learned picks have them."""
-    land, dev = rp.load_landscape(two_studies, "at-256"), gpu()
+    Here the known one has K tiles of 64; the other study shows that small K tiles pay, which
+    the analytic model cannot see, and the learned picks have each tiling's smallest."""
+    land, dev = rp.load_landscape(two_runnable_studies, "at-256"), gpu()
+    configs = [c for c in land.configs if land.gflops(c) is not None]   # the valid space
     problem = learned.Problem(dev, land.precision, *land.shape)
     fitted = learned.prior_model(rp.other_studies(land), dev)
     near = [recorded_as(k5(128, 128, 64))]
-    alone = learned.seeds(land.configs, problem, 10, near)
-    assert alone == model.seeds(land.configs, dev, land.precision, *land.shape, count=10, near=near)
-    assert len(alone) == 10 and {c.params["TSK"] for c in alone} == {64}
+    alone = learned.seeds(configs, problem, 10, near)
+    assert alone == model.seeds(configs, dev, land.precision, *land.shape, count=10, near=near)
+    assert len(alone) >= 5 and {c.params["TSK"] for c in alone} == {64}
     monkeypatch.setattr(learned, "LEARNED_FIRST", 0)
-    paired = learned.seeds(land.configs, problem, 10, near, fitted)
+    paired = learned.seeds(configs, problem, 10, near, fitted)
     tiling = lambda c: (c.params["TSM"], c.params["TSN"]) if c.params["TSM"] <= c.params["TSN"] else \
         (c.params["TSN"], c.params["TSM"])   # one prediction holds a tiling and its transpose
+    groups = model.tied_groups(configs, dev, land.precision, *land.shape, 10)
     # The best tiling a third time, as the configuration of its prediction farthest from both picks.
-    best_tiling = model.tied_groups(land.configs, dev, land.precision, *land.shape, 10)[0]
-    far = max(best_tiling, key=lambda c: min(distance(c, paired[0]), distance(c, paired[1])))
+    far = max(groups[0], key=lambda c: min(distance(c, paired[0]), distance(c, paired[1])))
     assert paired[2] == far and far not in paired[:2] and tiling(far) == tiling(paired[0])
     pairs = [*paired[:2], *paired[3:]]
-    assert [c.params["TSK"] for c in pairs] == [64, 8] * 4 + [64]
-    assert [tiling(c) for c in pairs[::2]] == [tiling(c) for c in alone[:5]]
-    assert [tiling(c) for c in pairs[1::2]] == [tiling(c) for c in alone[:4]]
+    assert [c.params["TSK"] for c in pairs[::2]] == [64] * len(pairs[::2])
+    assert [c.params["TSK"] for c in pairs[1::2]] == [min(c.params["TSK"] for c in g) for g in groups[:len(pairs[1::2])]]
+    assert [tiling(c) for c in pairs[::2]] == [tiling(c) for c in alone[:len(pairs[::2])]]
+    assert [tiling(c) for c in pairs[1::2]] == [tiling(c) for c in alone[:len(pairs[1::2])]]
     # And the learned model's own best picks over every tiling, one before each of the first.
     monkeypatch.undo()
-    both = learned.seeds(land.configs, problem, 10, near, fitted)
-    predicted = fitted.predict(learned.features(land.configs, problem))[0]
-    own = [land.configs[i] for i in np.argsort(-predicted, kind="stable")[:learned.LEARNED_FIRST]]
+    both = learned.seeds(configs, problem, 10, near, fitted)
+    predicted = fitted.predict(learned.features(configs, problem))[0]
+    own = [configs[i] for i in np.argsort(-predicted, kind="stable")[:learned.LEARNED_FIRST]]
     assert len(own) == 3 and both[0:6:2] == own
     assert [c for c in both if c not in own] == [c for c in paired if c not in own]
-    assert recorded_as(k5(64, 128, 8)) in both   # the unique best, which no seed of the analytic model is
+    best = max(configs, key=land.gflops)
+    assert best in both and best not in alone   # the landscape's best, which no seed of the analytic model is
     assert learned.prior_model(None, dev) is None
     assert learned.prior_model(rp.other_studies(land).head(learned.MIN_ROWS - 1), dev) is None
 

@@ -231,3 +231,50 @@ def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
     assert done.returncode == 2 and done.stdout == ""
     assert case != "negative forest seed" or not db.exists()   # refused before the database is written
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def _model_bench():
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import model_bench
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    return model_bench
+
+
+def test_model_bench_within_a_landscape_finds_its_structure_and_not_noise(tmp_path):
+    """Trees fitted to four fifths of a landscape rank the fifth where speed follows the
+    parameters, and do not where it is noise."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_replay import gpu, landscape
+
+    from gemmtune import replay
+
+    db = tmp_path / "two.db"
+    rng = np.random.default_rng(5)
+    landscape(db, lambda c: 100.0 * c.params["TSN"] / (1 + c.params["TSK"] / 8) + c.params["TSM"], study="structured")
+    landscape(db, lambda c: float(rng.uniform(100, 200)), study="noise")
+    within = _model_bench().within
+    assert within(replay.load_landscape(f"sqlite:///{db}", "structured"), gpu(), 5, 0) > 0.8
+    assert abs(within(replay.load_landscape(f"sqlite:///{db}", "noise"), gpu(), 5, 0)) < 0.4
+
+
+def test_model_bench_prints_both_figures_per_landscape_and_counts_them(tmp_path):
+    db = tmp_path / "two.db"
+    _replay_bench().build(db, {"grid-z2", "grid-z3"})
+    out = run("tools/model_bench.py", "--db", str(db), "--folds", "4")
+    rows = re.findall(r"^\| (grid-z[23]) \| (\d+) \| (-?[\d.]+) \| (-?[\d.]+) \|$", out, re.M)
+    assert [r[0] for r in rows] == ["grid-z2", "grid-z3"] and [int(r[1]) for r in rows] == [48, 56], out
+    left, own = (sum(float(r[i]) >= 0.7 for r in rows) for i in (2, 3))
+    assert all(-1 <= float(r[i]) <= 1 for r in rows for i in (2, 3))
+    assert out.rstrip().endswith(f"At least 0.7: {left} of 2 left out, {own} of 2 within.")
+    assert "(4-fold)" in out
+
+
+@pytest.mark.parametrize("args", [["--folds", "1"], ["--forest-seed", "-2"]])
+def test_model_bench_answers_bad_input_with_one_error_line(tmp_path, args):
+    db = tmp_path / "new.db"
+    done = subprocess.run([sys.executable, "tools/model_bench.py", "--db", str(db), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == "" and not db.exists()
+    assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
