@@ -70,3 +70,4 @@ class Outcome:
     compile_s: float | None = None
     trial_s: float | None = None
     detail: str = ""
+    idle_s: float | None = None       # the timing worker's wait for this job since it was free

@@ -280,6 +280,7 @@ def _worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None)
     cl, ctx = opened
     queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     problems: dict = {}
+    free = time.perf_counter()   # since when it had nothing to do: what the search made it wait
     for job in _jobs(conn):
         t0 = time.perf_counter()
         try:
@@ -288,8 +289,10 @@ def _worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None)
             outcome = Outcome("launch_error", detail=f"{type(e).__name__}: {e}"[:DETAIL_LIMIT])
         except Exception:  # noqa: BLE001 - any other failure of the trial is reported as a crash
             outcome = Outcome("crash", detail=traceback.format_exc()[-DETAIL_LIMIT:])
+        done = time.perf_counter()
         outcome = Outcome(outcome.status, outcome.timing, outcome.check, outcome.compile_s,
-                          time.perf_counter() - t0, outcome.detail)
+                          done - t0, outcome.detail, idle_s=t0 - free)
+        free = done
         conn.send(outcome)
 
 

@@ -401,7 +401,11 @@ def test_idle_device_time_is_counted_for_what_the_devices_waited_for():
     clock.note(pipe, 32.0)              # 1 s x 1 device for a build
     clock.note(pipe, 40.0)              # every device busy
     assert clock.seconds == {"build": 6.0, "proposal": 6.0}
-    assert clock.shares(40.0, 2) == {"build": 6.0 / 80, "proposal": 6.0 / 80}
+    assert clock.shares(40.0, 2) == {"build": 6.0 / 80, "proposal": 6.0 / 80, "process": 0.0}
+    # The devices say they waited 20 s in all: 8 s of it neither for a build nor a proposal, but
+    # for this process to hand them what was ready.
+    assert clock.shares(40.0, 2, waited_s=20.0) == {"build": 6.0 / 80, "proposal": 6.0 / 80, "process": 8.0 / 80}
+    assert clock.shares(40.0, 2, waited_s=5.0)["process"] == 0.0   # never below nothing
     assert clock.shares(0.0, 2) is None
 
 
@@ -412,12 +416,12 @@ def test_the_summary_says_what_an_idle_device_waited_for(tmp_path, tiny_space):
         out = json.loads(search("--size", "24", "--trials", "4", "--jobs", jobs, "--space", str(tiny_space),
                                 "--format", "json", db=tmp_path / f"idle{jobs}.db").stdout)
         idle = out["device_idle_share"]
-        assert set(idle) == {"build", "proposal"} and all(0 <= v <= 1 for v in idle.values())
+        assert set(idle) == {"build", "proposal", "process"} and all(0 <= v <= 1 for v in idle.values())
         assert out["device_busy_share"] + sum(idle.values()) <= 1.0
         assert (idle["build"] > 0) == builds   # the first candidate's build, at least
     text = search("--size", "24", "--trials", "2", "--space", str(tiny_space), db=tmp_path / "idle1.db").stdout
     assert re.search(r"busy \d+% of the wall time; nothing to measure, waiting for a build \d+%, "
-                     r"for a proposal \d+%", text)
+                     r"for a proposal \d+%, for this process \d+%", text)
 
 
 def test_a_job_waiting_behind_a_crash_or_a_hang_runs_on_the_fresh_worker(tmp_path):
@@ -450,6 +454,13 @@ def test_a_job_waiting_behind_a_crash_or_a_hang_runs_on_the_fresh_worker(tmp_pat
         runner.submit(job(1))
         runner.submit(job(1))
         assert [collect(runner).status for _ in range(2)] == ["ok", "ok"] and runner.jobs == 0
+        # Each outcome says how long the worker waited for its job since it was free: at least
+        # the pause before it was sent, at most the time since the last result came back.
+        since = time.monotonic()
+        time.sleep(0.4)
+        runner.submit(job(1))
+        late = collect(runner)
+        assert late.status == "ok" and 0.4 <= late.idle_s <= time.monotonic() - since
 
 
 def test_a_chosen_candidate_is_one_running_trial_written_at_once_that_samplers_accept(tmp_path):

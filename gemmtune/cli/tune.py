@@ -240,7 +240,7 @@ def print_summary(d: dict) -> None:
     if d["device_busy_share"] is not None:
         idle = d["device_idle_share"] or {}
         waits = f"; nothing to measure, waiting for a build {100 * idle['build']:.0f}%, for a proposal " \
-                f"{100 * idle['proposal']:.0f}%" if idle else ""
+                f"{100 * idle['proposal']:.0f}%, for this process {100 * idle['process']:.0f}%" if idle else ""
         click.echo(f"pipeline   timing worker{'s' if len(d['devices']) > 1 else ''} busy "
                    f"{100 * d['device_busy_share']:.0f}% of the wall time{waits}")
     b = d["best"]

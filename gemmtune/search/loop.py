@@ -208,6 +208,7 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
     start = time.monotonic()
     for lane in lanes:
         lane.start, lane.progress = start, progress
+        lane.pipeline.start = start
         lane.heartbeat()  # trials of searches that died before this one started
     beat, beat_s = start, min(lane.session.beat for lane in lanes)
     idle = {lane: IdleTime() for lane in lanes}
@@ -249,4 +250,5 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
     elapsed = time.monotonic() - start
     for lane in lanes:
         idle[lane].note(lane.pipeline, start + elapsed)
-    return [lane.summary(elapsed, idle[lane].shares(elapsed, len(lane.pipeline.runners))) for lane in lanes]
+    return [lane.summary(elapsed, idle[lane].shares(elapsed, len(lane.pipeline.runners), lane.pipeline.waited_s))
+            for lane in lanes]

@@ -64,8 +64,14 @@ class IdleTime:
         waiting = None if winding_down or not idle else "proposal" if pipeline.has_room() else "build"
         self._noted = (now, waiting, idle)
 
-    def shares(self, elapsed: float, devices: int) -> dict[str, float] | None:
-        return {why: s / (elapsed * devices) for why, s in self.seconds.items()} if elapsed else None
+    def shares(self, elapsed: float, devices: int, waited_s: float = 0.0) -> dict[str, float] | None:
+        """Shares of the devices' time by cause; ``waited_s``, what the devices themselves say
+        they waited, adds what neither cause explains: the search process, busy with other work,
+        had not yet handed over a candidate that was ready (``process``)."""
+        if not elapsed:
+            return None
+        shares = {why: s / (elapsed * devices) for why, s in self.seconds.items()}
+        return {**shares, "process": max(0.0, waited_s / (elapsed * devices) - sum(shares.values()))}
 
 
 class Pipeline:
@@ -82,6 +88,8 @@ class Pipeline:
         self.flops = prec.flops(problem.m, problem.n, problem.k)
         self.problem_key = problem_key(prec.code, problem.m, problem.n, problem.k, problem.trans_a, problem.trans_b)
         self.timing_s, self.build_s, self.device_s = 0.0, None, None   # time on devices; mean build, trial
+        self.waited_s = 0.0   # what the timing workers say they waited for their jobs since ``start``
+        self.start: float | None = None   # when the search began (time.monotonic)
         self.best_collected: float | None = None   # of results collected, recorded or not yet
         self.ready: deque = deque()   # built, waiting for a device
         # runner index -> entries on it: the one in flight, then with a compiler pool the next one,
@@ -201,6 +209,9 @@ class Pipeline:
                 trial, config, key, built = entries.popleft()
                 outcome = runner.collect()
                 self.timing_s += outcome.trial_s or 0.0
+                # A worker's first wait began when it was ready, before the search did.
+                since_start = now - (outcome.trial_s or 0.0) - self.start if self.start is not None else math.inf
+                self.waited_s += min(outcome.idle_s or 0.0, max(0.0, since_start))
                 self.device_s = running_mean(self.device_s, outcome.trial_s)
                 if built is not None and outcome.status in ("ok", "slow"):
                     self.same.measured[self.same.of(config, built)] = (trial.number, outcome)
