@@ -402,11 +402,20 @@ def test_idle_device_time_is_counted_for_what_the_devices_waited_for():
     clock.note(pipe, 40.0)              # every device busy
     assert clock.seconds == {"build": 6.0, "proposal": 6.0}
     assert clock.shares(40.0, 2) == {"build": 6.0 / 80, "proposal": 6.0 / 80, "process": 0.0}
-    # The devices say they waited 20 s in all: 8 s of it neither for a build nor a proposal, but
-    # for this process to hand them what was ready.
-    assert clock.shares(40.0, 2, waited_s=20.0) == {"build": 6.0 / 80, "proposal": 6.0 / 80, "process": 8.0 / 80}
-    assert clock.shares(40.0, 2, waited_s=5.0)["process"] == 0.0   # never below nothing
     assert clock.shares(0.0, 2) is None
+    # The devices say they waited 20 s in all (a first wait counts from the search's start
+    # only): 8 s of it neither for a build nor a proposal, but for this process to hand them
+    # what was ready.
+    from gemmtune.jobs import Outcome
+
+    clock.start = 10.0
+    clock.reported(Outcome("ok", trial_s=1.0, idle_s=9.0), now=15.0)    # ready at 6: 4 s of it in the search
+    clock.reported(Outcome("ok", trial_s=1.0, idle_s=16.0), now=40.0)
+    clock.reported(Outcome("timeout", trial_s=30.0), now=45.0)           # no report
+    assert clock.reported_s == 20.0
+    assert clock.shares(40.0, 2) == {"build": 6.0 / 80, "proposal": 6.0 / 80, "process": 8.0 / 80}
+    clock.reported_s = 5.0
+    assert clock.shares(40.0, 2)["process"] == 0.0   # never below nothing
 
 
 def test_the_summary_says_what_an_idle_device_waited_for(tmp_path, tiny_space):

@@ -18,7 +18,6 @@ from gemmtune.inputs import check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
 from gemmtune.runner import Compilers, Runner
 from gemmtune.search.lane import Lane
-from gemmtune.search.pipeline import IdleTime
 from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
 from gemmtune.space import Space, load_space
@@ -208,10 +207,9 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
     start = time.monotonic()
     for lane in lanes:
         lane.start, lane.progress = start, progress
-        lane.pipeline.start = start
+        lane.pipeline.idle.start = start
         lane.heartbeat()  # trials of searches that died before this one started
     beat, beat_s = start, min(lane.session.beat for lane in lanes)
-    idle = {lane: IdleTime() for lane in lanes}
     try:
         while True:
             if ctrl_c.pressed:
@@ -225,7 +223,7 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
                 lane.pipeline.feed()
                 asked = lane.fill_one() or asked
                 lane.pipeline.feed()
-                idle[lane].note(lane.pipeline, time.monotonic(), winding_down=not lane.asking)
+                lane.pipeline.idle.note(lane.pipeline, time.monotonic(), winding_down=not lane.asking)
             if now - beat >= beat_s:
                 beat = now
                 for lane in lanes:
@@ -249,6 +247,5 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
             lane.interrupt()
     elapsed = time.monotonic() - start
     for lane in lanes:
-        idle[lane].note(lane.pipeline, start + elapsed)
-    return [lane.summary(elapsed, idle[lane].shares(elapsed, len(lane.pipeline.runners), lane.pipeline.waited_s))
-            for lane in lanes]
+        lane.pipeline.idle.note(lane.pipeline, start + elapsed)
+    return [lane.summary(elapsed, lane.pipeline.idle.shares(elapsed, len(lane.pipeline.runners))) for lane in lanes]

@@ -50,6 +50,14 @@ class IdleTime:
     def __init__(self):
         self.seconds = {"build": 0.0, "proposal": 0.0}
         self._noted: tuple[float, str | None, int] | None = None   # (when, waiting for, devices idle)
+        self.start: float | None = None   # when the search began (time.monotonic)
+        self.reported_s = 0.0   # what the devices themselves say they waited since then
+
+    def reported(self, outcome: Outcome, now: float) -> None:
+        """Add what a device says it waited for the job of ``outcome``, collected ``now``; its first
+        wait began when it was ready, before the search did."""
+        since_start = now - (outcome.trial_s or 0.0) - self.start if self.start is not None else math.inf
+        self.reported_s += min(outcome.idle_s or 0.0, max(0.0, since_start))
 
     def note(self, pipeline: "Pipeline", now: float, winding_down: bool = False) -> None:
         """Count the time since the last note for what the idle devices waited for then, and
@@ -64,14 +72,14 @@ class IdleTime:
         waiting = None if winding_down or not idle else "proposal" if pipeline.has_room() else "build"
         self._noted = (now, waiting, idle)
 
-    def shares(self, elapsed: float, devices: int, waited_s: float = 0.0) -> dict[str, float] | None:
-        """Shares of the devices' time by cause; ``waited_s``, what the devices themselves say
-        they waited, adds what neither cause explains: the search process, busy with other work,
-        had not yet handed over a candidate that was ready (``process``)."""
+    def shares(self, elapsed: float, devices: int) -> dict[str, float] | None:
+        """Shares of the devices' time by cause; what the devices reported waiting beyond those
+        is ``process``: the search process, busy with other work, had not yet handed over a
+        candidate that was ready."""
         if not elapsed:
             return None
         shares = {why: s / (elapsed * devices) for why, s in self.seconds.items()}
-        return {**shares, "process": max(0.0, waited_s / (elapsed * devices) - sum(shares.values()))}
+        return {**shares, "process": max(0.0, self.reported_s / (elapsed * devices) - sum(shares.values()))}
 
 
 class Pipeline:
@@ -88,8 +96,7 @@ class Pipeline:
         self.flops = prec.flops(problem.m, problem.n, problem.k)
         self.problem_key = problem_key(prec.code, problem.m, problem.n, problem.k, problem.trans_a, problem.trans_b)
         self.timing_s, self.build_s, self.device_s = 0.0, None, None   # time on devices; mean build, trial
-        self.waited_s = 0.0   # what the timing workers say they waited for their jobs since ``start``
-        self.start: float | None = None   # when the search began (time.monotonic)
+        self.idle = IdleTime()   # what its devices waited for; the search sets its ``start``
         self.best_collected: float | None = None   # of results collected, recorded or not yet
         self.ready: deque = deque()   # built, waiting for a device
         # runner index -> entries on it: the one in flight, then with a compiler pool the next one,
@@ -155,8 +162,7 @@ class Pipeline:
             i = min(self.timing, key=lambda j: (len(self.timing[j]), self.fed[j]))
             if len(self.timing[i]) >= self.depth:
                 break
-            entry = self._next_ready()
-            if entry is None:
+            if (entry := self._next_ready()) is None:
                 break
             trial, config, key, built = entry
             self.runners[i].submit(self._job(config, built), entry)
@@ -209,17 +215,14 @@ class Pipeline:
                 trial, config, key, built = entries.popleft()
                 outcome = runner.collect()
                 self.timing_s += outcome.trial_s or 0.0
-                # A worker's first wait began when it was ready, before the search did.
-                since_start = now - (outcome.trial_s or 0.0) - self.start if self.start is not None else math.inf
-                self.waited_s += min(outcome.idle_s or 0.0, max(0.0, since_start))
+                self.idle.reported(outcome, now)
                 self.device_s = running_mean(self.device_s, outcome.trial_s)
                 if built is not None and outcome.status in ("ok", "slow"):
                     self.same.measured[self.same.of(config, built)] = (trial.number, outcome)
                 done.append((trial, config, key, outcome, built.compile_s if built is not None else None,
                              runner.device))
                 if outcome.status == "ok" and outcome.timing is not None:  # the early stop of the next
-                    value = gflops(self.flops, outcome.timing.median_ms)
-                    self.best_collected = max(self.best_collected or 0.0, value)
+                    self.best_collected = max(self.best_collected or 0.0, gflops(self.flops, outcome.timing.median_ms))
         after = self.threshold_ms() if done else before
         if after != before:  # a new best: the candidates on devices learn it
             for i, entries in self.timing.items():
