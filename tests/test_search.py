@@ -124,6 +124,12 @@ def test_each_injected_fault_costs_one_trial_and_the_good_trial_survives(tmp_pat
     assert good["gflops"] > 0 and good["norm_rel_error"] < 1e-5
     assert out["best"]["params"]["FAULT"] == 1  # a wrong result can never be best
     assert out["failures"] == {"compile_error": 1, "crash": 1, "timeout": 1, "wrong_result": 1, "launch_error": 1}
+    # The study's trials say why each failed; a complete one is ok, which goes without saying.
+    import optuna
+
+    trials = optuna.load_study(study_name=out["study"], storage=f"sqlite:///{db}").trials
+    said = {t.params["FAULT"]: t.user_attrs.get("status") for t in trials if "skipped" not in t.user_attrs}
+    assert said == {1: None, 2: "compile_error", 3: "crash", 4: "timeout", 5: "wrong_result", 6: "launch_error"}
 
 
 def test_building_on_the_timing_worker_gives_the_same_verdicts(tmp_path):

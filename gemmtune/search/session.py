@@ -233,9 +233,11 @@ class Proposer(Unmeasured):
         self.strategy.tell(config, value)
 
     def tell_study(self, trial, value: float | None, status: str | None = None) -> None:
-        """The result told to the study (and its copy), ``status`` kept on the trial where given."""
+        """The result told to the study (and its copy), ``status`` kept on the trial where given
+        and other than ok (a complete trial is ok: one write less per trial, of the few the
+        search process makes for each)."""
         try:
-            if status is not None:
+            if status is not None and status != "ok":
                 trial.set_user_attr("status", status)
             self._tell(trial, value, FAILED)
         except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
