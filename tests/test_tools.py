@@ -103,13 +103,15 @@ def test_proposal_cost_prints_the_cost_per_measured_trial_as_the_study_grows():
     assert outcomes["measured"] == 90 and sum(outcomes.values()) == rows[-1][1], out
 
 
-def _replay_bench():
+def _tool(name: str):
+    """A script of tools/ as a module."""
+    import importlib
+
     sys.path.insert(0, str(REPO / "tools"))
     try:
-        import replay_bench
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(REPO / "tools"))
-    return replay_bench
 
 
 def test_replay_bench_writes_the_landscapes_the_docs_replay_from_the_repository(tmp_path):
@@ -119,7 +121,7 @@ def test_replay_bench_writes_the_landscapes_the_docs_replay_from_the_repository(
     from gemmtune.info import read_device_info
     from gemmtune.store import Store
 
-    bench = _replay_bench()
+    bench = _tool("replay_bench")
     db = tmp_path / "land.db"
     grids, shipped = shipped_prior.read(bench.GRIDS_FILE), shipped_prior.read(REPO / "configs/prior-nvidia-h200.csv.gz")
     assert bench.build(db) == len(grids) + len(shipped)
@@ -142,7 +144,7 @@ def test_replay_bench_writes_the_landscapes_the_docs_replay_from_the_repository(
 
 def test_replay_bench_replays_each_landscape_once_and_judges_the_bar(tmp_path):
     db = tmp_path / "two.db"
-    assert _replay_bench().build(db, {"grid-z2", "grid-z3"}) == 48 + 56
+    assert _tool("replay_bench").build(db, {"grid-z2", "grid-z3"}) == 48 + 56
     args = ["tools/replay_bench.py", "--db", str(db), "--samplers", "default,random", "--seeds", "3"]
     one = subprocess.run([sys.executable, *args, "--studies", "grid-z3"], cwd=REPO, capture_output=True, text=True,
                          timeout=300)
@@ -165,7 +167,7 @@ def test_replay_bench_keeps_another_forests_figures_apart_and_the_stock_ones_for
     """--forest-seed refits the learned model with other trees: the default's figures for that
     forest are new, the stock samplers' (which learn nothing) are not replayed again."""
     db = tmp_path / "two.db"
-    _replay_bench().build(db, {"grid-z2", "grid-z3"})
+    _tool("replay_bench").build(db, {"grid-z2", "grid-z3"})
     args = [sys.executable, "tools/replay_bench.py", "--db", str(db), "--samplers", "default,random", "--seeds", "3",
             "--studies", "grid-z3"]
     first = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -184,11 +186,11 @@ def test_replay_bench_keeps_another_forests_figures_apart_and_the_stock_ones_for
 @pytest.mark.parametrize("default, stock, verdict", [(3, [10, 7], "met"), (3.5, [7, 30], "met"),
                                                      (4, [7, 9], "missed"), (1, [1.5, 40], "out of reach")])
 def test_replay_bench_bar_is_half_the_best_stock_median(default, stock, verdict):
-    assert _replay_bench().verdict(default, stock) == verdict
+    assert _tool("replay_bench").verdict(default, stock) == verdict
 
 
 def test_replay_bench_table_shows_quartiles_the_geometric_mean_and_the_count():
-    bench = _replay_bench()
+    bench = _tool("replay_bench")
     done = {}
     for study, medians in (("a", {"default": 2, "random": 8}), ("b", {"default": 8, "random": 2}),
                            ("c", {"default": 1})):   # c: random not replayed
@@ -216,7 +218,7 @@ def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
     else:
         Store(f"sqlite:///{db}").close()
     if case in ("figures not JSON", "unknown landscape", "unknown sampler with another forest"):
-        _replay_bench().build(db.with_name("two.db"), {"grid-z2"})
+        _tool("replay_bench").build(db.with_name("two.db"), {"grid-z2"})
         db = db.with_name("two.db")
     if case == "figures not JSON":
         (tmp_path / "two.json").write_text("{not json")
@@ -233,15 +235,6 @@ def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-def _model_bench():
-    sys.path.insert(0, str(REPO / "tools"))
-    try:
-        import model_bench
-    finally:
-        sys.path.remove(str(REPO / "tools"))
-    return model_bench
-
-
 def test_model_bench_within_a_landscape_finds_its_structure_and_not_noise(tmp_path):
     """Trees fitted to four fifths of a landscape rank the fifth where speed follows the
     parameters, and do not where it is noise."""
@@ -254,14 +247,14 @@ def test_model_bench_within_a_landscape_finds_its_structure_and_not_noise(tmp_pa
     rng = np.random.default_rng(5)
     landscape(db, lambda c: 100.0 * c.params["TSN"] / (1 + c.params["TSK"] / 8) + c.params["TSM"], study="structured")
     landscape(db, lambda c: float(rng.uniform(100, 200)), study="noise")
-    within = _model_bench().within
+    within = _tool("model_bench").within
     assert within(replay.load_landscape(f"sqlite:///{db}", "structured"), gpu(), 5, 0) > 0.8
     assert abs(within(replay.load_landscape(f"sqlite:///{db}", "noise"), gpu(), 5, 0)) < 0.4
 
 
 def test_model_bench_prints_both_figures_per_landscape_and_counts_them(tmp_path):
     db = tmp_path / "two.db"
-    _replay_bench().build(db, {"grid-z2", "grid-z3"})
+    _tool("replay_bench").build(db, {"grid-z2", "grid-z3"})
     out = run("tools/model_bench.py", "--db", str(db), "--folds", "4")
     rows = re.findall(r"^\| (grid-z[23]) \| (\d+) \| (-?[\d.]+) \| (-?[\d.]+) \|$", out, re.M)
     assert [r[0] for r in rows] == ["grid-z2", "grid-z3"] and [int(r[1]) for r in rows] == [48, 56], out
