@@ -233,11 +233,9 @@ class Proposer(Unmeasured):
         self.strategy.tell(config, value)
 
     def tell_study(self, trial, value: float | None, status: str | None = None) -> None:
-        """The result told to the study (and its copy), ``status`` kept on the trial where given
-        and other than ok (a complete trial is ok: one write less per trial, of the few the
-        search process makes for each)."""
+        """The result told to the study (and its copy), ``status`` kept on the trial unless ok."""
         try:
-            if status is not None and status != "ok":
+            if status not in (None, "ok"):   # a complete trial says ok: one write a trial less
                 trial.set_user_attr("status", status)
             self._tell(trial, value, FAILED)
         except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
