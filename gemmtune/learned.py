@@ -138,8 +138,8 @@ def training_rows(rows: pd.DataFrame, dev: DeviceInfo, peaks=None) -> tuple[np.n
 
 # Features of a study's rows, by what they were computed from: a search asks for the same rows
 # several times (the model fitted early, the learned strategy, each later problem of a workload),
-# and the screening, parsing and analytic model cost about 70 microseconds a row (20,836 shipped
-# rows: a second and a half on a laptop).
+# and the screening, parsing and analytic model cost about 50 microseconds a row (20,836 shipped
+# rows: a second on a 2-core laptop).
 _STUDY_ROWS: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
 _STUDIES_KEPT = 256
 _KEY_COLUMNS = ["precision", "m", "n", "k", "trans_a", "trans_b", "kernel", "params", "gflops"]
@@ -179,8 +179,11 @@ def _compute_study_rows(part: pd.DataFrame, dev: DeviceInfo, peaks) -> list[tupl
 
 def _runnable(configs: Sequence[Config | None], dev: DeviceInfo, prec: Precision) -> np.ndarray:
     """Which of ``configs`` (None: not one of today's kernels) break no constraint on ``dev``:
-    each family's constraints on columns of its configurations at once (a row at a time, the
-    shipped prior's 20,836 rows took half a second more)."""
+    each family's constraints on columns of its configurations at once, as the valid space is
+    enumerated (``FamilySpace.mask``; a row at a time, the shipped prior's 20,836 rows took half
+    a second more)."""
+    from gemmtune.space import shipped_families
+
     runnable = np.zeros(len(configs), dtype=bool)
     by_family: dict[str, list[int]] = {}
     for i, c in enumerate(configs):
@@ -190,9 +193,7 @@ def _runnable(configs: Sequence[Config | None], dev: DeviceInfo, prec: Precision
         params = [configs[i].params for i in where]   # a dict built per call
         cols = {name: np.array([p[name] for p in params]) for name in params[0]}
         with np.errstate(divide="ignore", invalid="ignore"):   # constraints divide by parameters others keep positive
-            obeyed = [np.broadcast_to(np.asarray(c.check(cols, dev, prec), dtype=bool), (len(where),))
-                      for c in FAMILIES[kernel].constraints]
-        runnable[where] = np.logical_and.reduce(obeyed)
+            runnable[where] = shipped_families().family(kernel).mask(cols, dev, prec)
     return runnable
 
 
