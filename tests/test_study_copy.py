@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
 from helpers_foundation import SMALL_SPACE  # noqa: E402
 
-from gemmtune.search.optuna_adapter import BatchedStorage  # noqa: E402
+from gemmtune.search.optuna_adapter import BatchedStorage, trial_id  # noqa: E402
 from gemmtune.search.recording import read_results
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.session import Proposer, StudyCopy
@@ -79,6 +79,21 @@ def test_every_stored_trial_is_told_to_its_copy_alike(study):
     assert stored == copied and len(copied) == 6
     assert {k: v for k, (s, v) in copied.items()} == values
     assert not copy.copies and not any(t.state == TrialState.RUNNING for t in copy.study.trials)
+
+
+def test_a_result_for_a_trial_another_process_failed_leaves_it_failed_and_teaches_the_copy(study):
+    # Told after another process failed the trial as stale (this one paused past the grace
+    # period): the database keeps the failure, the copy and the strategy learn the measurement.
+    proposals = Proposals(SPACE)
+    copy = StudyCopy(study, optuna.samplers.RandomSampler(seed=1), proposals)
+    p = proposer(study, copy)
+    trial, config, key = p.next()
+    other, _, _ = p.next()
+    trial.storage.set_trial_state_values(trial_id(trial), TrialState.FAIL)   # as the stale check does
+    p.tell(trial, config, 12.0, "ok")
+    p.tell(other, config, 13.0, "ok")
+    assert [(t.state, t.value) for t in study.trials] == [(TrialState.FAIL, None), (TrialState.COMPLETE, 13.0)]
+    assert sorted(t.value for t in copy.study.trials) == [12.0, 13.0] and not copy.copies
 
 
 class Refusing(optuna.samplers.RandomSampler):

@@ -103,6 +103,43 @@ def test_proposal_cost_prints_the_cost_per_measured_trial_as_the_study_grows():
     assert outcomes["measured"] == 90 and sum(outcomes.values()) == rows[-1][1], out
 
 
+def test_trial_cost_stores_tells_and_records_each_trial_and_prints_the_medians(tmp_path):
+    import optuna
+
+    db = tmp_path / "cost.db"
+    out = run("tools/trial_cost.py", "--trials", "40", "--db", f"sqlite:///{db}")
+    figures = dict((name, float(ms)) for name, ms in
+                   re.findall(r"^(store|claim|tell|record|total)\s+([\d.]+)$", out, re.M))
+    assert list(figures) == ["store", "claim", "tell", "record", "total"]
+    assert out.startswith("median ms per trial over 20 trials")
+    assert all(ms > 0 for ms in figures.values())
+    assert figures["total"] == pytest.approx(sum(figures.values()) - figures["total"], abs=0.02)
+    # What it timed is what a search writes: every trial finished in the study, a results row each.
+    trials = optuna.load_study(study_name="trial-cost", storage=f"sqlite:///{db}").trials
+    state = optuna.trial.TrialState
+    assert [t.state for t in trials] == [state.PRUNED if i % 10 == 9 else state.COMPLETE for i in range(40)]
+    assert [t.value for t in trials][:3] == [100.0, 101.0, 102.0]
+    from gemmtune.store import Store
+
+    store = Store(f"sqlite:///{db}", create=False)
+    try:
+        assert len(store.frame(study="trial-cost")) == 40
+    finally:
+        store.close()
+    again = subprocess.run([sys.executable, "tools/trial_cost.py", "--trials", "40", "--db", f"sqlite:///{db}"],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and again.stderr.startswith("Error: ") and "already holds" in again.stderr
+
+
+@pytest.mark.parametrize("args", [["--trials", "20"], ["--trials", "30", "-p", "q"]])
+def test_trial_cost_answers_bad_input_with_one_error_line_and_writes_nothing(tmp_path, args):
+    db = tmp_path / "cost.db"
+    done = subprocess.run([sys.executable, "tools/trial_cost.py", *args, "--db", f"sqlite:///{db}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.startswith("Error: ") and len(done.stderr.splitlines()) == 1
+    assert not db.exists()
+
+
 def _tool(name: str):
     """A script of tools/ as a module."""
     import importlib

@@ -132,7 +132,7 @@ class AheadProposer:
         self.measured.take()
         child = copy.copy(proposer)   # proposes from the copy alone, as a replay does
         child.study, child.copy, child.measured = proposer.copy.study, None, dict(proposer.measured)
-        child.claim = child.refresh = child.asked = None
+        child.claim = child.refresh = None
         child.batch = contextlib.nullcontext
         self.connection, child_end = mp.Pipe()
         self.process = mp.get_context("fork").Process(

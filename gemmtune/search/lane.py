@@ -117,7 +117,7 @@ class Lane:
         self.proposer = proposer = Proposer(
             self.session.study, self.proposals, valid, self.measured, strategy, rng, [], why_invalid=Broken(dev, prec),
             claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
-            batch=self.session.storage.batch, asked=self.session.asked,
+            batch=self.session.storage.batch,
             is_valid=lambda c: space.allows(c) and proposer.why_invalid(c) is None, copy=self.session.copy)
         self.baseline_key, first = first_candidates(req, prec, dev, valid, store, proposer, strategy, rng, prior,
                                                     priors)

@@ -96,6 +96,15 @@ def accepting(sampler, proposals: Proposals, is_valid: Callable[[Config], bool])
         sampler.accept = None
 
 
+def _finish(trial: optuna.Trial, value: float | None, state: TrialState) -> None:
+    """``study.tell`` for a trial of the database's study, whose sampler is the copy's: the
+    storage's own write, without the two reads of the trial that ``tell`` makes to check it
+    (2.8 ms of the search process's 6.9 ms of database work a trial on a 2-core machine, 0.9
+    without them). A trial already finished raises ``UpdateFinishedTrialError`` as before."""
+    trial.storage.set_trial_state_values(trial_id(trial), TrialState.COMPLETE if value is not None else state,
+                                         None if value is None else [float(value)])
+
+
 class Proposer(Unmeasured):
     """The next candidate to measure, by the rules in the module docstring.
 
@@ -106,8 +115,7 @@ class Proposer(Unmeasured):
     ``strategy``'s. ``claim(key, trial)``, where given, takes a configuration for this process
     (False: another process has it; ``refresh()`` then reads what the others measured into
     ``measured``). ``batch()``, where given, groups a proposal's storage writes into one
-    transaction (``BatchedStorage.batch``); ``asked(trial)`` is called first thing after each
-    ask (the search records its first heartbeat). With ``copy`` (a ``StudyCopy`` of ``study``)
+    transaction (``BatchedStorage.batch``). With ``copy`` (a ``StudyCopy`` of ``study``)
     proposals are sampled from the copy, and only those to measure are written to ``study``.
     Used by the live search and by ``gemmtune replay``, so that both follow one set of rules.
     """
@@ -115,13 +123,13 @@ class Proposer(Unmeasured):
     def __init__(self, study, proposals: Proposals, valid, measured: dict, strategy: Strategy,
                  rng: random.Random, pending: list[Config], why_invalid=None, claim: Callable | None = None,
                  refresh: Callable | None = None, batch: Callable = contextlib.nullcontext,
-                 asked: Callable | None = None, is_valid: Callable[[Config], bool] | None = None,
+                 is_valid: Callable[[Config], bool] | None = None,
                  copy: StudyCopy | None = None):
         self.study, self.proposals, self.valid, self.measured = study, proposals, valid, measured
         self.space = proposals.space
         self.copy = copy   # where proposals are sampled, if not in ``study`` itself
         self.strategy, self.rng, self.pending, self.why_invalid = strategy, rng, pending, why_invalid
-        self.claim, self.refresh, self.batch, self.asked = claim, refresh, batch, asked
+        self.claim, self.refresh, self.batch = claim, refresh, batch
         if is_valid is None:
             valid_keys = {config_key(c.kernel, c.params) for c in valid}
             is_valid = lambda c: config_key(c.kernel, c.params) in valid_keys  # noqa: E731
@@ -141,17 +149,19 @@ class Proposer(Unmeasured):
     def _tell(self, trial, value: float | None, state: TrialState) -> None:
         """``value``, or where it is None ``state``, told to the study and the sampler's copy
         (only to the copy, a proposal never stored: invalid, or measured before)."""
-        if self.copy is not None and trial.study is self.copy.study:
-            self.copy.tell(trial, value, state)
-            return
-        try:
+        if self.copy is None:   # a study Optuna's sampler proposes from itself (a replay's)
             if value is not None:
                 self.study.tell(trial, value)
             else:
                 self.study.tell(trial, state=state)
+            return
+        if trial.study is self.copy.study:
+            self.copy.tell(trial, value, state)
+            return
+        try:
+            _finish(trial, value, state)
         finally:
-            if self.copy is not None:
-                self.copy.tell(trial, value, state)
+            self.copy.tell(trial, value, state)
 
     def _propose(self):
         """(trial, config, invalid), or None when the strategy has nothing left."""
@@ -170,8 +180,6 @@ class Proposer(Unmeasured):
         with one_read(study):
             if config is None:
                 trial = study.ask()
-            if self.asked is not None and self.copy is None:
-                self.asked(trial)
             with self.batch():
                 if config is None:
                     with accepting(trial.study.sampler, self.proposals, self.is_valid):
@@ -222,10 +230,7 @@ class Proposer(Unmeasured):
 
     def store(self, config: Config):
         """A running trial of ``config`` written to the study now."""
-        stored = self.proposals.start(self.study, config, self.batch)
-        if self.asked is not None:
-            self.asked(stored)
-        return stored
+        return self.proposals.start(self.study, config, self.batch)
 
     def tell(self, trial, config: Config, value: float | None, status: str | None = None) -> None:
         """A measured candidate's result (GFLOP/s, None for a failure), told to both."""
@@ -345,9 +350,6 @@ class StudySession:
                 time.sleep(0.5 * (attempt + 1))
             except Exception as e:  # storage errors come in many types; the message says which
                 raise GemmtuneError(f"cannot open the study {name!r} in {shown(url)}: {db_error(e, url)}") from None
-
-    def asked(self, trial) -> None:
-        self.storage.record_heartbeat(trial_id(trial))
 
     def started(self, trial) -> None:
         self.flying[trial_id(trial)] = trial
