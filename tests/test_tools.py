@@ -140,6 +140,36 @@ def test_trial_cost_answers_bad_input_with_one_error_line_and_writes_nothing(tmp
     assert not db.exists()
 
 
+def test_pipeline_bench_runs_the_search_over_stand_in_workers_of_the_described_device(tmp_path):
+    db = tmp_path / "pipe.db"
+    out = run("tools/pipeline_bench.py", "-p", "d", "--size", "512", "--timeout", "4", "--device-ms", "20",
+              "--build-ms", "30", "--jobs", "2", "--db", f"sqlite:///{db}")
+    assert re.search(r"^device\s+NVIDIA CUDA \| NVIDIA H200 \| ", out, re.M), out   # the described device, not this one
+    trials = int(re.search(r"^this run\s+(\d+) trials", out, re.M).group(1))
+    busy, build, proposal, process = map(int, re.search(
+        r"busy (\d+)% of the wall time; nothing to measure, waiting for a build (\d+)%, for a proposal (\d+)%, "
+        r"for this process (\d+)%", out).groups())
+    assert 0 < busy <= 100 and build + proposal + process <= 100 - busy + 2
+    # A stand-in trial takes 20 ms: no more trials than 4 s of them, and each one a results row.
+    assert 0 < trials <= 4 / 0.020 + 2
+    from gemmtune.store import Store
+
+    store = Store(f"sqlite:///{db}", create=False)
+    try:
+        rows = store.frame()
+    finally:
+        store.close()
+    assert len(rows) == trials and set(rows.status) == {"ok"} and set(rows.device_name) == {"NVIDIA H200"}
+
+
+@pytest.mark.parametrize("args", [["--device-ms", "0"], ["--jobs", "0"], ["--device-info", "no-such.json"]])
+def test_pipeline_bench_answers_bad_input_with_one_error_line(tmp_path, args):
+    done = subprocess.run([sys.executable, "tools/pipeline_bench.py", *args, "--db", f"sqlite:///{tmp_path / 'p.db'}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.startswith("Error: ") and len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "p.db").exists()
+
+
 def _tool(name: str):
     """A script of tools/ as a module."""
     import importlib
