@@ -135,8 +135,13 @@ def main(argv=None) -> int:
     os.environ[ENV] = json.dumps({"device_info": str(Path(args.device_info).resolve()),
                                   "device_ms": args.device_ms, "build_ms": args.build_ms,
                                   "busy_builds": args.busy_builds})
-    # The search opens its workers and checks its device through these names.
-    runner._worker_main, runner._compiler_main = stand_in_worker, stand_in_compiler
+    # The search opens its workers and checks its device through these names. The stand-ins go
+    # by this module's name, not __main__'s, so that spawned workers find them however this
+    # script was started (a profiler's __main__ is the profiler).
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import pipeline_bench
+
+    runner._worker_main, runner._compiler_main = pipeline_bench.stand_in_worker, pipeline_bench.stand_in_compiler
     device.resolve_device = lambda spec: dev
     with tempfile.TemporaryDirectory() as scratch:
         db = args.db or f"sqlite:///{Path(scratch) / 'pipeline.db'}"
