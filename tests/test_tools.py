@@ -123,9 +123,11 @@ def test_trial_cost_stores_tells_and_records_each_trial_and_prints_the_medians(t
 
     store = Store(f"sqlite:///{db}", create=False)
     try:
-        assert len(store.frame(study="trial-cost")) == 40
+        rows = store.frame(study="trial-cost")
     finally:
         store.close()
+    assert len(rows) == 40 and (rows.status == "ok").sum() == 36
+    assert (rows[rows.status == "ok"].gflops > 0).all() and rows[rows.status != "ok"].gflops.isna().all()
     again = subprocess.run([sys.executable, "tools/trial_cost.py", "--trials", "40", "--db", f"sqlite:///{db}"],
                            cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and again.stderr.startswith("Error: ") and "already holds" in again.stderr

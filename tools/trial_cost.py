@@ -1,7 +1,7 @@
 """What the search process spends on the database for each measured trial, without a device:
 a trial stored in the study with its parameters (as the proposals made ahead are), its
-configuration claimed, the result told to Optuna and the results row written, over a study
-as ``gemmtune search`` opens it.
+configuration claimed, the result told to Optuna and the results row written (eight time
+samples, as a short timing has), over a study as ``gemmtune search`` opens it.
 
     python tools/trial_cost.py [--trials 300] [--db sqlite:///scratch.db] [--device 0] [-p s]
 
@@ -39,6 +39,7 @@ def measure(url: str, trials: int, device: str, precision: str) -> dict[str, lis
     from gemmtune.space import config_key, load_space
     from gemmtune.store import Store
     from gemmtune.strategies import DEFAULT, make_strategy
+    from gemmtune.timing import Timing
     from gemmtune.valid import ValidConfigs
 
     dev, prec = resolve_device(device), get_precision(precision)
@@ -72,7 +73,8 @@ def measure(url: str, trials: int, device: str, precision: str) -> dict[str, lis
                 proposer.tell_study(trial, value, status)
                 session.ended(trial)
                 t3 = time.perf_counter()
-                record(store, name, trial.number, dev, prec, 64, 64, 64, config, Outcome(status), False)
+                timing = Timing((1.0 + i / 1000,) * 8, (0.9,) * 8, (0.95,) * 8) if value is not None else None
+                record(store, name, trial.number, dev, prec, 64, 64, 64, config, Outcome(status, timing), False)
                 t4 = time.perf_counter()
                 for step, a, b in zip(STEPS, (t0, t1, t2, t3), (t1, t2, t3, t4)):
                     spent[step].append((b - a) * 1e3)

@@ -99,8 +99,8 @@ def accepting(sampler, proposals: Proposals, is_valid: Callable[[Config], bool])
 def _finish(trial: optuna.Trial, value: float | None, state: TrialState) -> None:
     """``study.tell`` for a trial of the database's study, whose sampler is the copy's: the
     storage's own write, without the two reads of the trial that ``tell`` makes to check it:
-    telling took 2.9-3.3 ms of the search process's 7.2-8.3 ms of database work a trial on a
-    2-core machine, and takes 0.9-1.0 (``tools/trial_cost.py``). A trial already finished
+    telling took 2.7-3.0 ms of the search process's 6.9-7.6 ms of database work a trial on a
+    2-core machine, and takes 0.9 (``tools/trial_cost.py``). A trial already finished
     raises ``UpdateFinishedTrialError``, as ``tell`` did."""
     trial.storage.set_trial_state_values(trial_id(trial), TrialState.COMPLETE if value is not None else state,
                                          None if value is None else [float(value)])
