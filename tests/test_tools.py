@@ -145,7 +145,7 @@ def test_trial_cost_answers_bad_input_with_one_error_line_and_writes_nothing(tmp
 def test_pipeline_bench_runs_the_search_over_stand_in_workers_of_the_described_device(tmp_path):
     db = tmp_path / "pipe.db"
     out = run("tools/pipeline_bench.py", "-p", "d", "--size", "512", "--timeout", "4", "--device-ms", "20",
-              "--build-ms", "30", "--jobs", "2", "--db", f"sqlite:///{db}")
+              "--build-ms", "30", "--jobs", "2", "--binary-kb", "64", "--db", f"sqlite:///{db}")
     assert re.search(r"^device\s+NVIDIA CUDA \| NVIDIA H200 \| ", out, re.M), out   # the described device, not this one
     trials = int(re.search(r"^this run\s+(\d+) trials", out, re.M).group(1))
     busy, build, proposal, process = map(int, re.search(
@@ -164,7 +164,8 @@ def test_pipeline_bench_runs_the_search_over_stand_in_workers_of_the_described_d
     assert len(rows) == trials and set(rows.status) == {"ok"} and set(rows.device_name) == {"NVIDIA H200"}
 
 
-@pytest.mark.parametrize("args", [["--device-ms", "0"], ["--jobs", "0"], ["--device-info", "no-such.json"]])
+@pytest.mark.parametrize("args", [["--device-ms", "0"], ["--jobs", "0"], ["--binary-kb", "-1"],
+                                  ["--device-info", "no-such.json"]])
 def test_pipeline_bench_answers_bad_input_with_one_error_line(tmp_path, args):
     done = subprocess.run([sys.executable, "tools/pipeline_bench.py", *args, "--db", f"sqlite:///{tmp_path / 'p.db'}"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)

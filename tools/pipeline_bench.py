@@ -43,23 +43,10 @@ def _ready(conn):
     conn.send(("ready", read_device_info(_settings()["device_info"])))
 
 
-def _jobs(conn):
-    from gemmtune.jobs import StopAbove
-
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
-        if not isinstance(job, StopAbove):
-            yield job
-
-
 def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
     """A timing worker: every job ``ok`` after ``device_ms``, at the analytic model's speed."""
     from gemmtune import model
+    from gemmtune.worker import _jobs as jobs   # the real workers' reader: the next job waits in the process
     from gemmtune.info import read_device_info
     from gemmtune.jobs import Outcome
     from gemmtune.precision import get_precision
@@ -70,7 +57,7 @@ def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
     dev = read_device_info(settings["device_info"])
     _ready(conn)
     free = time.perf_counter()
-    for job in _jobs(conn):
+    for job in jobs(conn):
         t0 = time.perf_counter()
         prec = get_precision(job.precision)
         predicted = model.predict(job.config, dev, prec, job.m, job.n, job.k, trans_a=job.trans_a, trans_b=job.trans_b)
@@ -84,13 +71,14 @@ def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
 
 
 def stand_in_compiler(conn, device, parent, quiet, cores=None) -> None:
-    """A compiler: every build ``ok`` after ``build_ms``, no binary, a digest of its own."""
+    """A compiler: every build ``ok`` after ``build_ms`` (a binary of ``binary_kb``), a digest of its own."""
     from gemmtune.jobs import Built
+    from gemmtune.worker import _jobs as jobs
 
     settings = _settings()
     build_s = settings["build_ms"] / 1e3
     _ready(conn)
-    for job in _jobs(conn):
+    for job in jobs(conn):
         if settings["busy_builds"]:   # a processor's work, as a real compiler's is
             end = time.perf_counter() + build_s
             while time.perf_counter() < end:
@@ -98,7 +86,8 @@ def stand_in_compiler(conn, device, parent, quiet, cores=None) -> None:
         else:
             time.sleep(build_s)
         digest = hashlib.sha256(repr((job.config, job.precision, job.problem)).encode()).hexdigest()
-        conn.send(Built("ok", None, digest, build_s))
+        binary = bytes(settings["binary_kb"] * 1024) or None   # the parent relays it to the timing worker
+        conn.send(Built("ok", binary, digest, build_s))
 
 
 def main(argv=None) -> int:
@@ -110,6 +99,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device-ms", type=float, default=25.0, help="the stand-in device's time per trial (default 25)")
     ap.add_argument("--build-ms", type=float, default=400.0, help="a stand-in compiler's time per build (default 400)")
     ap.add_argument("--jobs", type=int, default=15, help="stand-in compilers (default 15)")
+    ap.add_argument("--binary-kb", type=int, default=0,
+                    help="size of the program binary each stand-in build returns (default 0: none, as on PoCL)")
     ap.add_argument("--busy-builds", action="store_true",
                     help="the stand-in compilers keep a processor busy while they build, as real ones do")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds of search (default 30)")
@@ -119,6 +110,9 @@ def main(argv=None) -> int:
         if not getattr(args, name) > 0:
             print(f"Error: --{name.replace('_', '-')} must be positive, got {getattr(args, name):g}", file=sys.stderr)
             return 2
+    if args.binary_kb < 0:
+        print(f"Error: --binary-kb must be at least 0, got {args.binary_kb}", file=sys.stderr)
+        return 2
     if args.jobs < 1:
         print(f"Error: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
         return 2
@@ -134,7 +128,7 @@ def main(argv=None) -> int:
         return 2
     os.environ[ENV] = json.dumps({"device_info": str(Path(args.device_info).resolve()),
                                   "device_ms": args.device_ms, "build_ms": args.build_ms,
-                                  "busy_builds": args.busy_builds})
+                                  "busy_builds": args.busy_builds, "binary_kb": args.binary_kb})
     # The search opens its workers and checks its device through these names. The stand-ins go
     # by this module's name, not __main__'s, so that spawned workers find them however this
     # script was started (a profiler's __main__ is the profiler).
