@@ -38,24 +38,25 @@ def _settings() -> dict:
 
 
 def _ready(conn):
+    """Say the described device is open, as a worker does; returns it."""
     from gemmtune.info import read_device_info
 
-    conn.send(("ready", read_device_info(_settings()["device_info"])))
+    dev = read_device_info(_settings()["device_info"])
+    conn.send(("ready", dev))
+    return dev
 
 
 def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
     """A timing worker: every job ``ok`` after ``device_ms``, at the analytic model's speed."""
     from gemmtune import model
-    from gemmtune.worker import _jobs as jobs   # the real workers' reader: the next job waits in the process
-    from gemmtune.info import read_device_info
     from gemmtune.jobs import Outcome
     from gemmtune.precision import get_precision
     from gemmtune.space import config_key
     from gemmtune.timing import Timing
+    from gemmtune.worker import _jobs as jobs   # the real workers' reader: the next job waits in the process
 
     settings = _settings()
-    dev = read_device_info(settings["device_info"])
-    _ready(conn)
+    dev = _ready(conn)
     free = time.perf_counter()
     for job in jobs(conn):
         t0 = time.perf_counter()
