@@ -19,9 +19,7 @@ import sqlalchemy as sa
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
-from gemmtune.urls import db_error, shown
-
-DEFAULT_DB = "sqlite:///results/gemmtune.db"
+from gemmtune.urls import DEFAULT_DB, database_url, db_error, shown
 
 metadata = sa.MetaData()
 results = sa.Table(
@@ -90,11 +88,6 @@ claims = sa.Table(
 )
 
 STATUSES = ("ok", "slow", "compile_error", "launch_error", "crash", "timeout", "wrong_result", "lost")
-
-
-def database_url(url: str | None = None) -> str:
-    """The URL in force: the argument, else $GEMMTUNE_DB, else SQLite under results/."""
-    return url or os.environ.get("GEMMTUNE_DB") or DEFAULT_DB
 
 
 def check_url(url: str, create: bool = True) -> sa.engine.URL:

@@ -29,15 +29,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from gemmtune.defaults import default_config
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config, Space, require_precision, shipped_families
-from gemmtune.store import Store, database_url
+from gemmtune.urls import DEFAULT_DB, DEFAULT_DB_FILE, database_url
 
 SOURCES = ("tuned", "nearest", "default")
 
@@ -104,6 +102,10 @@ def clear_cache() -> None:
 
 def _db_key(url: str) -> str:
     # A relative SQLite path names another file after a chdir.
+    if url == DEFAULT_DB:
+        return f"sqlite:///{Path(DEFAULT_DB_FILE).absolute()}"
+    import sqlalchemy as sa
+
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
@@ -126,7 +128,12 @@ def _device_info(device) -> DeviceInfo:
 
 def tuned_shapes(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
     """Per tuned problem (shape and ops), its best row that is a valid configuration here."""
+    if url == DEFAULT_DB and not Path(DEFAULT_DB_FILE).exists():
+        # Nothing tuned yet, known without loading SQLAlchemy and pandas: a process's first
+        # call on a machine that never searched pays neither import (0.2 s on a laptop).
+        return []
     from gemmtune.rows import screen
+    from gemmtune.store import Store
 
     store = Store(url, create=False)
     try:

@@ -9,13 +9,21 @@ such as a driver's error message.
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import quote, quote_plus
 
 MASK = "***"
+DEFAULT_DB = "sqlite:///results/gemmtune.db"
+DEFAULT_DB_FILE = DEFAULT_DB[len("sqlite:///"):]
 
 # user:password@ after the scheme, for text SQLAlchemy cannot parse as a URL
 _USERINFO = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+
+
+def database_url(url: str | None = None) -> str:
+    """The URL in force: the argument, else $GEMMTUNE_DB, else SQLite under results/."""
+    return url or os.environ.get("GEMMTUNE_DB") or DEFAULT_DB
 
 
 def shown(url: str) -> str:

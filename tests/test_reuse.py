@@ -5,7 +5,11 @@ with the output first filled with NaN."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +18,7 @@ import pyopencl.array as cla
 import pytest
 
 import gemmtune
-from gemmtune import compute, tuned
+from gemmtune import compute, store
 from gemmtune.defaults import default_config
 from gemmtune.device import open_device, resolve_device
 from gemmtune.precision import get_precision
@@ -90,6 +94,39 @@ def test_the_default_database_before_any_search_means_defaults(tmp_path, monkeyp
         gemmtune.best_config(24, 24, 24, "s", db=url(tmp_path / "no-such-dir" / "x.db"))
 
 
+FIRST_CALL = """
+import sys
+import numpy as np
+import gemmtune
+from gemmtune.precision import get_precision
+from gemmtune.verify import Reference, compare, random_matrix
+prec = get_precision("s")
+rng = np.random.default_rng()
+a, b = random_matrix(prec, (24, 40), rng), random_matrix(prec, (40, 24), rng)
+poisoned = np.full((24, 24), np.nan, dtype=np.float32)
+c = gemmtune.gemm(a, b, poisoned, beta=0.0)
+assert compare(c, Reference.compute(prec, a, b, None, 1.0, 0.0), prec).passed
+print(gemmtune.best_config(24, 24, 40, "s").source, *sorted(m for m in ("sqlalchemy", "pandas") if m in sys.modules))
+"""
+
+
+def test_a_first_call_reads_the_default_database_only_where_it_exists(results_db, tmp_path):
+    # Without results/ a process's first call loads neither SQLAlchemy nor pandas (0.2 s of a
+    # 0.3 s first call on a laptop); once a search has written it, the lookup reads it.
+    env = {k: v for k, v in os.environ.items() if k not in ("GEMMTUNE_DB", "GEMMTUNE_DEVICE")}
+
+    def first_call() -> str:
+        done = subprocess.run([sys.executable, "-c", FIRST_CALL], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert first_call() == ["default"]
+    (tmp_path / "results").mkdir()
+    shutil.copy(results_db, tmp_path / "results" / "gemmtune.db")
+    assert first_call() == ["nearest", "pandas", "sqlalchemy"]
+
+
 def test_rows_of_other_devices_kernels_or_limits_are_not_used(results_copy, add_result, pocl):
     huge = 1e9
     add_result(results_copy, m=30, n=30, k=30, gflops=huge)  # another device
@@ -126,12 +163,12 @@ def test_rows_recorded_before_a_parameter_existed_get_its_default(results_copy, 
 def test_lookups_are_cached_until_cleared(results_copy, add_result, pocl, monkeypatch):
     opened = []
 
-    class CountingStore(tuned.Store):
+    class CountingStore(store.Store):
         def __init__(self, *args, **kwargs):
             opened.append(args)
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(tuned, "Store", CountingStore)
+    monkeypatch.setattr(store, "Store", CountingStore)   # tuned imports it when it reads
     first = gemmtune.best_config(24, 24, 24, "s", db=url(results_copy))
     assert len(opened) == 1
     add_result(results_copy, device=pocl.key, m=24, n=24, k=24, gflops=1e9, params=MARKED)
