@@ -27,7 +27,7 @@
 #include "common.cl"
 
 #ifndef VW
-#define VW 8        // vector width along M, in elements (1, 2, 4, 8, 16; 1 for complex)
+#define VW 8        // vector width along M, in elements (1, 2, 4, 8, 16; complex: 1, or more with PACKA)
 #endif
 #ifndef MV
 #define MV 2        // vectors per column of a work-item's block: MR = MV * VW rows of C
@@ -78,11 +78,12 @@
 #define PACK_WG 16    // work-items per work-group of the packing kernels: launches round K up to it
 
 // Constraints, for the search space:
-//   1. VW in {1, 2, 4, 8, 16}; VW == 1 for complex precisions
+//   1. VW in {1, 2, 4, 8, 16}; for complex precisions VW > 1 needs PACKA (planar panels, below)
 //   2. the MV * NR accumulators, MV vectors of A and a broadcast of B fit the vector registers
 //      (a vector of VW elements takes ceil(VW * element bytes / register bytes) of them):
-//      (MV * NR + MV + 1) * that <= 16 with AVX2, <= 32 with AVX-512. Past that the compiler
-//      spills accumulators to the stack, and builds take longer
+//      (MV * NR + MV + 1) * that <= 16 with AVX2, <= 32 with AVX-512 (complex with VW > 1:
+//      twice as many vectors, of VW real or imaginary parts). Past that the compiler spills
+//      accumulators to the stack, and builds take longer
 //   3. WGS <= max work-group size
 // TRANSA and TRANSB describe the operands, they are not tuned. With PACKA 1 the product never
 // reads A in place, so TRANSA costs only the packing; without it TRANSA 1 gathers a column of
@@ -95,20 +96,20 @@
 #else
   #define ONE ((real)1)
 #endif
-#if IS_COMPLEX && VW != 1
-#error "xgemm_cpu: complex precisions take VW 1 (a complex element is already a 2-vector)"
-#endif
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 
-#if PRECISION == 32
+#if PRECISION == 32 || PRECISION == 3232
   #define SCALAR float
-#elif PRECISION == 64
+#elif PRECISION == 64 || PRECISION == 6464
   #define SCALAR double
 #endif
 
-#if VW == 1
+#include "xgemm_cpu_planar.cl"   // PLANAR: complex numbers in vectors of their real and imaginary parts
+#if PLANAR && VW > 1
+  // realV, VLOAD: xgemm_cpu_planar.cl
+#elif VW == 1
   typedef real realV;
   #define VLOAD(p) (*(p))
   #define VSTORE(v, p) (*(p) = (v))
@@ -138,8 +139,8 @@
 //   a_ptr: packed panel (step MR), or A itself (TRANSA 0: step lda; TRANSA 1: step 1)
 //   b_ptr: packed panel (step NR), or B itself (TRANSB 0: step 1; TRANSB 1: step ldb)
 #if PACKA
-  #define A_STEP MR
-  #define A_VEC(u, v) VLOAD(a_ptr + (u) * MR + (v) * VW)
+  #define A_STEP PANEL_STEP
+  #define A_VEC(u, v) VLOAD(a_ptr + (u) * PANEL_STEP + (v) * VW)
 #elif TRANSA == 0
   #define A_STEP lda
   #define A_VEC(u, v) VLOAD(a_ptr + (size_t)(u) * lda + (v) * VW)
@@ -180,6 +181,7 @@ inline realV load_a_edge(const __global real* restrict a, const int stride, cons
 // One step of K: acc += op(A)(block rows, p) * op(B)(p, block columns). Columns are never
 // guarded: boff[] points a missing column at the last real one (a packed panel holds zeros
 // there), and its results are not stored.
+#if !PLANAR   // (the complex step of planar vectors: xgemm_cpu_planar.cl)
 #define STEP(LOAD_A, u) do {                                                       \
     realV a[MV];                                                                   \
     _Pragma("unroll") for (int v = 0; v < MV; v++) { a[v] = LOAD_A((u), v); }      \
@@ -188,6 +190,7 @@ inline realV load_a_edge(const __global real* restrict a, const int stride, cons
       _Pragma("unroll") for (int v = 0; v < MV; v++) { MULADD(acc[j][v], a[v], b); } \
     }                                                                              \
   } while (0)
+#endif
 
 #define K_LOOP(LOAD_A, count) do {                                                 \
     int p = 0;                                                                     \
@@ -228,7 +231,9 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
   B += offB;
   C += offC;
   const bool full_rows = i0 + MR <= M;
+#if !PLANAR
   const realV va = SPLAT(alpha);
+#endif
 
   // K in chunks of KC, and per chunk NB blocks of NR columns: the chunk of A's panel (MR x KC)
   // stays in L1 while the blocks' chunks of B stream past it. The first chunk stores
@@ -237,13 +242,15 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
   for (int k0 = 0; k0 == 0 || k0 < K; k0 += kc_max) {
     const int kc = min(kc_max, K - k0);
     const real beta_k = k0 == 0 ? beta : ONE;
+#if !PLANAR
     const realV vb = SPLAT(beta_k);
     const bool zero_beta = IS_ZERO(beta_k);
+#endif
     for (int jb = 0; jb < NB; jb++) {
       const int j0 = jstart + jb * NR;
       if (j0 >= N) { break; }
 #if PACKA
-      const __global real* restrict a_ptr = Ap + ((size_t)(i0 / MR) * K + k0) * MR;
+      const __global panel_t* restrict a_ptr = (const __global panel_t*)Ap + ((size_t)(i0 / MR) * K + k0) * PANEL_STEP;
 #elif TRANSA == 0
       const __global real* restrict a_ptr = A + i0 + (size_t)k0 * lda;
 #else
@@ -259,17 +266,27 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
       }
 #endif
 
+#if PLANAR
+      PLANAR_ACCUMULATORS;
+#else
       realV acc[NR][MV];
       _Pragma("unroll") for (int j = 0; j < NR; j++) {
         _Pragma("unroll") for (int v = 0; v < MV; v++) { acc[j][v] = SPLAT(ZERO); }
       }
+#endif
 #if PACKA
       K_LOOP(A_VEC, kc);  // the panel's missing rows are zeros: no edge case
 #else
       if (full_rows) { K_LOOP(A_VEC, kc); } else { K_LOOP(A_EDGE, kc); }
 #endif
 
-      if (full_rows && j0 + NR <= N) {
+#if PLANAR
+      const bool vector_store = false;   // the parts are interleaved through the tile below
+#else
+      const bool vector_store = full_rows && j0 + NR <= N;
+#endif
+      if (vector_store) {
+#if !PLANAR
         _Pragma("unroll") for (int j = 0; j < NR; j++) {
           __global real* c = C + i0 + (size_t)(j0 + j) * ldc;
           _Pragma("unroll") for (int v = 0; v < MV; v++) {
@@ -278,14 +295,19 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
             VSTORE(r, c + v * VW);
           }
         }
+#endif
       } else {
         // A ragged block: through a private copy, so the guarded loop indexes memory at run
         // time rather than being unrolled into MR * NR guarded stores (which made builds twice
         // as long). Indexing acc itself at run time would keep all of it out of registers.
         real tile[NR][MR];
+#if PLANAR
+        PLANAR_TO_TILE(tile);
+#else
         _Pragma("unroll") for (int j = 0; j < NR; j++) {
           _Pragma("unroll") for (int v = 0; v < MV; v++) { VSTORE(acc[j][v], &tile[j][v * VW]); }
         }
+#endif
         const int rows = min(MR, M - i0), cols = min(NR, N - j0);
         for (int j = 0; j < cols; j++) {
           __global real* c = C + i0 + (size_t)(j0 + j) * ldc;
@@ -312,10 +334,10 @@ void xgemm_pack_a(const int M, const int K, const __global real* restrict A, con
   const int b = get_global_id(1);
   if (p >= K) { return; }
   A += offA;
-  __global real* restrict out = Ap + ((size_t)b * K + p) * MR;
+  __global panel_t* restrict out = (__global panel_t*)Ap + ((size_t)b * K + p) * PANEL_STEP;
   _Pragma("unroll") for (int r = 0; r < MR; r++) {
     const int i = b * MR + r;
-    out[r] = i < M ? A_AT(i, p) : ZERO;
+    PANEL_PUT(out, r, i < M ? A_AT(i, p) : ZERO);
   }
 }
 #endif

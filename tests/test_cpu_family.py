@@ -35,6 +35,7 @@ CONFIGS = {
     "a-in-place": dict(MV=2, NR=3, KU=2, NB=1, KC=4, ORDER=0, WGS=1, PACKA=0, PACKB=0),
 }
 VW = {"s": 8, "d": 4, "c": 1, "z": 1}
+PLANAR_VW = {"c": 16, "z": 8}   # complex in vectors of real and imaginary parts (A packed)
 # (m, n, k): one element; ragged everywhere; K of several chunks plus a remainder.
 SHAPES = [(1, 1, 1), (7, 13, 5), (37, 20, 19)]
 OPS = [(ta, tb) for ta in "NTC" for tb in "NTC"]
@@ -55,11 +56,11 @@ def stored(rows, cols, op):
     return (rows, cols) if op == "N" else (cols, rows)
 
 
-def config(code, name):
-    return Config.of("xgemm_cpu", {**XGEMM_CPU.defaults, **CONFIGS[name], "VW": VW[code]})
+def config(code, name, vw=None):
+    return Config.of("xgemm_cpu", {**XGEMM_CPU.defaults, **CONFIGS[name], "VW": vw or VW[code]})
 
 
-def run_cpu(queue, code, name, m, n, k, ta, tb, pad=(0, 0, 0), offsets=(0, 0, 0), alpha=1.5, beta=0.0):
+def run_cpu(queue, code, name, m, n, k, ta, tb, pad=(0, 0, 0), offsets=(0, 0, 0), alpha=1.5, beta=0.0, vw=None):
     """One xgemm_cpu GEMM of column-major operands ``pad`` rows taller than they are, at element
     ``offsets`` into their buffers; the result, numpy's, and C's memory outside the result
     (after, before)."""
@@ -81,7 +82,7 @@ def run_cpu(queue, code, name, m, n, k, ta, tb, pad=(0, 0, 0), offsets=(0, 0, 0)
     expected = Reference.compute(prec, host["A"], host["B"], None if beta == 0 else host["C"].copy(),
                                  alpha, beta, ta, tb)
     problem = Problem(m, n, k, ta, tb, shapes["A"][0] + pad[0], shapes["B"][0] + pad[1], m + pad[2], views=True)
-    op = GemmOperation(queue, config(code, name), shipped_families().family("xgemm_cpu").source, prec, m, n, k,
+    op = GemmOperation(queue, config(code, name, vw), shipped_families().family("xgemm_cpu").source, prec, m, n, k,
                        problem=problem)
     op.enqueue(bufs["A"], bufs["B"], bufs["C"], alpha, beta, offsets=offsets)[-1].wait()
     out = np.empty_like(whole["C"])
@@ -132,6 +133,24 @@ def test_cpu_reads_views_and_writes_nothing_outside_c(queue, code, name):
         np.testing.assert_array_equal(after, before)
 
 
+@pytest.mark.parametrize("code", ["c", "z"])
+@pytest.mark.parametrize("ta, tb", OPS)
+def test_cpu_complex_in_planar_vectors(queue, code, ta, tb):
+    """Complex precisions with VW > 1: op(A) packed into panels of real parts and imaginary
+    parts (conjugated there for op C), two sets of accumulators interleaved back at the store;
+    every op pair, alpha and beta, C poisoned where beta is 0, and views."""
+    name = "packed-b" if (ta, tb) in SPREAD else "b-in-place"
+    for m, n, k in SHAPES:
+        for beta in (0.0, 0.25 + 0.5j):
+            result, expected, _ = run_cpu(queue, code, name, m, n, k, ta, tb, alpha=0.5 - 1j, beta=beta,
+                                          vw=PLANAR_VW[code])
+            check(code, result, expected)
+    result, expected, (after, before) = run_cpu(queue, code, name, 9, 11, 13, ta, tb, pad=(3, 1, 5),
+                                                offsets=(7, 2, 13), beta=0.5, vw=PLANAR_VW[code])
+    check(code, result, expected)
+    np.testing.assert_array_equal(after, before)
+
+
 def test_cpu_gemm_api_runs_the_family():
     """gemmtune.gemm with an xgemm_cpu configuration: numpy's row-major meaning, swapped onto
     the column-major kernel."""
@@ -147,15 +166,15 @@ def test_cpu_gemm_api_runs_the_family():
 
 def test_the_kernels_error_checks_agree_with_constraint_1(queue):
     """The kernel refuses to build what constraint 1 forbids: a vector width that is not a
-    power of two up to 16, and vectors of complex elements."""
+    power of two up to 16, and vectors of complex elements read in place (A not packed)."""
     from gemmtune.device import resolve_device
     from gemmtune.kernels import BuildError, build, defines
 
     source = shipped_families().family("xgemm_cpu").source
     dev = resolve_device(0)
-    for code, vw in (("s", 3), ("c", 4)):
+    for code, vw, packa in (("s", 3, 1), ("c", 8, 0), ("z", 4, 0)):
         prec = get_precision(code)
-        broken = Config.of("xgemm_cpu", {**XGEMM_CPU.defaults, "VW": vw, "MV": 1, "NR": 4})
+        broken = Config.of("xgemm_cpu", {**XGEMM_CPU.defaults, "VW": vw, "MV": 1, "NR": 4, "PACKA": packa})
         assert XGEMM_CPU.broken(broken.params, dev, prec).number == 1
         with pytest.raises(BuildError) as e:
             build(queue.context, source, defines(broken, prec))
@@ -177,6 +196,23 @@ def test_register_budget_admits_the_measured_blocks_and_refuses_larger_ones():
     assert XGEMM_CPU.broken({**best_s, "VW": 8}, LIMITS, d) is None
     assert XGEMM_CPU.broken({**best_s, "VW": 4}, LIMITS, s).number == 5   # 16 bytes: half a vector idle
     assert XGEMM_CPU.broken({**best_s, "VW": 8, "ORDER": 1, "PACKB": 0}, LIMITS, s).number == 4
+
+
+def test_complex_vectors_count_real_and_imaginary_parts():
+    c, z = get_precision("c"), get_precision("z")
+    base = {**XGEMM_CPU.defaults, "PACKA": 1, "MV": 1, "NR": 14}
+    # c at VW 16: vectors of 16 floats, twice: (14 + 1 + 1) * 2 = 32 registers
+    assert XGEMM_CPU.broken({**base, "VW": 16}, LIMITS, c) is None
+    assert XGEMM_CPU.broken({**base, "VW": 16, "MV": 2}, LIMITS, c).number == 2          # (28 + 2 + 1) * 2
+    assert XGEMM_CPU.broken({**base, "VW": 8, "MV": 2, "NR": 6}, LIMITS, z) is None     # (12 + 2 + 1) * 2
+    assert XGEMM_CPU.broken({**base, "VW": 16, "MV": 2, "NR": 6}, LIMITS, z).number == 2  # 128 bytes: 60
+    # a vector fills 32 or 64 bytes of parts: c 8 or 16, z 4 or 8; VW 1 still takes whole elements
+    for prec, fits, idle in ((c, (1, 8, 16), (2, 4)), (z, (1, 4, 8), (2,))):
+        for vw in fits:
+            assert XGEMM_CPU.broken({**base, "VW": vw, "NR": 4}, LIMITS, prec) is None, (prec.code, vw)
+        for vw in idle:
+            assert XGEMM_CPU.broken({**base, "VW": vw, "NR": 4}, LIMITS, prec).number == 5, (prec.code, vw)
+    assert XGEMM_CPU.broken({**base, "VW": 8, "NR": 4, "PACKA": 0}, LIMITS, c).number == 1
 
 
 def test_cpu_plan_packs_into_panels_and_passes_the_call_arguments():

@@ -29,7 +29,9 @@ CONFIGS = {
 }
 PRECISIONS = {"s": (np.float32, 32), "d": (np.float64, 64), "c": (np.complex64, 3232), "z": (np.complex128, 6464)}
 CASES = [("vw4-unpacked", "s"), ("vw4-unpacked", "d"), ("vw8-packed-transposed", "s"),
-         ("vw8-packed-transposed", "d"), ("vw1-wgs2", "s"), ("vw1-wgs2", "z")]
+         ("vw8-packed-transposed", "d"), ("vw1-wgs2", "s"), ("vw1-wgs2", "z"),
+         # complex in planar vectors, packing and product in one program (an exported header's)
+         ("vw8-packed-transposed", "c"), ("vw8-packed-transposed", "z")]
 
 # (m, n, k); 70 x 37 leaves a ragged block at both edges for every configuration, k = 0 leaves
 # beta * C, and 1 x 1 x 1 is smaller than any block

@@ -527,12 +527,15 @@ def test_the_cpu_space_follows_the_measurements():
     dev = resolve_device(0)
     fs = load_space(device=dev).family("xgemm_cpu")
     assert fs.values["PACKA"] == [1] and fs.values["WGS"] == [1]
-    for code, widths in (("s", {8, 16}), ("d", {4, 8}), ("c", {1}), ("z", {1})):
+    # native and half widths of a real part; complex elements whole (1) too
+    for code, widths in (("s", {8, 16}), ("d", {4, 8}), ("c", {1, 8, 16}), ("z", {1, 4, 8})):
         valid = fs.valid(dev, get_precision(code))
-        assert {c.params["VW"] for c in valid} == widths   # native and half, 1 for complex
+        assert {c.params["VW"] for c in valid} == widths
         assert all(c.params["PACKB"] == 1 for c in valid if c.params["ORDER"] == 1)
-        assert all((c.params["MV"] * c.params["NR"] + c.params["MV"] + 1) * -(-c.params["VW"] * BYTES[code] // 64)
-                   <= 32 for c in valid)
+        for c in valid:
+            parts = 2 if code in "cz" and c.params["VW"] > 1 else 1   # real and imaginary vectors
+            per_vector = -(-c.params["VW"] * BYTES[code] // parts // 64)
+            assert (c.params["MV"] * c.params["NR"] + c.params["MV"] + 1) * per_vector * parts <= 32
 
 
 def test_space_command_takes_the_device_space_unless_one_is_given(tmp_path, k5_space):

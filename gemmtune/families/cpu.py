@@ -21,20 +21,29 @@ def _mr(p: Params):
     return p["MV"] * p["VW"]
 
 
+def planar(p: Params, prec: Precision):
+    """Whether the kernel keeps real and imaginary parts in vectors of their own (complex
+    precisions with VW > 1): twice the vectors, each of VW real parts."""
+    return (p["VW"] > 1) & bool(prec.is_complex)
+
+
 def _registers(p: Params, prec: Precision):
     """Vector registers the block needs: MV * NR accumulators, MV vectors of A, one broadcast
-    of B; a vector wider than a register takes several."""
-    per_vector = -(-(p["VW"] * prec.bytes) // REGISTER_BYTES)
-    return (p["MV"] * p["NR"] + p["MV"] + 1) * per_vector
+    of B (each twice where planar); a vector wider than a register takes several."""
+    parts = 1 + planar(p, prec)
+    per_vector = -(-(p["VW"] * prec.bytes // parts) // REGISTER_BYTES)
+    return (p["MV"] * p["NR"] + p["MV"] + 1) * per_vector * parts
 
 
-def _pack_defines(flag: str, block: int, prec: Precision, problem) -> tuple[tuple[str, int], ...]:
+def _pack_defines(flag: str, block: int, prec: Precision, problem, planar_a: bool = False
+                  ) -> tuple[tuple[str, int], ...]:
     """The build of one packing kernel (common.cl's PART 2): what it depends on, the panel's
     width and op() of its operand, so that every candidate with that panel shares one program.
     On PoCL with 2 cores, the two packing kernels were 0.1 s of a candidate's 0.35 s of building."""
-    # VW 1: any precision takes it (complex ones no other); MR rows of A as MV = MR
+    # VW 1: any precision takes it; MR rows of A as MV = MR, the panel planar if the product's is
     if flag == "PACKA":
-        own = {"PACKA": 1, "PACKB": 0, "VW": 1, "MV": block, "TRANSA": OPS[problem.trans_a]}
+        own = {"PACKA": 1, "PACKB": 0, "VW": 1, "MV": block, "TRANSA": OPS[problem.trans_a],
+               **({"PLANAR": 1} if planar_a else {})}
     else:
         own = {"PACKA": 0, "PACKB": 1, "VW": 1, "MV": 1, "NR": block, "TRANSB": OPS[problem.trans_b]}
     return part_defines(PREPARATION, prec, **own)
@@ -97,11 +106,17 @@ class Cpu(Family):
             if k > 0:
                 launches.append(Launch(kernel, (-(-k // PACK_WG) * PACK_WG, blocks), (PACK_WG, 1),
                                        (rows, k, operand, offset, ld, name), gemm=False,
-                                       defines=_pack_defines(flag, block, prec, problem)))
+                                       defines=_pack_defines(flag, block, prec, problem,
+                                                             bool(planar(p, prec)))))
         launches.append(Launch(self.kernel_name, self.global_size(p, m, n), self.local_size(p),
                                (m, n, k, ALPHA, BETA, A, OFFSET_A, problem.lda, B, OFFSET_B, problem.ldb,
                                 C, OFFSET_C, problem.ldc, *packed)))
         return Plan(tuple(scratch), tuple(launches))
+
+
+def _fill(p: Params, prec: Precision):
+    width = p["VW"] * (prec.bytes // (2 if prec.is_complex else 1))
+    return (width == 32) | (width == 64) | ((p["VW"] == 1) & bool(prec.is_complex))
 
 
 XGEMM_CPU = Cpu(
@@ -110,11 +125,13 @@ XGEMM_CPU = Cpu(
     kernel_name="xgemm",
     tile_params=("VW", "NR", "KU"),
     constraints=(
-        Constraint(1, "vector width", "VW in {1, 2, 4, 8, 16}; VW == 1 for complex precisions",
+        Constraint(1, "vector width", "VW in {1, 2, 4, 8, 16}; for complex precisions VW > 1 needs PACKA 1 "
+                   "(the panel of A holds real and imaginary parts apart)",
                    lambda p, dev, prec: ((p["VW"] & (p["VW"] - 1)) == 0) & (p["VW"] <= 16)
-                   & ((p["VW"] == 1) | (not prec.is_complex))),
-        Constraint(2, "registers", f"(MV * NR + MV + 1) * ceil(VW * bytes per element / {REGISTER_BYTES}) "
-                   f"<= {VECTOR_REGISTERS}: accumulators, A's vectors and B's broadcast fit AVX-512's registers",
+                   & ((p["VW"] == 1) | (p["PACKA"] == 1) | (not prec.is_complex))),
+        Constraint(2, "registers", f"(MV * NR + MV + 1) * ceil(VW * bytes per part / {REGISTER_BYTES}) * parts "
+                   f"<= {VECTOR_REGISTERS}: accumulators, A's vectors and B's broadcast fit AVX-512's registers "
+                   "(complex with VW > 1: 2 parts, real and imaginary, of half the element's bytes; else 1)",
                    lambda p, dev, prec: _registers(p, prec) <= VECTOR_REGISTERS),
         Constraint(3, "work-group", "WGS <= max work-group size and max work-item size[0]",
                    lambda p, dev, prec: (p["WGS"] <= dev.max_work_group_size)
@@ -122,10 +139,10 @@ XGEMM_CPU = Cpu(
         Constraint(4, "grid order", "ORDER 1 needs PACKB 1: row blocks side by side read B in place "
                    "with a stride of ldb (d 2048^3: 60 GFLOP/s against 135 with ORDER 0)",
                    lambda p, dev, prec: (p["ORDER"] == 0) | (p["PACKB"] == 1)),
-        Constraint(5, "vector fill", "VW * bytes per element is 32 or 64 for real precisions: narrower "
-                   "vectors leave lanes idle, wider ones are no register of the ISA",
-                   lambda p, dev, prec: ((p["VW"] * prec.bytes == 32) | (p["VW"] * prec.bytes == 64))
-                   | bool(prec.is_complex)),
+        Constraint(5, "vector fill", "VW * bytes per part is 32 or 64 (a part: a real element, or the real "
+                   "or imaginary half of a complex one), or VW 1 for complex precisions: narrower vectors "
+                   "leave lanes idle, wider ones are no register of the ISA",
+                   lambda p, dev, prec: _fill(p, prec)),
     ),
     may_be_zero=frozenset({"KC", "ORDER", "PACKA", "PACKB"}),
     takes_views=True,
