@@ -198,6 +198,24 @@ def spy_operation(monkeypatch):
     return seen
 
 
+@pytest.mark.parametrize("precision", ["s", "d", "c", "z"])
+def test_gemm_returns_nan_where_the_kernel_wrote_nothing(results_db, monkeypatch, precision):
+    # beta 0: C is poisoned on the device before the product, so an element the product leaves
+    # unwritten comes back NaN (real and imaginary parts), never stale memory or zero.
+    class WritesNothing:
+        def enqueue(self, *args, **kwargs):
+            return []
+
+    monkeypatch.setattr(compute, "operation", lambda *args: WritesNothing())
+    prec = get_precision(precision)
+    rng = np.random.default_rng()
+    a, b = random_matrix(prec, (9, 5), rng), random_matrix(prec, (5, 7), rng)
+    got = gemmtune.gemm(a, b, db=url(results_db))
+    assert got.shape == (9, 7) and got.dtype == prec.dtype
+    parts = (got.real, got.imag) if prec.is_complex else (got,)
+    assert all(np.isnan(part).all() for part in parts)
+
+
 def check(result, prec, a, b, c, alpha, beta, ta="N", tb="N"):
     got = compare(result, Reference.compute(prec, a, b, c, alpha, beta, ta, tb), prec)
     assert got.passed, got
