@@ -139,7 +139,8 @@ OTHER one. Every block defines the kernel parameters and
   GEMMTUNE_KERNEL_SOURCE  its file in gemmtune's kernels/, e.g. "xgemm_k5.cl"
   GEMMTUNE_TUNED          1 for a tuned configuration, 0 for a default.
 In the OpenCL source, put the #include before the text of GEMMTUNE_KERNEL_SOURCE (which
-includes common.cl and pad.cl, and xgemm_rt.cl its parts xgemm_rt_*.cl): these #defines take
+includes common.cl and pad.cl, xgemm_rt.cl its parts xgemm_rt_*.cl, and xgemm_cpu.cl
+xgemm_cpu_planar.cl): these #defines take
 the place of its #ifndef defaults. The
 host launches that kernel with the geometry the parameters imply (see the comments at the
 top of the file). Per device and precision the block holds the best configuration of the
