@@ -76,7 +76,7 @@ class _OpenCL:
         x, y, rows, ref = host
         self.gemm = Gemm(queue, prec, db=db, config=config)
         self.x, self.y = cla.to_device(queue, x), cla.to_device(queue, y)
-        self.c = cla.to_device(queue, np.full((shape.n, shape.m), np.nan, dtype=prec.dtype))
+        self.c = cla.to_device(queue, np.full((shape.n, shape.m), prec.nan))
         self.flags = dict(trans_a=shape.trans_b, trans_b=shape.trans_a)
         self.gemm(self.x, self.y, self.c, **self.flags)
         self.operation = self.gemm.last_operation

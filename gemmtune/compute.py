@@ -146,8 +146,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
         # beta == 0: C is never read. Poison it so an element the kernel fails to write shows as
         # NaN, on the device: no host array to fill and copy.
         c_buf = cl.Buffer(ctx, mf.READ_WRITE, size=m * n * prec.bytes)
-        nan = complex(np.nan, np.nan) if prec.is_complex else np.nan
-        cl.enqueue_fill_buffer(queue, c_buf, np.array(nan, dtype=prec.dtype), 0, c_buf.size)
+        cl.enqueue_fill_buffer(queue, c_buf, prec.nan, 0, c_buf.size)
     op.enqueue(b_buf, a_buf, c_buf, alpha, beta)
     result = np.empty((m, n), dtype=prec.dtype)
     cl.enqueue_copy(queue, result, c_buf)

@@ -33,6 +33,12 @@ class Precision:
         return float(np.finfo(self.dtype).eps) / 2
 
     @property
+    def nan(self) -> np.ndarray:
+        """What an output is poisoned with before a product writes it, as a fill pattern: NaN,
+        in both parts of a complex element."""
+        return np.array(complex(np.nan, np.nan) if self.is_complex else np.nan, dtype=self.dtype)
+
+    @property
     def reference_dtype(self) -> np.dtype:
         """float64 or complex128: what numpy checks results in."""
         return np.dtype(np.complex128 if self.is_complex else np.float64)

@@ -40,7 +40,6 @@ class _Problem:
         self.b = random_matrix(prec, (n, k) if trans_b == "N" else (k, n), rng)
         ref = Reference.compute(prec, self.a.T, self.b.T, None, 1.0, 0.0, trans_a, trans_b)
         self.reference = Reference(np.ascontiguousarray(ref.value.T), np.ascontiguousarray(ref.scale.T), ref.k)
-        self.nan = np.full(1, np.nan, dtype=prec.dtype)   # the pattern C is filled with
         self.shape = (n, m)
         mf, ctx = cl.mem_flags, queue.context
         self.a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=self.a)
@@ -88,7 +87,7 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
     # device other than the host's CPU the comparison runs on the host (numpy releases the GIL)
     # while the device is timed: at large sizes it costs as much as the timing. A wrong result
     # then discards the timing. On a CPU device it would disturb the timing, so it goes first.
-    cl.enqueue_fill_buffer(queue, pb.c_buf, pb.nan, 0, pb.c_buf.size)  # on the device: no host copy
+    cl.enqueue_fill_buffer(queue, pb.c_buf, prec.nan, 0, pb.c_buf.size)  # on the device: no host copy
     run()
     result = pb.result if pb.result is not None else np.empty(pb.shape, dtype=prec.dtype)
     cl.enqueue_copy(queue, result, pb.c_buf)   # the last trial's comparison of it has ended
