@@ -136,7 +136,8 @@
 // unrolled iteration is one base register plus a constant (or one stride register) offset:
 // indices recomputed per element (p + col * ldb in 32 bits) cost more instructions than the
 // multiply-adds, and the compiler vectorised them into shuffles.
-//   a_ptr: packed panel (step MR), or A itself (TRANSA 0: step lda; TRANSA 1: step 1)
+//   a_ptr: packed panel (step PANEL_STEP: MR elements, or 2 * MR parts where PLANAR), or A itself
+//          (TRANSA 0: step lda; TRANSA 1: step 1)
 //   b_ptr: packed panel (step NR), or B itself (TRANSB 0: step 1; TRANSB 1: step ldb)
 #if PACKA
   #define A_STEP PANEL_STEP
