@@ -88,6 +88,10 @@ def build(context: cl.Context, source: str, defs: dict[str, int], binary: bytes 
                     program = cl.Program(context, source).build(options=options)
                 except cl.RuntimeError as e:
                     raise BuildError(f"build failed: {str(e).splitlines()[0]}", str(e)) from None
+        if program.get_info(cl.program_info.NUM_KERNELS) == 0:
+            # Seen with PoCL 3.0: a program that built once came back from its kernel cache
+            # empty (kernels/xgemm_cpu.cl says which); a failed trial, not a missing-kernel crash.
+            raise BuildError("build failed: the driver returned a program with no kernels", "")
         _programs[key] = program
     return program
 

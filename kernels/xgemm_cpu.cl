@@ -106,6 +106,14 @@
   #define SCALAR double
 #endif
 
+// A vector of VW scalars at any address a scalar may have: vectors are loaded and stored through
+// it, not with vloadN/vstoreN. Those are library calls, and where PoCL 3.0 compiles for a CPU
+// without AVX-512 (a Zen 4 taken for a Zen 3), a program that passes them 512-bit vectors
+// builds, but loads from PoCL's kernel cache with no kernels in it (docs/kernels.md).
+#if VW > 1
+typedef SCALAR realV_any __attribute__((ext_vector_type(VW), aligned(sizeof(SCALAR))));
+#endif
+
 #include "xgemm_cpu_planar.cl"   // PLANAR: complex numbers in vectors of their real and imaginary parts
 #if PLANAR && VW > 1
   // realV, VLOAD: xgemm_cpu_planar.cl
@@ -113,11 +121,13 @@
   typedef real realV;
   #define VLOAD(p) (*(p))
   #define VSTORE(v, p) (*(p) = (v))
+  #define VSTORE_PRIVATE VSTORE
   #define SPLAT(b) (b)
 #else
   typedef CAT(SCALAR, VW) realV;
-  #define VLOAD(p) CAT(vload, VW)(0, (p))
-  #define VSTORE(v, p) CAT(vstore, VW)((v), 0, (p))
+  #define VLOAD(p) (*(const __global realV_any*)(p))
+  #define VSTORE(v, p) (*(__global realV_any*)(p) = (v))
+  #define VSTORE_PRIVATE(v, p) (*(realV_any*)(p) = (v))
   #define SPLAT(b) ((realV)(b))
 #endif
 
@@ -141,18 +151,17 @@
 //   b_ptr: packed panel (step NR), or B itself (TRANSB 0: step 1; TRANSB 1: step ldb)
 #if PACKA
   #define A_STEP PANEL_STEP
-  #define A_VEC(u, v) VLOAD(a_ptr + (u) * PANEL_STEP + (v) * VW)
+  #define A_VEC(dst, u, v) ((dst) = VLOAD(a_ptr + (u) * PANEL_STEP + (v) * VW))
 #elif TRANSA == 0
   #define A_STEP lda
-  #define A_VEC(u, v) VLOAD(a_ptr + (size_t)(u) * lda + (v) * VW)
+  #define A_VEC(dst, u, v) ((dst) = VLOAD(a_ptr + (size_t)(u) * lda + (v) * VW))
 #else
   #define A_STEP 1
-  #define A_VEC(u, v) load_a_rows(a_ptr + (u), lda, (v) * VW)
-  // op(A)'s column is strided when A is given transposed: one element per lane
-  inline realV load_a_rows(const __global real* restrict a, const int lda, const int i) {
-    realV r;
-    _Pragma("unroll") for (int l = 0; l < VW; l++) { ((real*)&r)[l] = CONJ_A(a[(size_t)(i + l) * lda]); }
-    return r;
+  #define A_VEC(dst, u, v) load_a_rows(&(dst), a_ptr + (u), lda, (v) * VW)
+  // op(A)'s column is strided when A is given transposed: one element per lane. (Loads write
+  // through a pointer: a 512-bit vector passed or returned by value is what PoCL warns of above.)
+  static inline void load_a_rows(realV* r, const __global real* restrict a, const int lda, const int i) {
+    _Pragma("unroll") for (int l = 0; l < VW; l++) { ((real*)r)[l] = CONJ_A(a[(size_t)(i + l) * lda]); }
   }
 #endif
 #if PACKB
@@ -169,14 +178,12 @@
 // The last block of rows (when A is not packed): rows past M read row M - 1 instead (never out
 // of bounds), and their results are dropped at the store.
 #if TRANSA == 0
-  #define A_EDGE(u, v) load_a_edge(a_ptr + (size_t)(u) * lda, 1, M - i0, (v) * VW)
+  #define A_EDGE(dst, u, v) load_a_edge(&(dst), a_ptr + (size_t)(u) * lda, 1, M - i0, (v) * VW)
 #else
-  #define A_EDGE(u, v) load_a_edge(a_ptr + (u), lda, M - i0, (v) * VW)
+  #define A_EDGE(dst, u, v) load_a_edge(&(dst), a_ptr + (u), lda, M - i0, (v) * VW)
 #endif
-inline realV load_a_edge(const __global real* restrict a, const int stride, const int rows, const int i) {
-  realV r;
-  _Pragma("unroll") for (int l = 0; l < VW; l++) { ((real*)&r)[l] = CONJ_A(a[(size_t)min(i + l, rows - 1) * stride]); }
-  return r;
+static inline void load_a_edge(realV* r, const __global real* restrict a, const int stride, const int rows, const int i) {
+  _Pragma("unroll") for (int l = 0; l < VW; l++) { ((real*)r)[l] = CONJ_A(a[(size_t)min(i + l, rows - 1) * stride]); }
 }
 
 // One step of K: acc += op(A)(block rows, p) * op(B)(p, block columns). Columns are never
@@ -185,7 +192,7 @@ inline realV load_a_edge(const __global real* restrict a, const int stride, cons
 #if !PLANAR   // (the complex step of planar vectors: xgemm_cpu_planar.cl)
 #define STEP(LOAD_A, u) do {                                                       \
     realV a[MV];                                                                   \
-    _Pragma("unroll") for (int v = 0; v < MV; v++) { a[v] = LOAD_A((u), v); }      \
+    _Pragma("unroll") for (int v = 0; v < MV; v++) { LOAD_A(a[v], (u), v); }       \
     _Pragma("unroll") for (int j = 0; j < NR; j++) {                               \
       const realV b = SPLAT(B_ELEM((u), j));                                       \
       _Pragma("unroll") for (int v = 0; v < MV; v++) { MULADD(acc[j][v], a[v], b); } \
@@ -306,7 +313,7 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
         PLANAR_TO_TILE(tile);
 #else
         _Pragma("unroll") for (int j = 0; j < NR; j++) {
-          _Pragma("unroll") for (int v = 0; v < MV; v++) { VSTORE(acc[j][v], &tile[j][v * VW]); }
+          _Pragma("unroll") for (int v = 0; v < MV; v++) { VSTORE_PRIVATE(acc[j][v], &tile[j][v * VW]); }
         }
 #endif
         const int rows = min(MR, M - i0), cols = min(NR, N - j0);

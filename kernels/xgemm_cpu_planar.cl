@@ -33,7 +33,7 @@
 
 #if PLANAR && VW > 1   // (the packing kernel's build has VW 1 and no product)
 typedef CAT(SCALAR, VW) realV;   // VW real (or imaginary) parts
-#define VLOAD(p) CAT(vload, VW)(0, (p))
+#define VLOAD(p) (*(const __global realV_any*)(p))
 #define A_VEC_IM(u, v) VLOAD(a_ptr + (u) * PANEL_STEP + MR + (v) * VW)
 
 #define PLANAR_ACCUMULATORS                                                        \
@@ -46,7 +46,7 @@ typedef CAT(SCALAR, VW) realV;   // VW real (or imaginary) parts
 #define STEP(LOAD_A, u) do {                                                       \
     realV ar[MV], ai[MV];                                                          \
     _Pragma("unroll") for (int v = 0; v < MV; v++) {                               \
-      ar[v] = A_VEC((u), v);                                                       \
+      A_VEC(ar[v], (u), v);                                                        \
       ai[v] = A_VEC_IM((u), v);                                                    \
     }                                                                              \
     _Pragma("unroll") for (int j = 0; j < NR; j++) {                               \

@@ -126,3 +126,42 @@ def test_xgemm_cpu_matches_numpy(device, config, code):
             margin = body[:, m:]
             assert (np.isnan(margin).all() if beta == 0 else np.array_equal(margin, c_in[:, m:])), \
                 f"{where}: wrote rows between M and ldc"
+
+
+# The widest vectors of each precision (512 bits: 16 floats, 8 doubles), A packed and read in
+# place in both layouts: each way the product loads, stores and passes vectors.
+WIDE = [(32, dict(VW=16, PACKA=0, TRANSA=0)), (32, dict(VW=16, PACKA=0, TRANSA=1)),
+        (64, dict(VW=8, PACKA=1, TRANSA=0)), (3232, dict(VW=16, PACKA=1, TRANSA=1)),
+        (6464, dict(VW=8, PACKA=1, TRANSA=0))]
+BUILD_TWICE = """
+import sys, warnings
+import pyopencl as cl
+from gemmtune.device import open_device
+warnings.simplefilter("ignore")
+ctx = cl.Context([open_device(None)[1]])
+source = open(sys.argv[1]).read()
+for prec, params in {wide!r}:
+    params = dict(MV=2, NR=4, KU=2, NB=1, KC=64, WGS=1, ORDER=0, TRANSB=0, PACKB=1, **params)
+    options = ["-cl-mad-enable", "-I" + sys.argv[2], f"-DPRECISION={{prec}}", *(f"-D{{k}}={{v}}" for k, v in params.items())]
+    program = cl.Program(ctx, source).build(options=options)
+    print(prec, params["VW"], sorted(k.function_name for k in program.all_kernels()))
+"""
+
+
+def test_wide_vectors_load_from_the_kernel_cache(tmp_path):
+    """Each build twice, in two processes sharing a fresh PoCL kernel cache: the second loads the
+    first's binary. PoCL 3.0 compiling for a CPU without AVX-512 loaded a program that passed
+    512-bit vectors to library calls (vload16, vstore8) with no kernels in it, so that every
+    later search and gemm call on that machine failed to find xgemm."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "POCL_CACHE_DIR": str(tmp_path / "pocl"), "POCL_KERNEL_CACHE": "1"}
+    command = [sys.executable, "-c", BUILD_TWICE.format(wide=WIDE), str(KERNELS / "xgemm_cpu.cl"), str(KERNELS)]
+    first, second = (subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+                     for _ in range(2))
+    want = "\n".join(f"{prec} {p['VW']} {sorted(['xgemm', 'xgemm_pack_b'] + ['xgemm_pack_a'] * p['PACKA'])}"
+                     for prec, p in WIDE)
+    assert first.strip() == want
+    assert second.strip() == want

@@ -72,3 +72,16 @@ def test_the_defaults_break_nothing_and_build(context, kernel):
     config = Config.of(kernel, family.defaults)
     assert family.broken(config.params, dataclasses.replace(ROOMY, fp64_matrix=False), prec) is None
     build(context, shipped_families().family(kernel).source, defines(config, prec))
+
+
+def test_a_program_without_kernels_is_a_failed_build(context):
+    """What a driver's kernel cache once returned for a program that had built: no kernels.
+    A build error (one failed trial), not INVALID_KERNEL_NAME later at the launch."""
+    import pyopencl as cl
+
+    from gemmtune.kernels import BuildError, build
+
+    with pytest.raises(BuildError, match="no kernels"):
+        build(context, "void helper(__global float* x) { x[0] = 1.0f; }\n", {"NOTHING": 1})
+    program = build(context, "__kernel void f(__global float* x) { x[0] = 1.0f; }\n", {"NOTHING": 1})
+    assert program.get_info(cl.program_info.NUM_KERNELS) == 1
