@@ -52,18 +52,27 @@ def _table() -> dict:
     return tomllib.loads((configs_dir() / "defaults.toml").read_text(encoding="utf-8"))
 
 
+def table_name(dev: DeviceInfo) -> str:
+    """The table of defaults.toml a device takes: its type's, or CPU-256 for a CPU whose compiler
+    targets 256-bit vectors (AVX2), on which the CPU table's blocks, sized for AVX-512's
+    registers, would not fit."""
+    return "CPU-256" if dev.type == "CPU" and dev.vector_bytes == 32 else dev.type
+
+
 def shipped_defaults(device_type: str, prec: Precision) -> dict[str, Config]:
-    """Per shape class, the configuration defaults.toml gives for a device type, before any
-    validity check. ``[TYPE.p]`` is the large class; its sub-tables ``[TYPE.p.CLASS]`` the
-    others (see ``class_entry`` for a class without one)."""
+    """Per shape class, the configuration defaults.toml gives for a table (a device type, or
+    ``table_name``'s variant of one), before any validity check. ``[TYPE.p]`` is the large
+    class; its sub-tables ``[TYPE.p.CLASS]`` the others (see ``class_entry`` for a class without
+    one)."""
     table = _table()
     entry = dict(table.get(device_type, table["OTHER"])[prec.code])
     classes = {name: entry.pop(name) for name in SHAPE_CLASSES[1:] if name in entry}
+    space = load_space(device=device_type.split("-")[0])
     found = {}
     for name, e in (("large", entry), *classes.items()):
         e = dict(e)
         kernel = e.pop("KERNEL")
-        found[name] = make_config(load_space(device=device_type), kernel, e)
+        found[name] = make_config(space, kernel, e)
     return found
 
 
@@ -86,7 +95,7 @@ def default_config(dev: DeviceInfo, prec: Precision, shape: tuple[int, int, int]
     or, where that breaks a constraint here, the valid configuration of its family nearest to
     it (in log2 steps per parameter). ``views``: of a family that reads operands at offsets."""
     require_precision(dev, prec)
-    found = shipped_defaults(dev.type, prec)
+    found = shipped_defaults(table_name(dev), prec)
     config = class_entry(found, shape_class(*shape) if shape else "large")
     if views and not FAMILIES[config.kernel].takes_views:
         config = class_entry(found, "views")

@@ -81,7 +81,41 @@ def registers_per_group(d: cl.Device) -> int:
     return int(_nv_attribute(d, "registers_per_block_nv") or 0)
 
 
+# What the compiler of a CPU device targets, from the macros its front end defines: one kernel
+# named after the register file. What the device reports can say more than its compiler uses:
+# PoCL 3.0 reported AVX-512's vector widths on a Zen 4 and compiled for a Zen 3 (AVX2), and
+# blocks sized for 32 registers of 64 bytes then spilled and ran a fifth as fast.
+_REGISTER_FILE_PROBE = """
+#if defined(__AVX512F__)
+__kernel void registers_32_of_64(void) {}
+#elif defined(__AVX__)
+__kernel void registers_16_of_32(void) {}
+#elif defined(__aarch64__)
+__kernel void registers_32_of_16(void) {}
+#else
+__kernel void registers_16_of_16(void) {}
+#endif
+"""
+_register_files: dict[int, tuple[int, int]] = {}
+
+
+def vector_register_file(d: cl.Device) -> tuple[int, int]:
+    """A CPU device's vector registers as its compiler targets them: (count, bytes each);
+    (0, 0) for other devices or where the probe does not build."""
+    if not d.type & cl.device_type.CPU:
+        return 0, 0
+    if d.int_ptr not in _register_files:
+        try:
+            names = cl.Program(cl.Context([d]), _REGISTER_FILE_PROBE).build().get_info(cl.program_info.KERNEL_NAMES)
+            found = re.search(r"registers_(\d+)_of_(\d+)", names)
+            _register_files[d.int_ptr] = (int(found[1]), int(found[2])) if found else (0, 0)
+        except cl.Error:
+            _register_files[d.int_ptr] = (0, 0)
+    return _register_files[d.int_ptr]
+
+
 def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> DeviceInfo:
+    registers, register_bytes = vector_register_file(d)
     return DeviceInfo(
         index=index, platform_index=pi, device_index=di,
         platform=platform.name.strip(), name=d.name.strip(), vendor=d.vendor.strip(),
@@ -91,6 +125,7 @@ def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> 
         max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes),
         double_precision=bool(d.double_fp_config), max_alloc_bytes=d.max_mem_alloc_size,
         fp64_matrix=has_fp64_matrix(d), registers_per_group=registers_per_group(d),
+        vector_registers=registers, vector_bytes=register_bytes,
     )
 
 

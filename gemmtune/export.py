@@ -45,7 +45,13 @@ from gemmtune.space import shipped_families
 from gemmtune.tuned import shipped_config
 from gemmtune.urls import shown
 
-DEFAULT_TYPES = ("GPU", "CPU")   # defaults.toml's types besides OTHER, selectable in the header
+# defaults.toml's tables besides OTHER, each with what selects it in the header: the device type
+# the includer defines and, for a CPU, the vectors its compiler targets (as
+# gemmtune.defaults.table_name picks: 256-bit ones, AVX2, take CPU-256)
+DEFAULT_TABLES = (("GPU", "defined(GEMMTUNE_DEVICE_TYPE_GPU)"),
+                  ("CPU-256", "defined(GEMMTUNE_DEVICE_TYPE_CPU) && defined(__AVX__) && !defined(__AVX512F__)"),
+                  ("CPU", "defined(GEMMTUNE_DEVICE_TYPE_CPU)"),
+                  ("OTHER", None))
 
 
 def best_entries(rows: pd.DataFrame) -> list[dict]:
@@ -199,13 +205,13 @@ def to_header(entries: list[dict], database: str) -> str:
     if chosen:
         out += ["#else  // not tuned here: the shipped defaults"]
     branch = "#if"
-    for device_type in (*DEFAULT_TYPES, "OTHER"):
+    for table, selected in DEFAULT_TABLES:
         for prec in PRECISIONS.values():
             test = f"PRECISION == {prec.cl_define}"
-            if device_type != "OTHER":
-                test = f"defined(GEMMTUNE_DEVICE_TYPE_{device_type}) && {test}"
-            out += _block(shipped_default(device_type, prec), [f"{branch} {test}",
-                          f"// shipped default, {device_type} {prec.code}gemm"], False)
+            if selected is not None:
+                test = f"{selected} && {test}"
+            out += _block(shipped_default(table, prec), [f"{branch} {test}",
+                          f"// shipped default, {table} {prec.code}gemm"], False)
             branch = "#elif"
     out += ["#else", '#error "gemmtune: PRECISION must be 32, 64, 3232 or 6464"', "#endif"]
     if chosen:

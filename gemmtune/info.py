@@ -33,6 +33,10 @@ class DeviceInfo:
     max_alloc_bytes: int = 0
     fp64_matrix: bool = False  # matrix instructions on doubles that kernels reach (xgemm_rt's MMA)
     registers_per_group: int = 0   # 32-bit registers a work-group's items share; 0 where the driver does not say
+    # A CPU's vector registers as its OpenCL compiler targets them (16 of 32 bytes: AVX2); 0
+    # where not known, for which the CPU family assumes AVX-512's 32 of 64 bytes
+    vector_registers: int = 0
+    vector_bytes: int = 0
 
     @property
     def key(self) -> str:

@@ -35,7 +35,8 @@ from gemmtune.verify import Check  # noqa: E402
 
 DEVICE_KEYS = {"index", "platform", "name", "vendor", "type", "opencl_version", "driver_version",
                "compute_units", "max_clock_mhz", "global_mem_bytes", "local_mem_bytes",
-               "max_work_group_size", "max_work_item_sizes", "double_precision", "fp64_matrix", "registers_per_group"}
+               "max_work_group_size", "max_work_item_sizes", "double_precision", "fp64_matrix", "registers_per_group",
+               "vector_registers", "vector_bytes"}
 SPACE_KEYS = {*PARAMS, "kernel", "local_mem_bytes", "work_group_size"}
 CHECK_KEYS = {"max_rel_error", "norm_rel_error", "tolerance", "passed", "componentwise_error"}
 ISSUE_EXAMPLE = ["verify", "--device", "0", "--precision", "z", "--m", "33", "--n", "7", "--k", "129",
@@ -103,6 +104,10 @@ def test_devices_table():
     assert len(lines) == 1 + len(list_devices())
     for d, line in zip(list_devices(), lines[1:]):
         assert line.split()[0] == str(d.index) and d.name in line
+        # a CPU's register file, as its compiler targets it (16 x 32 B for AVX2, 32 x 64 B for AVX-512)
+        if d.type == "CPU":
+            assert d.vector_registers in (16, 32) and d.vector_bytes in (16, 32, 64)
+            assert line.rstrip().endswith(f"{d.vector_registers} x {d.vector_bytes} B")
 
 
 # ---------------------------------------------------------------- space

@@ -159,7 +159,7 @@ def test_cpu_gemm_api_runs_the_family():
     rng = np.random.default_rng(3)
     a, b = uniform((33, 21), np.float64, rng), uniform((17, 21), np.float64, rng)
     c = uniform((33, 17), np.float64, rng)
-    cfg = {"KERNEL": "xgemm_cpu", "VW": 8, "MV": 2, "NR": 6, "KU": 4, "KC": 8, "NB": 2, "ORDER": 0, "PACKB": 0}
+    cfg = {"KERNEL": "xgemm_cpu", "VW": 4, "MV": 2, "NR": 6, "KU": 4, "KC": 8, "NB": 2, "ORDER": 0, "PACKB": 0}
     got = gemmtune.gemm(a, b, c, alpha=2.0, beta=-1.0, trans_b=True, config=cfg)
     np.testing.assert_allclose(got, 2.0 * a @ b.T - c, rtol=1e-12, atol=1e-12)
 
@@ -196,6 +196,20 @@ def test_register_budget_admits_the_measured_blocks_and_refuses_larger_ones():
     assert XGEMM_CPU.broken({**best_s, "VW": 8}, LIMITS, d) is None
     assert XGEMM_CPU.broken({**best_s, "VW": 4}, LIMITS, s).number == 5   # 16 bytes: half a vector idle
     assert XGEMM_CPU.broken({**best_s, "VW": 8, "ORDER": 1, "PACKB": 0}, LIMITS, s).number == 4
+
+
+def test_register_budget_is_the_device_compilers():
+    """A CPU compiled for AVX2 has 16 registers of 32 bytes: a vector of 16 floats takes two."""
+    s, c = get_precision("s"), get_precision("c")
+    avx2 = type("Avx2", (), {**vars(type(LIMITS)), "vector_registers": 16, "vector_bytes": 32})()
+    block = {**XGEMM_CPU.defaults, "VW": 8, "MV": 2, "NR": 6, "PACKA": 1}    # 12 + 2 + 1 = 15
+    assert XGEMM_CPU.broken(block, avx2, s) is None
+    assert XGEMM_CPU.broken({**block, "NR": 7}, avx2, s).number == 2        # 17
+    assert XGEMM_CPU.broken({**block, "NR": 7}, LIMITS, s) is None          # AVX-512's 32
+    assert XGEMM_CPU.broken({**block, "VW": 16, "MV": 1, "NR": 6}, avx2, s) is None   # (6 + 1 + 1) * 2
+    assert XGEMM_CPU.broken({**block, "VW": 16, "MV": 1, "NR": 7}, avx2, s).number == 2
+    assert XGEMM_CPU.broken({**block, "MV": 2, "NR": 2}, avx2, c) is None    # (4 + 2 + 1) * 2 parts
+    assert XGEMM_CPU.broken({**block, "MV": 2, "NR": 3}, avx2, c).number == 2
 
 
 def test_complex_vectors_count_real_and_imaginary_parts():

@@ -349,7 +349,7 @@ def _entry_config(device_type: str, code: str, cls: str = "large") -> Config:
     if cls != "large":
         entry = dict(entry[cls])
     entry = {k: v for k, v in entry.items() if not isinstance(v, dict)}
-    return make_config(load_space(device=device_type), entry.pop("KERNEL"), entry)
+    return make_config(load_space(device=device_type.split("-")[0]), entry.pop("KERNEL"), entry)   # CPU-256: CPU
 
 
 def test_defaults_file_covers_every_type_precision_and_shape_class():
@@ -366,7 +366,7 @@ def test_defaults_file_covers_every_type_precision_and_shape_class():
         for code in "sdcz":
             classes = {k for k, v in table[t][code].items() if isinstance(v, dict)}
             assert classes <= set(SHAPE_CLASSES[1:]), (t, code, classes)
-            if t == "CPU":
+            if t.startswith("CPU"):
                 assert classes == {"tiny"} and _entry_config(t, code).kernel == "xgemm_cpu"
                 assert _entry_config(t, code, "tiny").kernel == "xgemm_cpu"
             else:
@@ -382,12 +382,10 @@ def _class_entries():
 
 @pytest.mark.parametrize("device_type, code, cls", _class_entries())
 def test_every_shape_class_default_is_valid_on_pocl_and_a_gpu(device_type, code, cls):
-    from gemmtune.device import resolve_device
-
     config = _entry_config(device_type, code, cls)
     assert config == shipped_default(device_type, get_precision(code), cls)
     gpu = dataclasses.replace(GPU_LIKE, fp64_matrix=True)
-    for dev in (resolve_device(0), gpu):
+    for dev in (_pocl_as(device_type), gpu):
         if config.params.get("MMA") and not dev.fp64_matrix:
             # The device's feature: without it, such an entry breaks constraint 12 alone.
             assert FAMILIES[config.kernel].broken(config.params, dev, get_precision(code)).number == 12
@@ -425,11 +423,23 @@ def breaks(config: Config, dev, code: str) -> bool:
     return library
 
 
-@pytest.mark.parametrize("device_type, code", _entries())
-def test_every_shipped_default_is_valid_on_pocl(device_type, code):
+# A CPU table's entries are for the register file it is chosen by (gemmtune.defaults.table_name).
+REGISTER_FILES = {"CPU": (32, 64), "CPU-256": (16, 32)}
+
+
+def _pocl_as(table: str):
+    """The PoCL device, with the register file of ``table`` where that is a CPU table."""
     from gemmtune.device import resolve_device
 
     dev = resolve_device(0)
+    if table in REGISTER_FILES:
+        dev = dataclasses.replace(dev, vector_registers=REGISTER_FILES[table][0], vector_bytes=REGISTER_FILES[table][1])
+    return dev
+
+
+@pytest.mark.parametrize("device_type, code", _entries())
+def test_every_shipped_default_is_valid_on_pocl(device_type, code):
+    dev = _pocl_as(device_type)
     config = _entry_config(device_type, code)
     assert config == shipped_default(device_type, get_precision(code))
     if config.params.get("MMA"):
@@ -471,12 +481,27 @@ def test_a_gpu_without_fp64_matrix_instructions_gets_the_same_tile_without_them(
     assert default_config(gpu, get_precision(code)) == Config.of(config.kernel, {**config.params, "MMA": 0})
 
 
-@pytest.mark.parametrize("device_type, table", [("ACCELERATOR", "OTHER"), ("CPU", "CPU")])
-def test_default_config_picks_the_table_of_the_device_type(device_type, table):
+@pytest.mark.parametrize("device_type, registers, table", [
+    ("ACCELERATOR", (0, 0), "OTHER"), ("CPU", (0, 0), "CPU"), ("CPU", (32, 64), "CPU"), ("CPU", (16, 32), "CPU-256")])
+def test_default_config_picks_the_table_of_the_device_type(device_type, registers, table):
     dev = make_device(type=device_type, local_mem_bytes=1 << 20, max_work_group_size=4096,
-                      max_work_item_sizes=(4096,) * 3)
+                      max_work_item_sizes=(4096,) * 3, vector_registers=registers[0], vector_bytes=registers[1])
     for code in "sdcz":
-        assert default_config(dev, get_precision(code)) == _entry_config(table, code)
+        for cls in ("large", "tiny"):
+            config = _entry_config(table, code, cls)
+            assert not breaks(config, dev, code), (code, cls)
+            shape = (16, 16, 16) if cls == "tiny" else None
+            assert default_config(dev, get_precision(code), shape) == config
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_blocks_sized_for_avx512_break_the_register_budget_of_avx2(code):
+    """Why a CPU compiled for 256-bit vectors has a table of its own: the CPU table's large
+    entries hold more vectors than its 16 registers (s: 31 registers of 64 bytes, 62 of 32)."""
+    avx2 = make_device(type="CPU", local_mem_bytes=1 << 20, max_work_group_size=4096,
+                       max_work_item_sizes=(4096,) * 3, vector_registers=16, vector_bytes=32)
+    config = _entry_config("CPU", code)
+    assert FAMILIES[config.kernel].broken(config.params, avx2, get_precision(code)).number == 2
 
 
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
@@ -495,7 +520,7 @@ def test_default_config_repairs_a_default_that_breaks_a_constraint(device_type, 
 @pytest.mark.parametrize("code", ["s", "d", "c", "z"])
 def test_cpu_defaults_need_no_local_memory_nor_large_work_groups(code):
     """xgemm_cpu's defaults fit a CPU device with next to nothing: one work-item per group,
-    no local memory. Its vectors are sized for AVX-512; a narrower CPU splits them, correctly."""
+    no local memory. (The device's register file is not known here: AVX-512's is assumed.)"""
     dev = make_device(type="CPU", local_mem_bytes=4096, max_work_group_size=1, max_work_item_sizes=(1, 1, 1))
     config = default_config(dev, get_precision(code))
     assert config == _entry_config("CPU", code) and config.kernel == "xgemm_cpu"
@@ -521,21 +546,24 @@ def test_each_device_type_gets_its_shipped_space():
     assert {f.family.name for f in shipped_families().families} == set(FAMILIES)
 
 
-def test_the_cpu_space_follows_the_measurements():
-    from gemmtune.device import resolve_device
-
-    dev = resolve_device(0)
+@pytest.mark.parametrize("table", sorted(REGISTER_FILES))
+def test_the_cpu_space_follows_the_measurements(table):
+    dev = _pocl_as(table)
+    registers, register_bytes = REGISTER_FILES[table]
     fs = load_space(device=dev).family("xgemm_cpu")
     assert fs.values["PACKA"] == [1] and fs.values["WGS"] == [1]
-    # native and half widths of a real part; complex elements whole (1) too
-    for code, widths in (("s", {8, 16}), ("d", {4, 8}), ("c", {1, 8, 16}), ("z", {1, 4, 8})):
+    # 32 and 64 bytes of a real part; complex elements whole (1) too; with AVX2's 16 registers, the
+    # 64-byte parts of c and z (two registers each, twice) leave no room for a block of the space
+    wide = registers == 32
+    widths = {"s": {8, 16}, "d": {4, 8}, "c": {1, 8, 16} if wide else {1, 8}, "z": {1, 4, 8} if wide else {1, 4}}
+    for code in "sdcz":
         valid = fs.valid(dev, get_precision(code))
-        assert {c.params["VW"] for c in valid} == widths
+        assert {c.params["VW"] for c in valid} == widths[code]
         assert all(c.params["PACKB"] == 1 for c in valid if c.params["ORDER"] == 1)
         for c in valid:
             parts = 2 if code in "cz" and c.params["VW"] > 1 else 1   # real and imaginary vectors
-            per_vector = -(-c.params["VW"] * BYTES[code] // parts // 64)
-            assert (c.params["MV"] * c.params["NR"] + c.params["MV"] + 1) * per_vector * parts <= 32
+            per_vector = -(-c.params["VW"] * BYTES[code] // parts // register_bytes)
+            assert (c.params["MV"] * c.params["NR"] + c.params["MV"] + 1) * per_vector * parts <= registers
 
 
 def test_space_command_takes_the_device_space_unless_one_is_given(tmp_path, k5_space):

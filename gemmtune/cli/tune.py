@@ -30,7 +30,10 @@ def devices(fmt):
                   "CUs": d["compute_units"], "MHz": d["max_clock_mhz"],
                   "global GiB": round(d["global_mem_bytes"] / 2**30, 1),
                   "local KiB": d["local_mem_bytes"] // 1024, "max WG": d["max_work_group_size"],
-                  "fp64": "yes" if d["double_precision"] else "no"} for d in found]
+                  "fp64": "yes" if d["double_precision"] else "no",
+                  # a CPU's vector registers as its compiler targets them (AVX2: 16 x 32 B)
+                  "vectors": f"{d['vector_registers']} x {d['vector_bytes']} B" if d["vector_registers"] else "-"}
+                 for d in found]
     emit(found, fmt)
 
 

@@ -11,10 +11,17 @@ from gemmtune.precision import Precision
 
 OPS = {"N": 0, "T": 1, "C": 2}
 PACK_WG = 16          # the packing kernels' fixed work-group size (the kernel's PACK_WG)
-# The register budget assumed: 32 vector registers of 64 bytes (AVX-512). On a CPU with 16 of
-# 32 bytes (AVX2) such a block spills and runs slower, but stays correct.
+# The register file assumed where the device's is not known (``DeviceInfo.vector_registers``):
+# AVX-512's 32 vector registers of 64 bytes. A block sized for it spills on a CPU compiled for
+# AVX2 (16 of 32 bytes) and ran a fifth as fast there, correct all the same.
 VECTOR_REGISTERS = 32
 REGISTER_BYTES = 64
+
+
+def register_file(dev) -> tuple[int, int]:
+    """The device's vector registers: how many, and bytes each."""
+    count, size = getattr(dev, "vector_registers", 0), getattr(dev, "vector_bytes", 0)
+    return (count, size) if count and size else (VECTOR_REGISTERS, REGISTER_BYTES)
 
 
 def _mr(p: Params):
@@ -27,12 +34,17 @@ def planar(p: Params, prec: Precision):
     return (p["VW"] > 1) & bool(prec.is_complex)
 
 
-def _registers(p: Params, prec: Precision):
+def _registers(p: Params, prec: Precision, register_bytes: int = REGISTER_BYTES):
     """Vector registers the block needs: MV * NR accumulators, MV vectors of A, one broadcast
     of B (each twice where planar); a vector wider than a register takes several."""
     parts = 1 + planar(p, prec)
-    per_vector = -(-(p["VW"] * prec.bytes // parts) // REGISTER_BYTES)
+    per_vector = -(-(p["VW"] * prec.bytes // parts) // register_bytes)
     return (p["MV"] * p["NR"] + p["MV"] + 1) * per_vector * parts
+
+
+def _registers_fit(p: Params, dev, prec: Precision):
+    count, size = register_file(dev)
+    return _registers(p, prec, size) <= count
 
 
 def _pack_defines(flag: str, block: int, prec: Precision, problem, planar_a: bool = False
@@ -129,10 +141,11 @@ XGEMM_CPU = Cpu(
                    "(the panel of A holds real and imaginary parts apart)",
                    lambda p, dev, prec: ((p["VW"] & (p["VW"] - 1)) == 0) & (p["VW"] <= 16)
                    & ((p["VW"] == 1) | (p["PACKA"] == 1) | (not prec.is_complex))),
-        Constraint(2, "registers", f"(MV * NR + MV + 1) * ceil(VW * bytes per part / {REGISTER_BYTES}) * parts "
-                   f"<= {VECTOR_REGISTERS}: accumulators, A's vectors and B's broadcast fit AVX-512's registers "
-                   "(complex with VW > 1: 2 parts, real and imaginary, of half the element's bytes; else 1)",
-                   lambda p, dev, prec: _registers(p, prec) <= VECTOR_REGISTERS),
+        Constraint(2, "registers", "(MV * NR + MV + 1) * ceil(VW * bytes per part / register bytes) * parts "
+                   "<= vector registers: accumulators, A's vectors and B's broadcast fit the registers the "
+                   "device's compiler targets (AVX-512: 32 of 64 bytes, AVX2: 16 of 32; complex with VW > 1: "
+                   "2 parts, real and imaginary, of half the element's bytes; else 1)",
+                   _registers_fit),
         Constraint(3, "work-group", "WGS <= max work-group size and max work-item size[0]",
                    lambda p, dev, prec: (p["WGS"] <= dev.max_work_group_size)
                    & (p["WGS"] <= dev.max_work_item_sizes[0])),
