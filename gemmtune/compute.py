@@ -136,8 +136,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
            else resolve_config(config, dev.info, prec))
     fs = shipped_families().family(cfg.kernel)
     op = operation(dev, cfg, fs.source, prec, n, m, ka, tb, ta)
-    if in_host_memory(dev):
-        return _gemm_in_host_memory(dev, op, prec, (m, n), a, b, c, alpha, beta)
     mf = cl.mem_flags
     ctx, queue = dev.context, dev.queue
     a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(a))
@@ -152,39 +150,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     op.enqueue(b_buf, a_buf, c_buf, alpha, beta)
     result = np.empty((m, n), dtype=prec.dtype)
     cl.enqueue_copy(queue, result, c_buf)
-    return result
-
-
-def in_host_memory(dev: OpenDevice) -> bool:
-    """Whether ``gemm`` lets the device compute in the host's memory: a CPU device's memory is
-    the host's, so copies there only cost; a GPU reads its own far faster than the host's."""
-    return dev.info.type == "CPU"
-
-
-def _gemm_in_host_memory(dev: OpenDevice, op, prec: Precision, shape: tuple[int, int], a, b, c, alpha, beta
-                         ) -> np.ndarray:
-    """``gemm`` on a CPU device, whose memory is the host's: the kernels read a and b where they
-    are and write the result array itself (buffers over host memory, mapped at the end),
-    instead of copying three matrices in and one out. d 1024^3 on 2 cores under load: 40-56 ms
-    a call against 54-113 with copies (docs/performance.md)."""
-    mf = cl.mem_flags
-    ctx, queue = dev.context, dev.queue
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)   # referenced until the kernels are done
-    a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=a)
-    b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=b)
-    result = np.empty(shape, dtype=prec.dtype)
-    read_c = c is not None and beta != 0
-    if read_c:
-        result[...] = c   # before the buffer: the host writes no memory a buffer holds, unmapped
-    c_buf = cl.Buffer(ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=result)
-    if not read_c:
-        # beta == 0: C is never read; poisoned so an element the kernel fails to write shows as NaN
-        cl.enqueue_fill_buffer(queue, c_buf, prec.nan, 0, c_buf.size)
-    op.enqueue(b_buf, a_buf, c_buf, alpha, beta)
-    # Mapping a buffer over host memory makes the host pointer current; unmapped before return.
-    mapped, _ = cl.enqueue_map_buffer(queue, c_buf, cl.map_flags.READ, 0, result.shape, result.dtype, is_blocking=True)
-    mapped.base.release()
-    queue.finish()
     return result
 
 

@@ -216,28 +216,6 @@ def test_gemm_returns_nan_where_the_kernel_wrote_nothing(results_db, monkeypatch
     assert all(np.isnan(part).all() for part in parts)
 
 
-@pytest.mark.parametrize("host_memory", [True, False], ids=["host-memory", "copies"])
-@pytest.mark.parametrize("precision", ["s", "d", "c", "z"])
-def test_gemm_in_host_memory_and_through_copies(results_db, monkeypatch, precision, host_memory):
-    """On a CPU gemm computes in the operands' own memory and writes the result array itself;
-    elsewhere it copies. Both on PoCL: views, a c that must stay as it was, op(), alpha and beta."""
-    monkeypatch.setattr(compute, "in_host_memory", lambda dev: host_memory)
-    prec = get_precision(precision)
-    rng = np.random.default_rng()
-    a = random_matrix(prec, (40, 90), rng)[:, ::3]                  # 40 x 30, not contiguous
-    b = random_matrix(prec, (23, 30), rng)                           # op(b) = b.T: 30 x 23
-    c = random_matrix(prec, (40, 23), rng)
-    c_before, a_before, b_before = c.copy(), a.copy(), b.copy()
-    alpha, beta = (1.5 - 0.5j, -0.75 + 0.25j) if prec.is_complex else (1.5, -0.75)
-    got = gemmtune.gemm(a, b, c, alpha=alpha, beta=beta, trans_b=True, db=url(results_db))
-    check(got, prec, a, b, c, alpha, beta, "N", "T")
-    assert (c == c_before).all() and (a == a_before).all() and (b == b_before).all()
-    assert not np.shares_memory(got, c)
-    op = "C" if prec.is_complex else "T"
-    got = gemmtune.gemm(b, a, trans_b=op, db=url(results_db))   # beta 0: no c
-    check(got, prec, b, a, None, 1.0, 0.0, "N", op)
-
-
 def check(result, prec, a, b, c, alpha, beta, ta="N", tb="N"):
     got = compare(result, Reference.compute(prec, a, b, c, alpha, beta, ta, tb), prec)
     assert got.passed, got
