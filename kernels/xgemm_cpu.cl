@@ -115,16 +115,14 @@ typedef SCALAR realV_any __attribute__((ext_vector_type(VW), aligned(sizeof(SCAL
 #endif
 
 #include "xgemm_cpu_planar.cl"   // PLANAR: complex numbers in vectors of their real and imaginary parts
-#if PLANAR && VW > 1
-  // realV, VLOAD: xgemm_cpu_planar.cl
-#elif VW == 1
+#if VW == 1
   typedef real realV;
   #define VLOAD(p) (*(p))
   #define VSTORE(v, p) (*(p) = (v))
   #define VSTORE_PRIVATE VSTORE
   #define SPLAT(b) (b)
 #else
-  typedef CAT(SCALAR, VW) realV;
+  typedef CAT(SCALAR, VW) realV;   // VW elements, or VW real (or imaginary) parts where PLANAR
   #define VLOAD(p) (*(const __global realV_any*)(p))
   #define VSTORE(v, p) (*(__global realV_any*)(p) = (v))
   #define VSTORE_PRIVATE(v, p) (*(realV_any*)(p) = (v))

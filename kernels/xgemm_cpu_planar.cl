@@ -31,9 +31,7 @@
   #define PANEL_PUT(out, r, value) ((out)[r] = (value))
 #endif
 
-#if PLANAR && VW > 1   // (the packing kernel's build has VW 1 and no product)
-typedef CAT(SCALAR, VW) realV;   // VW real (or imaginary) parts
-#define VLOAD(p) (*(const __global realV_any*)(p))
+#if PLANAR && VW > 1   // (the packing kernel's build has VW 1 and no product; realV, VLOAD: xgemm_cpu.cl)
 #define A_VEC_IM(u, v) VLOAD(a_ptr + (u) * PANEL_STEP + MR + (v) * VW)
 
 #define PLANAR_ACCUMULATORS                                                        \
