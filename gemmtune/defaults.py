@@ -52,11 +52,14 @@ def _table() -> dict:
     return tomllib.loads((configs_dir() / "defaults.toml").read_text(encoding="utf-8"))
 
 
+AVX2_TABLE = "CPU-256"   # the defaults of a CPU whose compiler targets 256-bit vectors
+
+
 def table_name(dev: DeviceInfo) -> str:
     """The table of defaults.toml a device takes: its type's, or CPU-256 for a CPU whose compiler
     targets 256-bit vectors (AVX2), on which the CPU table's blocks, sized for AVX-512's
     registers, would not fit."""
-    return "CPU-256" if dev.type == "CPU" and dev.vector_bytes == 32 else dev.type
+    return AVX2_TABLE if dev.type == "CPU" and dev.vector_bytes == 32 else dev.type
 
 
 def shipped_defaults(device_type: str, prec: Precision) -> dict[str, Config]:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gemmtune.defaults import shipped_default
+from gemmtune.defaults import AVX2_TABLE, shipped_default
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.precision import PRECISIONS
@@ -49,7 +49,7 @@ from gemmtune.urls import shown
 # the includer defines and, for a CPU, the vectors its compiler targets (as
 # gemmtune.defaults.table_name picks: 256-bit ones, AVX2, take CPU-256)
 DEFAULT_TABLES = (("GPU", "defined(GEMMTUNE_DEVICE_TYPE_GPU)"),
-                  ("CPU-256", "defined(GEMMTUNE_DEVICE_TYPE_CPU) && defined(__AVX__) && !defined(__AVX512F__)"),
+                  (AVX2_TABLE, "defined(GEMMTUNE_DEVICE_TYPE_CPU) && defined(__AVX__) && !defined(__AVX512F__)"),
                   ("CPU", "defined(GEMMTUNE_DEVICE_TYPE_CPU)"),
                   ("OTHER", None))
 
