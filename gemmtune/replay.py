@@ -22,20 +22,19 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
   among them; those outside the recorded space left out, as the search would measure them at
   no gain here), then the model's seeds where the default strategy allows them, then the
   strategy;
-* a strategy that learns from the device's other results (``learned``) gets the rows of the
-  other studies of the same device in the same database: the study replayed is never among
-  them, so a database of several exhaustive studies replays each one left out.
+* a strategy that learns from the device's other results (``learned``) gets the device's rows
+  at other problems in the same database (``other_studies``): a database of several exhaustive
+  studies replays each one left out, with any other recording of its problem.
 
-A search proposes a few candidates ahead of its devices (``search.ahead``: the sampler sees
-them as running trials, as it sees every candidate in flight); a replay proposes one at a time,
-each after the previous one's value, so that a seed replays alike.
+A search proposes a few candidates ahead of its devices (``search.ahead``); a replay proposes
+one at a time, each after the previous one's value, so that a seed replays alike.
 
 A replay stops at the first measured ``ok`` trial that reaches ``target`` x the study's best
 GFLOP/s and reports how many measured trials that took. For a study that is not exhaustive, the
 replay is a search of the configurations it recorded. A grid study searched with early stop
 (``--early-stop F``) is still exhaustive for any target above F: its ``slow`` rows are surely
-below F x the best. The replay is sequential, one candidate at a time; the constant liar search
-uses with candidates in flight changes nothing then (no trial is running when one is asked).
+below F x the best. Sequential, it has no trial running when one is asked: the constant liar
+of a search with candidates in flight changes nothing.
 
 The parameter space is rebuilt from the recorded rows: for each kernel family, the distinct
 values each parameter took. That is the search's own space whenever every value of its space
@@ -63,7 +62,6 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo, read_device_info
 from gemmtune.precision import Precision, get_precision
-from gemmtune.search.prior import other_rows
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.session import Proposer, memory_study, quiet_optuna
 from gemmtune.space import Config, FamilySpace, Space, config_key, load_space, shipped_families
@@ -287,8 +285,7 @@ def model_spearman(land: Landscape, dev: DeviceInfo) -> float:
 
 
 def learned_spearman(land: Landscape, dev: DeviceInfo, fitted) -> float | None:
-    """Rank correlation with the study's measured times of the learned cost model's predictions,
-    the model ``fitted`` to the other studies alone (never to the study itself); None without one."""
+    """Rank correlation with the study's measured times of the cost model ``fitted`` to other problems."""
     if fitted is None:
         return None
     ok = [c for c in land.configs if land.gflops(c) is not None]
@@ -365,9 +362,8 @@ def _shared_trials(sampler: str, chosen: Sequence[int]) -> list[int | None]:
 
 
 def nearby_configs(land: Landscape, dev: DeviceInfo) -> list[Config]:
-    """What a search at the study's shape starts from after its baseline: the best recorded
-    configurations of the nearest other tuned shapes in the same database, as the landscape
-    spells them; those it did not record are left out."""
+    """What a search at the study's shape starts from after its baseline: the best configurations of
+    the nearest other tuned shapes in the same database, as the landscape spells those it recorded."""
     from gemmtune.tuned import nearby_configs as tuned_nearby
 
     placed = [_place(land.space, c.kernel, c.params) for c in tuned_nearby(land.url, dev, land.precision, *land.shape)]
@@ -375,12 +371,16 @@ def nearby_configs(land: Landscape, dev: DeviceInfo) -> list[Config]:
 
 
 def other_studies(land: Landscape) -> pd.DataFrame:
-    """The results rows of ``land``'s device in its database, but for its own study."""
+    """The results rows of ``land``'s device in its database at other problems than its own: a
+    search at a new problem has none there, and another recording of the same configurations at
+    the same problem (an older grid of the same space) would teach the model what it is judged on."""
     store = Store(land.url, create=False)
     try:
-        return other_rows(store, land.device, land.study)
+        rows = store.frame(device=land.device)
     finally:
         store.close()
+    problem = rows[["precision", "m", "n", "k", "trans_a", "trans_b"]].fillna("").apply(tuple, axis=1)
+    return rows[~problem.isin(set(problem[rows.study == land.study]))]
 
 
 def device_for(land: Landscape, info_file: str | Path | None = None) -> DeviceInfo | None:

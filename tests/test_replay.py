@@ -492,6 +492,27 @@ def test_default_starts_from_the_best_of_the_nearest_tuned_shape(tmp_path):
     assert min(rp.replay(land, ["default"], seeds=3, target=1.0, device=dev).trials["default"]) > 10
 
 
+def test_the_model_never_learns_from_another_recording_of_the_replayed_problem(tmp_path):
+    """A second study at the replayed problem (the same space recorded again) would teach the
+    model the very values it is judged on; a search at a new problem has no rows there either.
+    Studies at other problems, and at the same sizes in another precision, teach it."""
+    db = tmp_path / "twins.db"
+    value = lambda c: 1000.0 + SYNTHETIC.index(c)
+    landscape(db, value)
+    landscape(db, value, study="recorded-again")
+    landscape(db, value, study="other-size", m=1024)
+    store = Store(f"sqlite:///{db}")
+    try:
+        store.add(study="in-double", trial=0, device="Test | Fancy GPU 9000 | 1.0", device_name="Fancy GPU 9000",
+                  precision="d", m=512, n=512, k=512, kernel=SYNTHETIC[0].kernel, params=SYNTHETIC[0].params,
+                  status="ok", gflops=500.0, time_ms=1.0, created_at="2026-11-30T00:00:00+00:00")
+    finally:
+        store.close()
+    land = rp.load_landscape(f"sqlite:///{db}", "synthetic")
+    assert set(rp.other_studies(land).study) == {"other-size", "in-double"}
+    assert set(rp.other_studies(rp.load_landscape(f"sqlite:///{db}", "recorded-again")).study) == {"other-size", "in-double"}
+
+
 def test_model_seeds_take_what_the_model_cannot_see_from_the_nearest_tuned_shape(tmp_path):
     """As search picks them: of the configurations the model predicts alike (here those differing
     in TSK alone), each seed is the one nearest the nearest tuned shape's best."""

@@ -67,10 +67,10 @@ def test_a_search_learns_from_the_shipped_rows_and_a_replay_does_not(tmp_path):
     url = f"sqlite:///{tmp_path / 'h200.db'}"
     store = Store(url)
     try:
-        for study in ("mine", "other"):
+        for study, size in (("mine", 512), ("other", 1024)):
             for i, config in enumerate(SYNTHETIC):
-                store.add(study=study, trial=i, device=dev.key, device_name=dev.name, precision="s", m=512, n=512,
-                          k=512, kernel=config.kernel, params=config.params, status="ok", gflops=10.0 + i,
+                store.add(study=study, trial=i, device=dev.key, device_name=dev.name, precision="s", m=size, n=size,
+                          k=size, kernel=config.kernel, params=config.params, status="ok", gflops=10.0 + i,
                           time_ms=1.0, baseline=i == 0, created_at="2026-12-03T00:00:00+00:00")
         prior = search_prior(store, dev, "mine")
     finally:

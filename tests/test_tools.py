@@ -237,7 +237,7 @@ def test_replay_bench_keeps_another_forests_figures_apart_and_the_stock_ones_for
     """--forest-seed refits the learned model with other trees: the default's figures for that
     forest are new, the stock samplers' (which learn nothing) are not replayed again."""
     db = tmp_path / "two.db"
-    _tool("replay_bench").build(db, {"grid-z2", "grid-z3"})
+    _tool("replay_bench").build(db, {"grid-d3", "grid-z3"})   # two problems: each teaches the other's model
     args = [sys.executable, "tools/replay_bench.py", "--db", str(db), "--samplers", "default,random", "--seeds", "3",
             "--studies", "grid-z3"]
     first = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -324,14 +324,20 @@ def test_model_bench_within_a_landscape_finds_its_structure_and_not_noise(tmp_pa
 
 def test_model_bench_prints_both_figures_per_landscape_and_counts_them(tmp_path):
     db = tmp_path / "two.db"
-    _tool("replay_bench").build(db, {"grid-z2", "grid-z3"})
+    _tool("replay_bench").build(db, {"grid-d3", "grid-z3"})
     out = run("tools/model_bench.py", "--db", str(db), "--folds", "4")
-    rows = re.findall(r"^\| (grid-z[23]) \| (\d+) \| (-?[\d.]+) \| (-?[\d.]+) \|$", out, re.M)
-    assert [r[0] for r in rows] == ["grid-z2", "grid-z3"] and [int(r[1]) for r in rows] == [48, 56], out
+    rows = re.findall(r"^\| (grid-[dz]3) \| (\d+) \| (-?[\d.]+) \| (-?[\d.]+) \|$", out, re.M)
+    assert [r[0] for r in rows] == ["grid-d3", "grid-z3"] and [int(r[1]) for r in rows] == [88, 56], out
     left, own = (sum(float(r[i]) >= 0.7 for r in rows) for i in (2, 3))
     assert all(-1 <= float(r[i]) <= 1 for r in rows for i in (2, 3))
     assert out.rstrip().endswith(f"At least 0.7: {left} of 2 left out, {own} of 2 within.")
     assert "(4-fold)" in out
+
+
+def test_model_bench_shows_a_dash_where_no_other_problem_taught_a_model():
+    text = _tool("model_bench").table([("alone", 40, None, 0.91), ("taught", 50, 0.75, 0.6)], 5)
+    assert "| alone | 40 | – | 0.91 |" in text and "| taught | 50 | 0.75 | 0.60 |" in text
+    assert text.endswith("At least 0.7: 1 of 2 left out, 1 of 2 within.")
 
 
 @pytest.mark.parametrize("args", [["--folds", "1"], ["--forest-seed", "-2"]])

@@ -42,7 +42,7 @@ def within(land, dev, folds: int, seed: int) -> float:
     return model.spearman(-predicted, 1 / gflops)
 
 
-def rows(db: Path, folds: int, seed: int) -> list[tuple[str, int, float, float]]:
+def rows(db: Path, folds: int, seed: int) -> list[tuple[str, int, float | None, float]]:
     """Per landscape: its name, correct configurations, Spearman left out and within."""
     from gemmtune import learned, replay
     from gemmtune.info import read_device_info
@@ -64,11 +64,12 @@ def rows(db: Path, folds: int, seed: int) -> list[tuple[str, int, float, float]]
     return out
 
 
-def table(found: list[tuple[str, int, float, float]], folds: int) -> str:
+def table(found: list[tuple[str, int, float | None, float]], folds: int) -> str:
     lines = [f"| landscape | correct | Spearman, the others' model | Spearman, its own ({folds}-fold) |",
              "|---|---|---|---|"]
-    lines += [f"| {s} | {n} | {a:.2f} | {b:.2f} |" for s, n, a, b in found]
-    left, own = (sum(row[i] >= GOOD for row in found) for i in (2, 3))
+    # "–": no other problem in the database taught a model
+    lines += [f"| {s} | {n} | {'–' if a is None else f'{a:.2f}'} | {b:.2f} |" for s, n, a, b in found]
+    left, own = (sum(row[i] is not None and row[i] >= GOOD for row in found) for i in (2, 3))
     return "\n".join(lines) + f"\n\nAt least {GOOD}: {left} of {len(found)} left out, {own} of {len(found)} within."
 
 

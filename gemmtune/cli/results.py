@@ -121,7 +121,7 @@ def export(filters, db, fmt, output):
 @click.option("--samplers", default=",".join(strategies.names("replay")), show_default=True, metavar="S1,S2,...",
               help=f"Samplers to compare: default (what search does without --sampler), "
                    f"{', '.join(strategies.names('replay'))} (tpe-seeded: TPE after the model's best predictions; "
-                   "learned: the cost model trained on the device's other studies in the database; "
+                   "learned: the cost model trained on the device's results at other problems in the database; "
                    "optuna-tpe, optuna-cmaes: Optuna's samplers as they come).")
 @click.option("--seeds", type=click.IntRange(min=1), default=20, show_default=True,
               help="Replays per sampler, with sampler seeds 0 .. SEEDS-1.")
@@ -169,5 +169,5 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
     if d["model_spearman"] is not None:
         click.echo(f"model    Spearman rank correlation of predicted and measured times: {d['model_spearman']:.3f}")
     if d["learned_spearman"] is not None:
-        click.echo(f"learned  the same, of the cost model fitted to the device's other studies: "
+        click.echo(f"learned  the same, of the cost model fitted to the device's other problems: "
                    f"{d['learned_spearman']:.3f}")
