@@ -62,6 +62,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo, read_device_info
 from gemmtune.precision import Precision, get_precision
+from gemmtune.rows import recorded_op, screen
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.session import Proposer, memory_study, quiet_optuna
 from gemmtune.space import Config, FamilySpace, Space, config_key, load_space, shipped_families
@@ -144,8 +145,6 @@ def _place(space: Space, kernel: str, params: dict) -> tuple[tuple, Config] | No
 
 def load_landscape(db: str | None, study: str, space_file: str | Path | None = None) -> Landscape:
     """The study's recorded results; GemmtuneError when it has none or no correct one."""
-    from gemmtune.rows import screen
-
     given = load_space(space_file) if space_file is not None else None
     store = Store(database_url(db), create=False)
     try:
@@ -379,8 +378,9 @@ def other_studies(land: Landscape) -> pd.DataFrame:
         rows = store.frame(device=land.device)
     finally:
         store.close()
-    problem = rows[["precision", "m", "n", "k", "trans_a", "trans_b"]].fillna("").apply(tuple, axis=1)
-    return rows[~problem.isin(set(problem[rows.study == land.study]))]
+    problem = pd.MultiIndex.from_frame(rows[["precision", "m", "n", "k"]].assign(
+        trans_a=recorded_op(rows.trans_a), trans_b=recorded_op(rows.trans_b)))
+    return rows[~problem.isin(problem[(rows.study == land.study).to_numpy()])]
 
 
 def device_for(land: Landscape, info_file: str | Path | None = None) -> DeviceInfo | None:

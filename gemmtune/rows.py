@@ -124,9 +124,15 @@ def _typed(rows: pd.DataFrame) -> pd.DataFrame:
         rows["samples_ms"] = [_samples(t) for t in rows.samples_ms]
     if "baseline" in rows:
         rows["baseline"] = pd.to_numeric(rows.baseline, errors="coerce").fillna(0).astype(bool)
-    for column in ("trans_a", "trans_b"):   # rows from before the ops were recorded: N, N
-        rows[column] = rows[column].where(rows[column].isin(OPS), "N") if column in rows else "N"
+    for column in ("trans_a", "trans_b"):
+        rows[column] = recorded_op(rows[column]) if column in rows else "N"
     return rows
+
+
+def recorded_op(column: pd.Series) -> pd.Series:
+    """A trans_a or trans_b column as the ops it means: rows from before the ops were recorded
+    (none) are N."""
+    return column.where(column.isin(OPS), "N")
 
 
 def screen(rows: pd.DataFrame, space=None) -> Screened:

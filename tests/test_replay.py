@@ -503,6 +503,10 @@ def test_the_model_never_learns_from_another_recording_of_the_replayed_problem(t
     landscape(db, value, study="other-size", m=1024)
     store = Store(f"sqlite:///{db}")
     try:
+        # today's search writes the ops, N and N; the rows above, as before they were recorded, none
+        store.add(study="recorded-with-ops", trial=0, device="Test | Fancy GPU 9000 | 1.0", device_name="Fancy GPU 9000",
+                  precision="s", m=512, n=512, k=512, trans_a="N", trans_b="N", kernel=SYNTHETIC[0].kernel,
+                  params=SYNTHETIC[0].params, status="ok", gflops=1000.0, time_ms=1.0, created_at="2026-12-06T00:00:00+00:00")
         store.add(study="in-double", trial=0, device="Test | Fancy GPU 9000 | 1.0", device_name="Fancy GPU 9000",
                   precision="d", m=512, n=512, k=512, kernel=SYNTHETIC[0].kernel, params=SYNTHETIC[0].params,
                   status="ok", gflops=500.0, time_ms=1.0, created_at="2026-11-30T00:00:00+00:00")
