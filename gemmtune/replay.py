@@ -23,8 +23,8 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
   no gain here), then the model's seeds where the default strategy allows them, then the
   strategy;
 * a strategy that learns from the device's other results (``learned``) gets the device's rows
-  at other problems in the same database (``other_studies``): a database of several exhaustive
-  studies replays each one left out, with any other recording of its problem.
+  at other problems in the same database, and those it borrows from another device's shipped
+  prior (``other_studies``): each exhaustive study is replayed with its problem left out.
 
 A search proposes a few candidates ahead of its devices (``search.ahead``); a replay proposes
 one at a time, each after the previous one's value, so that a seed replays alike.
@@ -57,7 +57,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from gemmtune import learned, model
+from gemmtune import learned, model, shipped_prior
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo, read_device_info
@@ -116,9 +116,8 @@ class Landscape:
 
 
 def _recorded_space(rows: pd.DataFrame, study: str) -> Space:
-    """Each family's recorded values. A parameter the kernel gained after the rows were written
-    takes its source default, which is what the kernel did then (``FamilySpace.complete``); rows
-    that name a parameter the source no longer has are left out, as everywhere."""
+    """Each family's recorded values. A parameter the kernel gained since takes its source default,
+    what the kernel did then (``FamilySpace.complete``); rows naming one it lost are left out."""
     shipped, families = shipped_families(), []
     for name in [f for f in FAMILIES if f in set(rows.kernel)]:
         source = shipped.family(name)
@@ -319,7 +318,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
     top, prior, fitted = [], None, None
     if device is not None:
         # As search: the device's other studies teach a model whose picks are among the seeds.
-        prior = other_studies(land)
+        prior = other_studies(land, device)
         fitted = learned.prior_model(prior, device, land.peaks, seed=forest_seed)
         top = model_seeds(land, device, seed_count, fitted)
         result.model_spearman = model_spearman(land, device)
@@ -369,25 +368,26 @@ def nearby_configs(land: Landscape, dev: DeviceInfo) -> list[Config]:
     return [config for _, config in filter(None, placed) if config_key(config.kernel, config.params) in land.values]
 
 
-def other_studies(land: Landscape) -> pd.DataFrame:
-    """The results rows of ``land``'s device in its database at other problems than its own: a
-    search at a new problem has none there, and another recording of the same configurations at
-    the same problem (an older grid of the same space) would teach the model what it is judged on."""
+def other_studies(land: Landscape, device: DeviceInfo | None = None) -> pd.DataFrame:
+    """``land``'s device's rows in its database, and those ``device`` borrows (``shipped_prior.borrowed``),
+    at other problems: a search at a new problem has none there, and another recording of its
+    problem would teach the model what it is judged on."""
     store = Store(land.url, create=False)
     try:
         rows = store.frame(device=land.device)
     finally:
         store.close()
+    if device is not None and len(borrowed := shipped_prior.borrowed(device)):
+        rows = pd.concat([rows, borrowed.assign(device=land.device)], ignore_index=True)
     problem = pd.MultiIndex.from_frame(rows[["precision", "m", "n", "k"]].assign(
         trans_a=recorded_op(rows.trans_a), trans_b=recorded_op(rows.trans_b)))
     return rows[~problem.isin(problem[(rows.study == land.study).to_numpy()])]
 
 
 def device_for(land: Landscape, info_file: str | Path | None = None) -> DeviceInfo | None:
-    """The study's device, for the model: from ``info_file`` (what ``gemmtune devices --format
-    json`` printed on its machine: the entry with the study's device name, or the only one), else
-    the description the search stored in the database, else the device of this machine with the
-    study's device key; None when none has it."""
+    """The study's device, for the model: from ``info_file`` (``gemmtune devices --format json``'s:
+    the entry of the study's device name, or the only one), else as its search stored it, else
+    this machine's device of the study's key; None when none has it."""
     if info_file is not None:
         return read_device_info(info_file, land.device_name)
     if land.described is not None:

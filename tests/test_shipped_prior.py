@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_replay import SYNTHETIC, gpu, landscape  # noqa: E402
@@ -150,3 +152,55 @@ def test_a_first_search_on_a_device_with_shipped_rows_seeds_from_their_model(tmp
         assert len(Store(db, create=False).frame()) == 3
     assert len(fitted_models) == 2
     assert fitted_models[0] is not None and fitted_models[1] is None
+
+
+def h100():
+    """An H100 as it described itself: no rows of its own are shipped; it is of the H200's kind."""
+    return read_device_info(Path(__file__).resolve().parent.parent / "docs" / "landscapes" / "nvidia-h100.json")
+
+
+def test_a_device_of_the_h200s_kind_learns_from_its_rows_as_its_own():
+    dev = h100()
+    assert dev.name != H200 and shipped_prior.source(dev) == H200
+    assert [d.name for d in shipped_prior.shipped_devices()] == [H200]
+    rows, borrowed, own = shipped_prior.rows_for(dev), shipped_prior.borrowed(dev), shipped_prior.rows_for(h200())
+    assert len(rows) == len(own) and rows.drop(columns=["device", "device_name"]).equals(
+        own.drop(columns=["device", "device_name"]))
+    assert (rows.device == dev.key).all() and (rows.device_name == dev.name).all()
+    assert borrowed.equals(rows)
+    assert shipped_prior.borrowed(h200()).empty   # its own: a replay never adds them
+
+
+@pytest.mark.parametrize("field, value", [("vendor", "Advanced Micro Devices, Inc."), ("type", "CPU"),
+                                          ("local_mem_bytes", 166912), ("registers_per_group", 0),
+                                          ("max_work_group_size", 256), ("fp64_matrix", False)])
+def test_a_device_of_another_kind_borrows_nothing(field, value):
+    """An A100 (164 KiB of local memory), a GPU without FP64 matrix instructions, another vendor's:
+    each differs from the H200 in what decides which kernels run and how many at once."""
+    dev = replace(h100(), **{field: value})
+    assert shipped_prior.source(dev) is None
+    assert shipped_prior.rows_for(dev).empty and shipped_prior.borrowed(dev).empty
+
+
+def test_a_search_on_a_device_of_that_kind_learns_from_the_borrowed_rows_and_a_replay_at_other_problems(tmp_path):
+    """A search on an H100 adds the H200's shipped rows to its database's; a replay of an H100
+    landscape adds them too, but none at the replayed problem (s 1024^3, which the H200 rows hold)."""
+    dev = h100()
+    url = f"sqlite:///{tmp_path / 'h100.db'}"
+    store = Store(url)
+    try:
+        for i, config in enumerate(SYNTHETIC):
+            store.add(study="mine", trial=i, device=dev.key, device_name=dev.name, precision="s", m=1024, n=1024,
+                      k=1024, kernel=config.kernel, params=config.params, status="ok", gflops=10.0 + i,
+                      time_ms=1.0, baseline=i == 0, created_at="2026-12-06T00:00:00+00:00")
+        prior = search_prior(store, dev, "new")
+    finally:
+        store.close()
+    shipped = shipped_prior.rows_for(dev)
+    assert len(prior) == len(SYNTHETIC) + len(shipped) and (prior.device == dev.key).all()
+    land = rp.load_landscape(url, "mine")
+    judged = rp.other_studies(land, dev)
+    at_1024 = (shipped.precision == "s") & (shipped.m == 1024) & (shipped.n == 1024) & (shipped.k == 1024)
+    assert at_1024.any() and set(judged.study) == set(shipped.study[~at_1024])
+    assert len(judged) == (~at_1024).sum()
+    assert rp.other_studies(land).empty   # without its description: the database's rows alone

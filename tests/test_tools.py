@@ -193,13 +193,15 @@ def test_replay_bench_writes_the_landscapes_the_docs_replay_from_the_repository(
 
     bench = _tool("replay_bench")
     db = tmp_path / "land.db"
-    grids, shipped = shipped_prior.read(bench.GRIDS_FILE), shipped_prior.read(REPO / "configs/prior-nvidia-h200.csv.gz")
+    landscapes = bench.LANDSCAPES
+    grids = shipped_prior.read(landscapes / "grids-nvidia-h200.csv.gz")
+    shipped = shipped_prior.read(REPO / "configs/prior-nvidia-h200.csv.gz")
     assert bench.build(db) == len(grids) + len(shipped)
     assert not list(tmp_path.glob("*.partial"))
     store = Store(f"sqlite:///{db}", create=False)
     rows = store.frame()
-    dev = read_device_info(bench.DEVICE_FILE)
-    assert store.latest_peaks(dev.key) == json.loads(bench.PEAKS_FILE.read_text())
+    dev = read_device_info(landscapes / "nvidia-h200.json")
+    assert store.latest_peaks(dev.key) == json.loads((landscapes / "nvidia-h200-peaks.json").read_text())
     assert store.device_info(dev.key) == dev
     store.close()
     assert rows.study.nunique() == 25 and set(rows.device_name) == {"NVIDIA H200"}
@@ -210,6 +212,35 @@ def test_replay_bench_writes_the_landscapes_the_docs_replay_from_the_repository(
     land = replay.load_landscape(f"sqlite:///{db}", "grid-d3")
     assert land.baseline is not None and land.peaks["d"] == 32679
     assert land.best == pytest.approx(grids[grids.study == "grid-d3"].gflops.astype(float).max())
+
+
+def test_replay_bench_writes_another_devices_landscapes_without_the_h200s_prior_or_peaks(tmp_path):
+    """The H100's landscapes: its own description, no peaks measured (the models use its nominal
+    ones, as a search there does), no rows of the H200 in the database: a replay adds the
+    H200's shipped rows it borrows, at other problems."""
+    from gemmtune import replay, shipped_prior
+    from gemmtune.info import read_device_info
+    from gemmtune.store import Store
+
+    bench = _tool("replay_bench")
+    assert {"nvidia-h100", "nvidia-h200"} <= set(bench.devices())
+    db = tmp_path / "h100.db"
+    recorded = shipped_prior.read(bench.LANDSCAPES / "landscapes-nvidia-h100.csv.gz")
+    assert bench.build(db, device="nvidia-h100") == len(recorded)
+    store = Store(f"sqlite:///{db}", create=False)
+    rows = store.frame()
+    dev = read_device_info(bench.LANDSCAPES / "nvidia-h100.json")
+    assert store.device_info(dev.key) == dev and store.latest_peaks(dev.key) == {}
+    store.close()
+    assert set(rows.device_name) == {"NVIDIA H100 80GB HBM3"} and rows.study.nunique() == 10
+    assert (rows.groupby("study").baseline.sum() == 1).all()   # each measured its baseline first
+    land = replay.load_landscape(f"sqlite:///{db}", "land-z-1024")
+    assert replay.device_for(land) == dev and land.peaks == {}
+    assert land.best == pytest.approx(recorded[recorded.study == "land-z-1024"].gflops.astype(float).max())
+    others = replay.other_studies(land, dev)   # with the H200's shipped rows, which it borrows
+    assert "land-z-1024" not in set(others.study) and set(others.device) == {dev.key}
+    z1024 = (others.precision == "z") & (others.m == 1024) & (others.n == 1024) & (others.k == 1024)
+    assert not z1024.any() and others.study.str.startswith(shipped_prior.PREFIX).any()
 
 
 def test_replay_bench_replays_each_landscape_once_and_judges_the_bar(tmp_path):
@@ -278,7 +309,8 @@ def test_replay_bench_table_shows_quartiles_the_geometric_mean_and_the_count():
 
 
 @pytest.mark.parametrize("case", ["figures not JSON", "no landscapes", "not a database", "unknown landscape",
-                                  "negative forest seed", "unknown sampler with another forest"])
+                                  "negative forest seed", "unknown sampler with another forest",
+                                  "unknown device"])
 def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
     from gemmtune.store import Store
 
@@ -295,13 +327,15 @@ def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
     only = ["--studies", "grid-z9"] if case == "unknown landscape" else []
     if case == "negative forest seed":
         db, only = tmp_path / "new.db", ["--forest-seed", "-1"]
+    if case == "unknown device":
+        db, only = tmp_path / "new.db", ["--device", "nvidia-h300"]
     sampler = "random"
     if case == "unknown sampler with another forest":
         sampler, only = "tpe-unknown", ["--forest-seed", "3"]
     done = subprocess.run([sys.executable, "tools/replay_bench.py", "--db", str(db), "--samplers", sampler,
                            "--seeds", "1", *only], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
-    assert case != "negative forest seed" or not db.exists()   # refused before the database is written
+    assert case not in ("negative forest seed", "unknown device") or not db.exists()   # nothing half-written
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 

@@ -4,10 +4,10 @@ has, and what issue 26's target judges), and fitted to the landscape's own rows,
 the features can explain there at all). Where the second is high and the first low, the
 other landscapes teach something that does not hold there.
 
-    python tools/model_bench.py --db land25.db [--folds 5] [--forest-seed 0]
+    python tools/model_bench.py --db land25.db [--folds 5] [--forest-seed 0] [--device nvidia-h200]
 
 ``--db``: a landscapes' database as tools/replay_bench.py writes it (written first where it
-does not exist). Prints a Markdown table, a row per landscape, and the count of each column at
+does not exist, of ``--device``'s landscapes). Prints a Markdown table, a row per landscape, and the count of each column at
 0.7 or more.
 """
 
@@ -45,10 +45,8 @@ def within(land, dev, folds: int, seed: int) -> float:
 def rows(db: Path, folds: int, seed: int) -> list[tuple[str, int, float | None, float]]:
     """Per landscape: its name, correct configurations, Spearman left out and within."""
     from gemmtune import learned, replay
-    from gemmtune.info import read_device_info
     from gemmtune.store import Store
 
-    dev = read_device_info(replay_bench.DEVICE_FILE)
     store = Store(f"sqlite:///{db}", create=False)
     try:
         studies = sorted(set(store.frame().study))
@@ -57,7 +55,8 @@ def rows(db: Path, folds: int, seed: int) -> list[tuple[str, int, float | None, 
     out = []
     for study in studies:
         land = replay.load_landscape(f"sqlite:///{db}", study)
-        fitted = learned.prior_model(replay.other_studies(land), dev, land.peaks, seed=seed)
+        dev = replay.device_for(land)
+        fitted = learned.prior_model(replay.other_studies(land, dev), dev, land.peaks, seed=seed)
         ok = sum(land.gflops(c) is not None for c in land.configs)
         out.append((study, ok, replay.learned_spearman(land, dev, fitted), within(land, dev, folds, seed)))
         print(f"{study}", file=sys.stderr, flush=True)
@@ -76,6 +75,8 @@ def table(found: list[tuple[str, int, float | None, float]], folds: int) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", type=Path, required=True, help="the landscapes' SQLite file (written if missing)")
+    ap.add_argument("--device", default=replay_bench.DEVICE,
+                    help=f"whose landscapes a missing --db gets (default: {replay_bench.DEVICE})")
     ap.add_argument("--folds", type=int, default=5, help="folds of the within-landscape fits (default 5)")
     ap.add_argument("--forest-seed", type=int, default=0, help="random seed of the trees and the folds (default 0)")
     args = ap.parse_args(argv)
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
 
     try:
         if not args.db.exists():
-            print(f"writing {args.db}: {replay_bench.build(args.db)} rows", file=sys.stderr, flush=True)
+            print(f"writing {args.db}: {replay_bench.build(args.db, device=args.device)} rows", file=sys.stderr, flush=True)
         found = rows(args.db, args.folds, args.forest_seed)
     except GemmtuneError as e:
         print(f"Error: {e}", file=sys.stderr)

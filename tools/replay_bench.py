@@ -1,16 +1,19 @@
 """The search-efficiency benchmark of docs/search.md: every exhaustive landscape the project
-recorded on the H200, each replayed (``gemmtune replay``) with the other landscapes as the
+recorded on a device, each replayed (``gemmtune replay``) with the other landscapes as the
 device's other results, so that no learned model is judged on what it learned from.
 
     python tools/replay_bench.py --db land25.db --samplers default,random,optuna-cmaes,optuna-tpe --seeds 50 --jobs 2
+    python tools/replay_bench.py --device nvidia-h100 --db h100.db
 
 ``--db`` (a SQLite file) is written first where it does not exist, from what the repository
-holds: the 16 landscapes the package ships as its prior (configs/prior-nvidia-h200.csv.gz, their
-``ok`` and ``slow`` rows) and the nine older grids (docs/landscapes/grids-nvidia-h200.csv.gz,
-with the baseline each measured first), with the H200's description and its ``gemmtune peak``
-figures (docs/landscapes/nvidia-h200.json, nvidia-h200-peaks.json), which the models' features
-depend on. Each landscape's figures go to ``--out`` (JSON) as they come; a second run with the
-same file replays only what it lacks. Prints a Markdown table: per landscape and sampler the
+holds for ``--device`` (default nvidia-h200): its description, ``docs/landscapes/DEVICE.json``
+(what ``gemmtune devices --format json`` printed), its ``gemmtune peak`` figures where they were
+measured (``DEVICE-peaks.json``; the models' features depend on them, and without them they use
+the device's nominal peaks, as a search does), the landscapes of ``docs/landscapes/*-DEVICE.csv.gz``
+(with the baseline each measured first), and the landscapes the package ships as the device's
+prior (configs/prior-nvidia-h200.csv.gz: 16 on the H200; their ``ok`` and ``slow`` rows). Each
+landscape's figures go to ``--out`` (JSON) as they come; a second run with the same file
+replays only what it lacks. Prints a Markdown table: per landscape and sampler the
 median of the measured trials to ``--target`` x the landscape's best (quartiles beside), the
 learned model's rank correlation, and whether the default meets the bar of issue 26: a median
 at most half the best stock sampler's (random, optuna-tpe, optuna-cmaes). Where the best stock
@@ -33,25 +36,35 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LANDSCAPES = REPO / "docs" / "landscapes"
-DEVICE_FILE = LANDSCAPES / "nvidia-h200.json"
-PEAKS_FILE = LANDSCAPES / "nvidia-h200-peaks.json"
-GRIDS_FILE = LANDSCAPES / "grids-nvidia-h200.csv.gz"
+DEVICE = "nvidia-h200"
 STOCK = ("random", "optuna-tpe", "optuna-cmaes")
 
 
-def build(path: Path, studies=None) -> int:
-    """Write the landscapes' database at ``path`` (a new file), of every landscape or those
-    named in ``studies``; how many rows it holds."""
+def devices() -> list[str]:
+    """The devices the repository holds landscapes of."""
+    return sorted(p.name.removesuffix(".json") for p in LANDSCAPES.glob("*.json") if not p.name.endswith("-peaks.json"))
+
+
+def build(path: Path, studies=None, device: str = DEVICE) -> int:
+    """Write the landscapes' database of ``device`` at ``path`` (a new file), of every landscape
+    or those named in ``studies``; how many rows it holds."""
     import pandas as pd
 
     from gemmtune import __version__, shipped_prior
+    from gemmtune.errors import GemmtuneError
     from gemmtune.info import read_device_info
     from gemmtune.store import Store, results
 
-    dev = read_device_info(DEVICE_FILE)
-    grids = shipped_prior.read(GRIDS_FILE)
-    shipped = shipped_prior.read(REPO / "configs" / shipped_prior.file_name(dev.name))
-    rows = pd.concat([grids, shipped.assign(baseline=0)], ignore_index=True)
+    if device not in devices():
+        raise GemmtuneError(f"no landscapes of a device {device!r} (there are: {', '.join(devices())})")
+    dev = read_device_info(LANDSCAPES / f"{device}.json")
+    parts = [shipped_prior.read(f) for f in sorted(LANDSCAPES.glob(f"*-{device}.csv.gz"))]
+    shipped = REPO / "configs" / shipped_prior.file_name(dev.name)
+    if shipped.is_file():
+        parts.append(shipped_prior.read(shipped).assign(baseline=0))
+    rows = pd.concat(parts, ignore_index=True)
+    if rows.duplicated(["study", "kernel", "params"]).any():
+        raise GemmtuneError(f"a landscape of {device} is in two files")
     if studies is not None:
         rows = rows[rows.study.isin(studies)]
     records = []
@@ -66,7 +79,8 @@ def build(path: Path, studies=None) -> int:
     store = Store(f"sqlite:///{partial}")
     try:
         store.save_device(dev)
-        store.save_peaks(dev.key, dev.name, json.loads(PEAKS_FILE.read_text()))
+        if (peaks := LANDSCAPES / f"{device}-peaks.json").is_file():
+            store.save_peaks(dev.key, dev.name, json.loads(peaks.read_text()))
         with store.engine.begin() as conn:   # one transaction: 17k rows in a second
             conn.execute(results.insert(), records)
     finally:
@@ -88,14 +102,12 @@ def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, job
     figures, also kept in ``out``."""
     from gemmtune import replay
     from gemmtune.errors import GemmtuneError
-    from gemmtune.info import read_device_info
     from gemmtune.store import Store
 
     try:
         done = json.loads(out.read_text()) if out.exists() else {}
     except (OSError, ValueError) as e:
         raise GemmtuneError(f"cannot read the figures of {out}: {e}") from None
-    dev = read_device_info(DEVICE_FILE)
     store = Store(f"sqlite:///{db}", create=False)
     try:
         studies = sorted(set(store.frame().study))
@@ -114,7 +126,8 @@ def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, job
             continue
         print(f"{study}: {', '.join(missing)}", file=sys.stderr, flush=True)
         land = replay.load_landscape(f"sqlite:///{db}", study)
-        result = replay.replay(land, missing, seeds, target, device=dev, jobs=jobs, forest_seed=forest).to_json()
+        result = replay.replay(land, missing, seeds, target, device=replay.device_for(land), jobs=jobs,
+                               forest_seed=forest).to_json()
         for entry in result["samplers"]:
             done[key(study, entry["sampler"], target, seeds, forest)] = {
                 "study": study, "precision": result["precision"], "recorded": result["recorded"],
@@ -171,6 +184,7 @@ def table(done: dict, samplers: list[str], seeds: int, target: float, forest: in
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", type=Path, required=True, help="the landscapes' SQLite file (written if missing)")
+    ap.add_argument("--device", default=DEVICE, help=f"whose landscapes a missing --db gets (default: {DEVICE})")
     ap.add_argument("--out", type=Path, help="figures, kept between runs (default: the database's name .json)")
     ap.add_argument("--samplers", default="default,random,optuna-tpe,optuna-cmaes")
     ap.add_argument("--seeds", type=int, default=50)
@@ -192,7 +206,7 @@ def main(argv=None) -> int:
         if not 0 <= args.forest_seed < 2**32:
             raise GemmtuneError(f"--forest-seed must be in 0 .. 2**32 - 1, got {args.forest_seed}")
         if not args.db.exists():
-            print(f"writing {args.db}: {build(args.db)} rows", file=sys.stderr, flush=True)
+            print(f"writing {args.db}: {build(args.db, device=args.device)} rows", file=sys.stderr, flush=True)
         done = run(args.db, out, samplers, args.seeds, args.target, args.jobs,
                    [s for s in args.studies.split(",") if s], args.forest_seed)
     except GemmtuneError as e:
