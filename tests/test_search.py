@@ -439,6 +439,39 @@ def test_the_summary_says_what_an_idle_device_waited_for(tmp_path, tiny_space):
                      r"for a proposal \d+%, for this process \d+%", text)
 
 
+def test_the_summary_says_what_the_cost_model_learned_from(tmp_path, tiny_space):
+    """None on an empty database; then every row of the device's other studies (the first
+    search's, whatever their status); nothing where the strategy learns nothing."""
+    db = tmp_path / "learned.db"
+    first = search("--size", "24", "--trials", "3", "--space", str(tiny_space), db=db).stdout
+    assert "model      none: 0 rows of the device's other studies, fewer than a model needs" in first
+    for size in (32, 40):
+        search("--size", str(size), "--trials", "4", "--space", str(tiny_space), db=db)
+    out = json.loads(search("--size", "48", "--trials", "2", "--space", str(tiny_space), "--format", "json",
+                            db=db).stdout)
+    others = len(rows(db, "m != 48"))
+    assert others >= 8 and out["learned_from"] == {"database_rows": others, "shipped_rows": 0, "shipped_for": None,
+                                                  "borrowed": False, "enough": True}
+    text = search("--size", "56", "--trials", "1", "--space", str(tiny_space), db=db).stdout
+    assert f"model      learned from {len(rows(db, 'm != 56')):,} rows of the device's other studies\n" in text
+    plain = json.loads(search("--size", "64", "--trials", "1", "--space", str(tiny_space), "--sampler", "tpe",
+                              "--no-seed", "--format", "json", db=db).stdout)
+    assert plain["learned_from"] is None
+
+
+def test_the_summary_names_the_device_whose_shipped_rows_a_search_borrows(capsys):
+    from gemmtune.cli.tune import print_summary
+
+    summary = {"study": "s", "db": "x", "device": "d", "devices": [0], "precision": "s", "m": 1, "n": 1, "k": 1,
+               "failures": {}, "trials": 1, "elapsed_s": 1.0, "stopped_by": "trials", "valid_configurations": 1,
+               "device_busy_share": None, "best": None, "tie_with_runner_up": None, "baseline": None,
+               "learned_from": {"database_rows": 1234, "shipped_rows": 20836, "shipped_for": "NVIDIA H200",
+                                "borrowed": True, "enough": True}}
+    print_summary(summary)
+    assert ("model      learned from 1,234 rows of the device's other studies and 20,836 shipped rows of "
+            "NVIDIA H200, a device of its kind\n") in capsys.readouterr().out
+
+
 def test_a_job_waiting_behind_a_crash_or_a_hang_runs_on_the_fresh_worker(tmp_path):
     from gemmtune.runner import Job, Runner
     from gemmtune.timing import TimingPolicy

@@ -17,7 +17,7 @@ from gemmtune.families import FAMILIES  # noqa: E402
 from gemmtune.info import read_device_info  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.model import spearman  # noqa: E402
-from gemmtune.search.prior import PriorModels, other_rows, search_prior  # noqa: E402
+from gemmtune.search.prior import PriorModels, other_rows, search_prior, sources  # noqa: E402
 from gemmtune.store import Store  # noqa: E402
 from gemmtune.tuned import shipped_config  # noqa: E402
 
@@ -194,10 +194,14 @@ def test_a_search_on_a_device_of_that_kind_learns_from_the_borrowed_rows_and_a_r
                       k=1024, kernel=config.kernel, params=config.params, status="ok", gflops=10.0 + i,
                       time_ms=1.0, baseline=i == 0, created_at="2026-12-06T00:00:00+00:00")
         prior = search_prior(store, dev, "new")
+        own = search_prior(store, h200(), "new")   # the same database on the H200: its own rows shipped
     finally:
         store.close()
     shipped = shipped_prior.rows_for(dev)
     assert len(prior) == len(SYNTHETIC) + len(shipped) and (prior.device == dev.key).all()
+    assert sources(prior, dev) == {"database_rows": len(SYNTHETIC), "shipped_rows": len(shipped),
+                                   "shipped_for": H200, "borrowed": True, "enough": True}   # the summary's
+    assert sources(own, h200())["borrowed"] is False and sources(own, h200())["shipped_for"] == H200
     land = rp.load_landscape(url, "mine")
     judged = rp.other_studies(land, dev)
     at_1024 = (shipped.precision == "s") & (shipped.m == 1024) & (shipped.n == 1024) & (shipped.k == 1024)

@@ -220,6 +220,7 @@ def summary_dict(s) -> dict:
         "elapsed_s": round(s.elapsed, 2), "valid_configurations": s.space_size,
         "device_busy_share": None if s.device_busy is None else round(s.device_busy, 3),
         "device_idle_share": None if s.device_idle is None else {k: round(v, 3) for k, v in s.device_idle.items()},
+        "learned_from": s.learned_from,
         "best": None if best is None else {
             "kernel": best["kernel"], "params": json.loads(best["params"]), "gflops": best["gflops"],
             "time_ms": best["time_ms"], "ci_ms": [best["ci_low_ms"], best["ci_high_ms"]],
@@ -246,6 +247,13 @@ def print_summary(d: dict) -> None:
                 f"{100 * idle['proposal']:.0f}%, for this process {100 * idle['process']:.0f}%" if idle else ""
         click.echo(f"pipeline   timing worker{'s' if len(d['devices']) > 1 else ''} busy "
                    f"{100 * d['device_busy_share']:.0f}% of the wall time{waits}")
+    if (src := d["learned_from"]) is not None:
+        shipped = "" if not src["shipped_rows"] else (
+            f" and {src['shipped_rows']:,} shipped rows of {src['shipped_for']}"
+            + (", a device of its kind" if src["borrowed"] else ""))
+        click.echo(f"model      learned from {src['database_rows']:,} rows of the device's other studies{shipped}"
+                   if src["enough"] else f"model      none: {src['database_rows']} rows of the device's other studies, "
+                                         "fewer than a model needs")
     b = d["best"]
     if b is None:
         click.echo("best       no configuration has run correctly yet")

@@ -20,7 +20,7 @@ from gemmtune.precision import Precision
 from gemmtune.runner import Compilers, Outcome, Runner
 from gemmtune.search.ahead import AheadProposer, Journal, NotReady, ahead_possible
 from gemmtune.search.pipeline import Pipeline
-from gemmtune.search.prior import PriorModels, search_prior
+from gemmtune.search.prior import PriorModels, search_prior, sources
 from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.proposals import Proposals
@@ -107,6 +107,7 @@ class Lane:
         strategy = make_strategy(req.sampler, req.seed)
         prior = search_prior(store, dev, name) if req.seeds or strategy.wants_prior else None
         prepare(strategy, req, prec, dev, store, prior, priors)
+        self.learned_from = None if prior is None else sources(prior, dev)
         self.proposals = Proposals(space, strategy.ordinal)
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)
         store.save_device(dev)
@@ -240,4 +241,5 @@ class Lane:
         busy = self.pipeline.timing_s / (elapsed * len(runners)) if elapsed else None
         return summarize(self.store, self.name, [r.device for r in runners], self.prec,
                          (self.req.m, self.req.n, self.req.k), self.done, self.failures, elapsed,
-                         self.baseline_key, len(self.valid), self.stopped_by or "trials", busy, self.space, idle)
+                         self.baseline_key, len(self.valid), self.stopped_by or "trials", busy, self.space, idle,
+                         self.learned_from)

@@ -33,6 +33,15 @@ def search_prior(store: Store, dev: DeviceInfo, study: str) -> pd.DataFrame:
     return pd.concat([mine, shipped], ignore_index=True) if len(shipped) else mine
 
 
+def sources(prior: pd.DataFrame, dev: DeviceInfo) -> dict:
+    """What a search's prior holds, for its summary: rows of the database, rows shipped, and the
+    device those were recorded on: ``dev``'s own model, or one of its kind (``borrowed``)."""
+    shipped = prior.study.astype(str).str.startswith(shipped_prior.PREFIX)
+    source = shipped_prior.source(dev) if shipped.any() else None
+    return {"database_rows": int((~shipped).sum()), "shipped_rows": int(shipped.sum()), "shipped_for": source,
+            "borrowed": source is not None and source != dev.name, "enough": len(prior) >= learned.MIN_ROWS}
+
+
 class PriorModels:
     """``early``: fit the devices' models on a thread now (a search with seeds); else each is
     fitted when a lane asks for it."""

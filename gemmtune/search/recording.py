@@ -71,7 +71,7 @@ def is_recorded(store: Store, study: str, number: int) -> bool:
 
 
 def summarize(store, name, devices, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by,
-              device_busy=None, space=None, device_idle=None) -> Summary:
+              device_busy=None, space=None, device_idle=None, learned_from=None) -> Summary:
     rows = screen(store.frame(study=name), space).rows
     ok = rows[rows.status == "ok"].sort_values("gflops", ascending=False)
     best = ok.iloc[0].to_dict() if len(ok) else None
@@ -82,4 +82,4 @@ def summarize(store, name, devices, prec, shape, done, failures, elapsed, baseli
         if len(rows) else rows
     baseline = base_rows.iloc[0].to_dict() if len(base_rows) else None
     return Summary(name, devices[0], prec.code, shape, done, failures, elapsed, best, baseline, tie, space_size,
-                   stopped_by, store.shown, device_busy, devices, device_idle)
+                   stopped_by, store.shown, device_busy, devices, device_idle, learned_from)

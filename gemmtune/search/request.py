@@ -82,6 +82,8 @@ class Summary:
     # share of the wall time the timing workers had nothing to measure, by what they waited for:
     # "proposal" (the pipeline had room for another candidate) or "build" (the builds in progress)
     device_idle: dict[str, float] | None = None
+    # what the cost model learned from (``search.prior.sources``); None where the strategy learns nothing
+    learned_from: dict | None = None
 
     @property
     def speedup(self) -> float | None:
