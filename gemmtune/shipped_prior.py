@@ -8,8 +8,9 @@ json`` described it. A search adds them to the rows its learned model is fitted 
 (``gemmtune.search.prior.search_prior``) on a device of that name, whatever driver it runs, and
 on a device the package ships none for, those of a device of the same kind (``KIND``: an H100
 learns from the H200's). ``gemmtune replay`` never adds a device's own, so that no landscape is
-judged by a model that learned from it; borrowed ones it adds at other problems than its own. Their study names begin with ``PREFIX`` and their ids are negative: they can never be
-mistaken for a database's rows. Pure pandas; no OpenCL.
+judged by a model that learned from it; borrowed ones it adds at other problems than its own.
+Their study names begin with ``PREFIX`` and their ids are negative: they can never be mistaken
+for a database's rows. Pure pandas; no OpenCL.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def borrowed(dev: DeviceInfo) -> pd.DataFrame:
 def rows_for(dev: DeviceInfo | None) -> pd.DataFrame:
     """The shipped rows of ``dev``'s model (``source``) as rows of ``dev`` (its key and name), as
     ``Store.frame`` reads a database's; empty where none are shipped (or for None)."""
-    rows = None if dev is None else _read(source(dev) or dev.name)
+    name = None if dev is None else source(dev)
+    rows = None if name is None else _read(name)
     if rows is None:
         return pd.DataFrame(columns=["id", "device", "device_name", *COLUMNS])
     return rows.assign(study=PREFIX + rows.study, device=dev.key, device_name=dev.name,
