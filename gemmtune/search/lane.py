@@ -131,8 +131,7 @@ class Lane:
         if self.ahead:
             self.proposer = AheadProposer(proposer)
             self.learn = self.proposer.learn
-        self.done, self.failures = 0, Counter()
-        self.stopped_by: str | None = None
+        self.done, self.failures, self.stopped_by = 0, Counter(), None   # stopped_by: why it stopped, once it has
         self.start, self.progress = time.monotonic(), None
         self.pipeline = Pipeline(runners, compilers, space, prec, Problem(m, n, k, req.trans_a, req.trans_b), req.policy,
                                  self.threshold_ms, self.finish)
@@ -237,9 +236,8 @@ class Lane:
         self.refresh()
 
     def summary(self, elapsed: float, idle: dict[str, float] | None = None) -> Summary:
-        runners = self.pipeline.runners
+        runners, req = self.pipeline.runners, self.req
         busy = self.pipeline.timing_s / (elapsed * len(runners)) if elapsed else None
-        return summarize(self.store, self.name, [r.device for r in runners], self.prec,
-                         (self.req.m, self.req.n, self.req.k), self.done, self.failures, elapsed,
-                         self.baseline_key, len(self.valid), self.stopped_by or "trials", busy, self.space, idle,
-                         self.learned_from)
+        return summarize(self.store, self.name, [r.device for r in runners], self.prec, (req.m, req.n, req.k), self.done,
+                         self.failures, elapsed, self.baseline_key, len(self.valid), self.stopped_by or "trials", busy,
+                         self.space, idle, self.learned_from)
