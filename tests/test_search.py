@@ -457,6 +457,16 @@ def test_the_summary_says_what_the_cost_model_learned_from(tmp_path, tiny_space)
     plain = json.loads(search("--size", "64", "--trials", "1", "--space", str(tiny_space), "--sampler", "tpe",
                               "--no-seed", "--format", "json", db=db).stdout)
     assert plain["learned_from"] is None
+    grid = search("--size", "72", "--sampler", "grid", "--space", str(tiny_space), db=db).stdout   # seeds or not
+    assert "model " not in grid and "best " in grid
+
+
+def test_only_a_strategy_that_learns_or_takes_model_seeds_fits_the_cost_model():
+    from gemmtune.strategies import STRATEGIES
+
+    assert STRATEGIES["learned"].fits_model(10) and STRATEGIES["learned"].fits_model(0)
+    assert STRATEGIES["tpe"].fits_model(10) and not STRATEGIES["tpe"].fits_model(0)
+    assert not STRATEGIES["grid"].fits_model(10)   # it measures everything: no seeds, nothing learned
 
 
 def test_the_summary_names_the_device_whose_shipped_rows_a_search_borrows(capsys):

@@ -199,9 +199,11 @@ def test_a_search_on_a_device_of_that_kind_learns_from_the_borrowed_rows_and_a_r
         store.close()
     shipped = shipped_prior.rows_for(dev)
     assert len(prior) == len(SYNTHETIC) + len(shipped) and (prior.device == dev.key).all()
-    assert sources(prior, dev) == {"database_rows": len(SYNTHETIC), "shipped_rows": len(shipped),
-                                   "shipped_for": H200, "borrowed": True, "enough": True}   # the summary's
-    assert sources(own, h200())["borrowed"] is False and sources(own, h200())["shipped_for"] == H200
+    a_model = learned.CostModel(0)   # what the summary asks of it: that there is one
+    assert sources(prior, dev, a_model) == {"database_rows": len(SYNTHETIC), "shipped_rows": len(shipped),
+                                            "shipped_for": H200, "borrowed": True, "enough": True}   # the summary's
+    assert sources(own, h200(), a_model)["borrowed"] is False and sources(own, h200(), a_model)["shipped_for"] == H200
+    assert sources(prior, dev, None)["enough"] is False
     land = rp.load_landscape(url, "mine")
     judged = rp.other_studies(land, dev)
     at_1024 = (shipped.precision == "s") & (shipped.m == 1024) & (shipped.n == 1024) & (shipped.k == 1024)

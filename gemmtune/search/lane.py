@@ -105,9 +105,8 @@ class Lane:
         self.flops = prec.flops(m, n, k)
         self.name = name = req.study or default_study_name(dev, prec, m, n, k, req.trans_a, req.trans_b)
         strategy = make_strategy(req.sampler, req.seed)
-        prior = search_prior(store, dev, name) if req.seeds or strategy.wants_prior else None
+        prior = search_prior(store, dev, name) if strategy.fits_model(req.seeds) else None
         prepare(strategy, req, prec, dev, store, prior, priors)
-        self.learned_from = None if prior is None else sources(prior, dev)
         self.proposals = Proposals(space, strategy.ordinal)
         self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)
         store.save_device(dev)
@@ -122,6 +121,7 @@ class Lane:
             is_valid=lambda c: space.allows(c) and proposer.why_invalid(c) is None, copy=self.session.copy)
         self.baseline_key, first = first_candidates(req, prec, dev, valid, store, proposer, strategy, rng, prior,
                                                     priors)
+        self.learned_from = None if prior is None else sources(prior, dev, priors.model(prior, dev, None))
         proposer.pending += first
         self.budget = req.trials
         if strategy.exhaustive:

@@ -89,8 +89,8 @@ class Workers:
     def _open(self) -> None:
         # The cost model of the seeds and the learned strategy, fitted while the workers start
         # (seconds each, on a GPU).
-        learns = STRATEGIES[self.req.sampler].wants_prior
-        self.priors = PriorModels(database_url(self.req.db), self.infos, early=bool(self.req.seeds) or learns)
+        early = STRATEGIES[self.req.sampler].fits_model(self.req.seeds)
+        self.priors = PriorModels(database_url(self.req.db), self.infos, early=early)
         # Several timing workers share the host: each gets cores of its own, and the compilers
         # the rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times
         # as long per trial on the host (read-back, comparison, even waiting for the device) as

@@ -33,13 +33,15 @@ def search_prior(store: Store, dev: DeviceInfo, study: str) -> pd.DataFrame:
     return pd.concat([mine, shipped], ignore_index=True) if len(shipped) else mine
 
 
-def sources(prior: pd.DataFrame, dev: DeviceInfo) -> dict:
-    """What a search's prior holds, for its summary: rows of the database, rows shipped, and the
-    device those were recorded on: ``dev``'s own model, or one of its kind (``borrowed``)."""
+def sources(prior: pd.DataFrame, dev: DeviceInfo, fitted: learned.CostModel | None) -> dict:
+    """What a search's prior holds, for its summary: rows of the database, rows shipped, the
+    device those were recorded on (``dev``'s own model, or one of its kind: ``borrowed``), and
+    whether they were ``enough`` for a model (``fitted``: the one they taught, or None; asked of
+    ``PriorModels.model`` after the seeds or the strategy got it, it answers from its cache)."""
     shipped = prior.study.astype(str).str.startswith(shipped_prior.PREFIX)
     source = shipped_prior.source(dev) if shipped.any() else None
     return {"database_rows": int((~shipped).sum()), "shipped_rows": int(shipped.sum()), "shipped_for": source,
-            "borrowed": source is not None and source != dev.name, "enough": len(prior) >= learned.MIN_ROWS}
+            "borrowed": source is not None and source != dev.name, "enough": fitted is not None}
 
 
 class PriorModels:

@@ -59,6 +59,12 @@ class Strategy:
     wants_prior = False   # reads the device's earlier results rows (``prepare``)
     ordinal = False
 
+    @classmethod
+    def fits_model(cls, seeds: int) -> bool:
+        """Whether a search with this strategy and ``seeds`` model seeds (``--no-seed``: 0) needs
+        the cost model of the device's other studies: to learn from, or to pick its seeds."""
+        return cls.wants_prior or bool(seeds and cls.allows_model_seeds)
+
     def __init__(self, seed: int | None = None):
         self.seed = seed
 
