@@ -374,7 +374,7 @@ def test_model_bench_shows_a_dash_where_no_other_problem_taught_a_model():
     assert text.endswith("At least 0.7: 1 of 2 left out, 1 of 2 within.")
 
 
-@pytest.mark.parametrize("args", [["--folds", "1"], ["--forest-seed", "-2"]])
+@pytest.mark.parametrize("args", [["--folds", "1"], ["--forest-seed", "-2"], ["--device", "nvidia-h300"]])
 def test_model_bench_answers_bad_input_with_one_error_line(tmp_path, args):
     db = tmp_path / "new.db"
     done = subprocess.run([sys.executable, "tools/model_bench.py", "--db", str(db), *args], cwd=REPO,

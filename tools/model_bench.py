@@ -7,8 +7,8 @@ other landscapes teach something that does not hold there.
     python tools/model_bench.py --db land25.db [--folds 5] [--forest-seed 0] [--device nvidia-h200]
 
 ``--db``: a landscapes' database as tools/replay_bench.py writes it (written first where it
-does not exist, of ``--device``'s landscapes). Prints a Markdown table, a row per landscape, and the count of each column at
-0.7 or more.
+does not exist, of ``--device``'s landscapes). Prints a Markdown table, a row per landscape,
+and the count of each column at 0.7 or more.
 """
 
 from __future__ import annotations
