@@ -20,7 +20,8 @@ from collections import deque
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
 from gemmtune.jobs import Built, BuildJob, Job, Outcome, StopAbove  # noqa: F401 - the search imports them from here
-from gemmtune.worker import _compiler_main, _worker_main
+from gemmtune.compiler import compiler_main
+from gemmtune.worker import worker_main
 
 STARTUP_TIMEOUT = 120.0   # seconds for a worker to import pyopencl and open its context
 
@@ -145,7 +146,7 @@ class Runner:
 
         self.spec = device_spec(device)
         self.trial_timeout = trial_timeout
-        self.worker = Worker(_worker_main, self.spec, quiet, cores)
+        self.worker = Worker(worker_main, self.spec, quiet, cores)
         self.waiting: deque = deque()   # (job, tag) sent behind the one in flight
         self.device: DeviceInfo | None = None
         self.worker.launch()
@@ -229,7 +230,7 @@ class Compilers:
     def __init__(self, device: str, count: int, timeout: float, quiet: bool = True,
                  cores: tuple[int, ...] | None = None):
         self.timeout = timeout
-        self.workers = [Worker(_compiler_main, device, quiet, cores) for _ in range(count)]
+        self.workers = [Worker(compiler_main, device, quiet, cores) for _ in range(count)]
         for w in self.workers:
             w.launch()
         try:

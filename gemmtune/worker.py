@@ -1,5 +1,6 @@
-"""The worker processes' side (OpenCL): a timing worker builds or loads, verifies and times one
-job at a time; a compiler builds programs and returns their binaries. Started and watched by
+"""The timing worker's side (OpenCL): it builds or loads, verifies and times one job at a time,
+and what every worker process does to start (``open_worker``) and to read its jobs
+(``incoming_jobs``); the compilers are ``gemmtune.compiler``. Started and watched by
 gemmtune.runner, which is why a crash or a hang here costs one trial, never the search.
 """
 
@@ -15,7 +16,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.jobs import Built, BuildJob, Job, Outcome, StopAbove
+from gemmtune.jobs import Job, Outcome, StopAbove
 from gemmtune.timing import MIN_SAMPLES, Timing, enough, median_ci
 
 DETAIL_LIMIT = 8000       # characters of build log or error text kept per trial
@@ -190,7 +191,7 @@ def _pin(cores) -> None:
             pass
 
 
-def _open(conn, device, parent: int, quiet: bool, cores, check_builds: bool = False):
+def open_worker(conn, device, parent: int, quiet: bool, cores, check_builds: bool = False):
     """Common start of every worker: cores, signals, watchdog, device; None if it could not start.
     ``check_builds``: a one-line kernel is built first (the timing worker's: it starts before the
     compilers, so they need not)."""
@@ -247,7 +248,7 @@ def cannot_build(index: int, name: str, log: str) -> str:
     return text
 
 
-def _jobs(conn):
+def incoming_jobs(conn):
     """The jobs, in order. A thread takes each off the pipe as it comes, so that the parent can
     queue the next job while this one runs without blocking on a full pipe (a job carries a
     program binary, larger than a pipe's buffer)."""
@@ -271,16 +272,16 @@ def _jobs(conn):
         yield job
 
 
-def _worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
+def worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
     """The timing worker: builds (or loads a binary), verifies and times one job at a time."""
-    opened = _open(conn, device, parent, quiet, cores, check_builds=True)
+    opened = open_worker(conn, device, parent, quiet, cores, check_builds=True)
     if opened is None:
         return
     cl, ctx = opened
     queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     problems: dict = {}
     free = time.perf_counter()   # since when it had nothing to do: what the search made it wait
-    for job in _jobs(conn):
+    for job in incoming_jobs(conn):
         t0 = time.perf_counter()
         try:
             outcome = _trial(cl, queue, problems, job)
@@ -293,107 +294,3 @@ def _worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None)
                           done - t0, outcome.detail, idle_s=t0 - free)
         free = done
         conn.send(outcome)
-
-
-def _compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
-    """A compiler: builds one program at a time in a context of its own and hands the timing
-    worker what spares it the work: the binary, or the driver's cache.
-
-    * NVIDIA loads a program from its binary (PTX) and turns it into machine code on the first
-      load, in a fraction of the front end's time, keeping that in its on-disk cache
-      (~/.nv/ComputeCache): the compiler loads its binary once, and the timing worker's load of
-      it is a cache hit.
-    * PoCL (``keeps_source_builds``) makes each kernel's machine code for the work-group size
-      of its first launch, then: 0.25-0.3 s of the timing worker's time per candidate on a
-      2-core machine, and asked for a binary it first makes a version for any size, which no
-      launch uses (0.25-0.35 s more). So there the compiler returns no binary and launches each
-      of the problem's kernels over one work-group instead; the timing worker's build from
-      source then finds the program and its kernels in PoCL's cache.
-    * Other drivers: the binary alone.
-
-    Where the binary carries the build, so do the programs the plan builds apart from the
-    candidate (operand preparation, stream-K's fix-up: ``Launch.defines``), each built and loaded
-    once per compiler, so that the timing worker never compiles one (``_apart_defines``).
-    """
-    import hashlib
-
-    opened = _open(conn, device, parent, quiet, cores)
-    if opened is None:
-        return
-    cl, ctx = opened
-    from gemmtune.device import keeps_source_builds
-    from gemmtune.kernels import BuildError, build, defines, load_binary, program_binary
-    from gemmtune.precision import get_precision
-
-    preload = not ctx.devices[0].type & cl.device_type.CPU
-    cached = keeps_source_builds(ctx.devices[0])
-    queue = cl.CommandQueue(ctx) if cached else None
-    apart: dict[tuple, bytes] = {}   # the programs built apart, by defines: built and loaded once
-    for job in _jobs(conn):
-        t0 = time.perf_counter()
-        helpers = ()
-        try:
-            prec = get_precision(job.precision)
-            defs = defines(job.config, prec, job.problem)
-            program = build(ctx, job.source, defs)
-            if cached:
-                _launch_once(cl, queue, job, prec)
-                binary, digest = None, hashlib.sha256(repr((job.source, sorted(defs.items()))).encode()).hexdigest()
-            else:
-                binary = program_binary(program)
-                digest = hashlib.sha256(binary).hexdigest()
-                wanted = _apart_defines(ctx, job, prec)
-                new = {d: program_binary(build(ctx, job.source, dict(d))) for d in wanted if d not in apart}
-                apart.update(new)
-                helpers = tuple((d, apart[d]) for d in wanted)
-                if preload:   # the product's binary, and each program built apart the first time
-                    for code, code_defs in ((binary, defs), *((b, dict(d)) for d, b in new.items())):
-                        try:
-                            load_binary(ctx, code, code_defs)
-                        except cl.Error:  # the timing worker will find out for itself, and say why
-                            pass
-            result = Built("ok", binary, digest, time.perf_counter() - t0, helpers=helpers)
-        except BuildError as e:
-            result = Built("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
-        except Exception:  # noqa: BLE001 - the compiler itself broke: one candidate's loss
-            result = Built("crash", compile_s=time.perf_counter() - t0, detail=traceback.format_exc()[-DETAIL_LIMIT:])
-        conn.send(result)
-
-
-def _apart_defines(ctx, job: BuildJob, prec) -> tuple[tuple, ...]:
-    """The defines of each program of ``job``'s plan built apart from the candidate
-    (``Launch.defines``: operand preparation, stream-K's fix-up), in launch order. Their binaries
-    go with the candidate, so that the timing worker loads them instead of compiling them. Empty
-    where the problem is not known."""
-    from gemmtune.families import FAMILIES
-
-    if job.problem is None:
-        return ()
-    plan = FAMILIES[job.config.kernel].plan(job.config.params, prec, job.problem, ctx.devices[0],
-                                            ctx.devices[0].max_compute_units)
-    return tuple(dict.fromkeys(launch.defines for launch in plan.launches if launch.defines is not None))
-
-
-def _launch_once(cl, queue, job: BuildJob, prec) -> None:
-    """Each kernel of ``job``'s problem launched over one work-group of its own size, on buffers of
-    the problem's sizes (group 0 of the real launch reads and writes only what that launch's
-    group 0 does), so that the driver makes its machine code for that size now. A launch the
-    driver refuses is left for the timing worker to find and report."""
-    from gemmtune.kernels import GemmOperation
-
-    p = job.problem
-    if p is None:   # the problem is not known: the timing worker makes the code for its launch
-        return
-    op = GemmOperation(queue, job.config, job.source, prec, p.m, p.n, p.k, p.trans_a, p.trans_b, problem=p)
-    mf = cl.mem_flags
-    a, b, c = (cl.Buffer(queue.context, mf.READ_WRITE, max(1, size * prec.bytes))
-               for size in (p.m * p.k, p.k * p.n, p.m * p.n))
-    op.bind(a, b, c, 1.0, 0.0)
-    for kernel, launch, _ in op.launches:
-        if launch.local_size is not None:
-            try:
-                cl.enqueue_nd_range_kernel(queue, kernel, launch.local_size, launch.local_size)
-            except cl.Error:
-                pass
-    queue.finish()
-

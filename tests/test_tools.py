@@ -142,6 +142,23 @@ def test_trial_cost_answers_bad_input_with_one_error_line_and_writes_nothing(tmp
     assert not db.exists()
 
 
+def test_build_cost_builds_one_at_a_time_then_side_by_side():
+    out = run("tools/build_cost.py", "--size", "128", "--configs", "3", "--at-once", "2")
+    rows = re.findall(r"^\| (\d+) \| (\d+) \| ([\d.]+) \| (–|[\d.]+) \| ([\d.]+) \|$", out, re.M)
+    assert out.splitlines()[0].endswith(", s 128^3, 7 configurations drawn"), out
+    assert [(int(p), int(b)) for p, b, *_ in rows] == [(1, 3), (2, 4)], out
+    assert all(float(build) > 0 and float(rate) > 0 for _, _, build, _, rate in rows)
+    # PoCL keeps its builds for every process: there is no binary to load after them.
+    assert [load for *_, load, _ in rows] == ["–", "–"]
+
+
+@pytest.mark.parametrize("args", [["--at-once", "0"], ["--configs", "-1"], ["--size", "0"]])
+def test_build_cost_answers_bad_input_with_one_error_line(args):
+    done = subprocess.run([sys.executable, "tools/build_cost.py", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and done.stderr.startswith("Error: ") and len(done.stderr.splitlines()) == 1
+
+
 def test_pipeline_bench_runs_the_search_over_stand_in_workers_of_the_described_device(tmp_path):
     db = tmp_path / "pipe.db"
     out = run("tools/pipeline_bench.py", "-p", "d", "--size", "512", "--timeout", "4", "--device-ms", "20",

@@ -53,7 +53,7 @@ def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
     from gemmtune.precision import get_precision
     from gemmtune.space import config_key
     from gemmtune.timing import Timing
-    from gemmtune.worker import _jobs as jobs   # the real workers' reader: the next job waits in the process
+    from gemmtune.worker import incoming_jobs as jobs   # the real workers' reader: the next job waits in the process
 
     settings = _settings()
     dev = _ready(conn)
@@ -74,7 +74,7 @@ def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
 def stand_in_compiler(conn, device, parent, quiet, cores=None) -> None:
     """A compiler: every build ``ok`` after ``build_ms`` (a binary of ``binary_kb``), a digest of its own."""
     from gemmtune.jobs import Built
-    from gemmtune.worker import _jobs as jobs
+    from gemmtune.worker import incoming_jobs as jobs
 
     settings = _settings()
     build_s = settings["build_ms"] / 1e3
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import pipeline_bench
 
-    runner._worker_main, runner._compiler_main = pipeline_bench.stand_in_worker, pipeline_bench.stand_in_compiler
+    runner.worker_main, runner.compiler_main = pipeline_bench.stand_in_worker, pipeline_bench.stand_in_compiler
     device.resolve_device = lambda spec: dev
     with tempfile.TemporaryDirectory() as scratch:
         db = args.db or f"sqlite:///{Path(scratch) / 'pipeline.db'}"
