@@ -111,4 +111,3 @@ def _launch_once(cl, queue, job: BuildJob, prec) -> None:
             except cl.Error:
                 pass
     queue.finish()
-
