@@ -152,7 +152,8 @@ def test_build_cost_builds_one_at_a_time_then_side_by_side():
     assert [load for *_, load, _ in rows] == ["–", "–"]
 
 
-@pytest.mark.parametrize("args", [["--at-once", "0"], ["--configs", "-1"], ["--size", "0"]])
+@pytest.mark.parametrize("args", [["--at-once", "0"], ["--configs", "-1"], ["--size", "0"], ["-p", "q"],
+                                  ["--device", "99"]])
 def test_build_cost_answers_bad_input_with_one_error_line(args):
     done = subprocess.run([sys.executable, "tools/build_cost.py", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300)

@@ -75,7 +75,7 @@ def arrangement(device: str, jobs: list, processes: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="0", help="device index or name (default 0)")
-    ap.add_argument("-p", "--precision", default="s", choices=list("sdcz"))
+    ap.add_argument("-p", "--precision", default="s", help="s, d, c or z (default s)")
     ap.add_argument("--size", type=int, default=1024, help="m = n = k (default 1024)")
     ap.add_argument("--configs", type=int, default=16, help="configurations built one at a time (default 16)")
     ap.add_argument("--at-once", type=int, default=15, help="processes side by side (default 15)")
