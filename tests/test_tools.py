@@ -145,15 +145,54 @@ def test_trial_cost_answers_bad_input_with_one_error_line_and_writes_nothing(tmp
 def test_build_cost_builds_one_at_a_time_then_side_by_side():
     out = run("tools/build_cost.py", "--size", "128", "--configs", "3", "--at-once", "2")
     rows = re.findall(r"^\| (\d+) \| (\d+) \| ([\d.]+) \| (–|[\d.]+) \| ([\d.]+) \|$", out, re.M)
-    assert out.splitlines()[0].endswith(", s 128^3, 7 configurations drawn"), out
+    assert out.splitlines()[0].endswith(", s 128^3, 7 configurations drawn, 1 to a program"), out
     assert [(int(p), int(b)) for p, b, *_ in rows] == [(1, 3), (2, 4)], out
     assert all(float(build) > 0 and float(rate) > 0 for _, _, build, _, rate in rows)
     # PoCL keeps its builds for every process: there is no binary to load after them.
     assert [load for *_, load, _ in rows] == ["–", "–"]
 
 
+def test_build_cost_counts_candidates_built_several_to_a_program():
+    out = run("tools/build_cost.py", "--size", "128", "--configs", "2", "--at-once", "1", "--together", "2")
+    rows = re.findall(r"^\| (\d+) \| (\d+) \| ([\d.]+) \| (–|[\d.]+) \| ([\d.]+) \|$", out, re.M)
+    assert out.splitlines()[0].endswith(", s 128^3, 6 configurations drawn, 2 to a program"), out
+    assert [(int(p), int(c)) for p, c, *_ in rows] == [(1, 2), (1, 4)], out
+    assert all(float(build) > 0 and float(rate) > 0 for _, _, build, _, rate in rows)
+
+
+def test_build_cost_together_builds_each_candidate_with_its_own_parameters():
+    """Two xgemm_rt candidates in one program: each kernel is there under its own name, built for
+    its own work-group (reqd_work_group_size(MDIMC, NDIMC, 1)). A copy that kept the macros of
+    the one before would be built for the first one's work-group; one whose names were not
+    renamed would not build."""
+    import random
+
+    import pyopencl as cl
+
+    from gemmtune.device import open_device
+    from gemmtune.kernels import build, defines
+    from gemmtune.launch import Problem
+    from gemmtune.precision import get_precision
+    from gemmtune.space import load_space
+    from gemmtune.valid import sample_valid
+
+    build_cost = _tool("build_cost")
+    info, dev = open_device("0")
+    prec, space = get_precision("s"), load_space(None, dev)
+    drawn = [c for c in sample_valid(space, info, prec, 200, random.Random(3)) if c.kernel == "xgemm_rt"]
+    group = lambda c: (c.params["MDIMC"], c.params["NDIMC"], 1)  # noqa: E731
+    pair = [drawn[0], next(c for c in drawn if group(c) != group(drawn[0]))]
+    parts = [(space.family(c.kernel).source, defines(c, prec, Problem(128, 128, 128))) for c in pair]
+    source, suffixes = build_cost.together(parts, build_cost.shared_defines(dev))
+    program = build(cl.Context([dev]), source, {})
+    assert set(program.get_info(cl.program_info.KERNEL_NAMES).split(";")) >= {"xgemm__0", "xgemm__1"}
+    for config, suffix in zip(pair, suffixes):
+        kernel = cl.Kernel(program, "xgemm" + suffix)
+        assert tuple(kernel.get_work_group_info(cl.kernel_work_group_info.COMPILE_WORK_GROUP_SIZE, dev)) == group(config)
+
+
 @pytest.mark.parametrize("args", [["--at-once", "0"], ["--configs", "-1"], ["--size", "0"], ["-p", "q"],
-                                  ["--device", "99"]])
+                                  ["--device", "99"], ["--together", "0"]])
 def test_build_cost_answers_bad_input_with_one_error_line(args):
     done = subprocess.run([sys.executable, "tools/build_cost.py", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
