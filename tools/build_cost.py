@@ -10,10 +10,10 @@ cheaper.
 
     python tools/build_cost.py [--device 0] [-p s] [--size 1024] [--configs 16] [--at-once 15] [--together 1] [--seed 0]
 
-Prints, per arrangement, the candidates built, the median seconds of a build and of the load
-after it (each program's, shared by its K candidates: the build's per candidate), and the
-candidates per second of the processes together, each at the pace of its own wall time (its start
-left out). Each arrangement builds configurations of its own, with the drivers' caches in an
+Prints, per arrangement, the candidates built; the median seconds of a build per candidate (a
+program's build over the K candidates it holds); the median seconds of a program's load after
+its build; and the candidates per second of the processes together, each at the pace of its own
+wall time (its start left out). Each arrangement builds configurations of its own, with the drivers' caches in an
 empty folder, so that no cache serves a build.
 """
 
