@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_replay import SYNTHETIC, gpu, k5, landscape, recorded_as  # noqa: E402
 
-from gemmtune import learned, model, replay as rp  # noqa: E402
+from gemmtune import evolve, learned, model, replay as rp  # noqa: E402
 from gemmtune.defaults import distance  # noqa: E402
 from gemmtune.model import spearman  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
@@ -301,6 +301,7 @@ class _Drawn:
 
     def __init__(self, configs):
         self.rng, self.free, self.configs, self.measured, self.draws = random.Random(0), 0, configs, set(), 0
+        self.parents = []   # what each ranking bred from
 
     def sample_unmeasured(self, count):
         self.draws += 1
@@ -310,10 +311,18 @@ class _Drawn:
     def first_unmeasured(self, order):
         return next((c for c in order if c not in self.measured), None)
 
+    def unmeasured_children(self, parents, each):
+        """Every unmeasured configuration one parameter from a parent, up to ``each`` a parent."""
+        self.parents.append(list(parents))
+        near = lambda a, b: sum(a.params[k] != b.params[k] for k in a.params) == 1   # noqa: E731
+        self.kids = [c for p in parents for c in [c for c in self.configs if c not in self.measured and near(c, p)][:each]]
+        return self.kids
+
 
 def test_the_learned_strategy_proposes_a_rankings_best_in_turn_then_ranks_again(two_studies, monkeypatch):
     """One ranking (a draw, its features, a prediction) serves BATCH proposals, best first by
-    predicted speed plus spread; one measured meanwhile is skipped; then the next ranking."""
+    predicted speed plus spread; one measured meanwhile is skipped; then the next ranking, whose
+    pool holds the last one's best and their children (``gemmtune.evolve``)."""
     from gemmtune.strategies import learned as strategy_module
 
     monkeypatch.setattr(strategy_module, "EXPLORE", 0.0)
@@ -334,8 +343,21 @@ def test_the_learned_strategy_proposes_a_rankings_best_in_turn_then_ranks_again(
     drawn.measured.add(skipped)
     rest = [strategy.propose(drawn) for _ in range(strategy_module.BATCH - 4)]
     assert skipped not in rest and drawn.draws == 1 and len(set(first + rest)) == strategy_module.BATCH - 1
-    strategy.propose(drawn)
-    assert drawn.draws == 2
+    elite = strategy._elite
+    assert drawn.parents == [[]] and len(elite) == min(evolve.PARENTS, strategy_module.POOL)
+    assert elite[:len(first)] == first and skipped in elite[:strategy_module.BATCH]
+    drawn.measured |= set(first + rest)   # what a search proposed is measured, or in flight
+    scored = []
+    rows = strategy._rows
+    monkeypatch.setattr(strategy, "_rows", lambda configs: scored.append(list(configs)) or rows(configs))
+    ranked = [strategy.propose(drawn) for _ in range(strategy_module.BATCH)]
+    assert drawn.draws == 2 and drawn.parents[1] == elite
+    # The new ranking scored its draw, the last one's best that are left, and their children.
+    left = [c for c in elite if c not in drawn.measured]
+    assert left and drawn.kids and set(left) | set(drawn.kids) <= set(scored[0])
+    assert not set(scored[0]) & drawn.measured and not set(ranked) & drawn.measured
+    mean, spread = fitted.predict(learned.features(scored[0], problem))
+    assert ranked[0] == scored[0][int(np.argmax(mean + strategy_module.KAPPA * spread))]
 
 
 def test_a_learned_search_learns_from_the_devices_other_studies(tmp_path):

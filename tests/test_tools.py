@@ -438,3 +438,25 @@ def test_model_bench_answers_bad_input_with_one_error_line(tmp_path, args):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == "" and not db.exists()
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_breed_bench_breeds_past_each_samples_best(tmp_path):
+    """With a model fitted to two landscapes, breeding from each sample ends at least as high as
+    the sample's best, and higher somewhere: a sample of thousands misses the model's best."""
+    db = tmp_path / "two.db"
+    _tool("replay_bench").build(db, {"grid-d3", "grid-z3"})
+    out = run("tools/breed_bench.py", "--db", str(db), "-p", "d", "--shape", "1536,2304,1280", "--samples", "2")
+    rows = re.findall(r"^\| (\d) \| (-?[\d.]+) \| (-?[\d.]+) \| (\d+) \| ([\d.]+), ([\d.]+) \| (\S+) .*\|$", out, re.M)
+    assert [r[0] for r in rows] == ["0", "1"], out
+    assert all(float(r[2]) >= float(r[1]) and int(r[3]) > 0 and r[6] == "xgemm_rt" for r in rows), out
+    assert any(float(r[2]) > float(r[1]) for r in rows), out
+
+
+@pytest.mark.parametrize("args", [["--samples", "0"], ["--shape", "64,64"], ["--shape", "0,64,64"], ["-p", "q"],
+                                  ["--device", "nvidia-h300"]])
+def test_breed_bench_answers_bad_input_with_one_error_line(tmp_path, args):
+    db = tmp_path / "new.db"
+    done = subprocess.run([sys.executable, "tools/breed_bench.py", "--db", str(db), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == "" and not db.exists()
+    assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr

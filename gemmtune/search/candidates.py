@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
+from gemmtune.evolve import children
 from gemmtune.space import Config, Space, config_key
 
 
@@ -69,3 +70,9 @@ class Unmeasured:
             if config_key(c.kernel, c.params) not in self.measured and self.is_valid(c):
                 return c
         return None
+
+    def unmeasured_children(self, parents, each: int) -> list[Config]:
+        """Valid, unmeasured configurations, up to ``each`` per parent, each one of ``parents``
+        with a few parameters set to other values of the space (``evolve.children``)."""
+        return children(parents, lambda kernel: self.space.family(kernel).values, self.is_valid, self.rng, each,
+                        known=lambda c: config_key(c.kernel, c.params) in self.measured)

@@ -9,10 +9,12 @@ strategy fits a second, small model to what the prior model got wrong about this
 says what tends to be fast anywhere, the correction what is true at this shape (refitting the
 prior instead costs seconds per trial; the correction, milliseconds).
 
-A ranking draws up to POOL unmeasured configurations and orders them by predicted speed plus
-KAPPA times the spread of the trees (an upper confidence bound: uncertain regions get tried);
-the next BATCH proposals are its best, in that order, and the next ranking uses the model
-refitted since. A ranking of the H200's z space costs 0.07 s on a laptop's core and twice that
+A ranking draws up to POOL unmeasured configurations, adds the previous ranking's
+``evolve.PARENTS`` best and CHILDREN children of each (``gemmtune.evolve``: in a space of
+millions, a draw of a thousand holds the model's best only by luck), and orders them by
+predicted speed plus KAPPA times the spread of the trees (an upper confidence bound: uncertain
+regions get tried); the next BATCH proposals are its best, in that order, and the next ranking
+uses the model refitted since. A ranking of the H200's z space costs 0.07 s on a laptop's core and twice that
 on the H200's host, where a trial at 1024³ takes 50 ms: ranked for every proposal, the timing
 worker there waited for proposals 61-76 % of the time, and 0-5 % in batches (AutoTVM, whose
 model this follows, proposes in batches of 64). A share EXPLORE of the proposals goes to TPE,
@@ -38,6 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from gemmtune import evolve
 from gemmtune.space import config_key
 from gemmtune.strategies.base import ASK, MAX_FREE_PROPOSALS
 from gemmtune.strategies.tpe import Tpe
@@ -46,6 +49,7 @@ POOL = 1000      # configurations scored per ranking
 BATCH = 8        # proposals served from one ranking
 KAPPA = 0.5      # weight of the spread in the score (targets are log GFLOP/s)
 EXPLORE = 0.5    # share of proposals left to TPE
+CHILDREN = 8     # children of each of the last ranking's evolve.PARENTS best, in the next pool
 FEATURE_CACHE = 50_000   # configurations whose features are kept
 _FITTERS: dict[int, ThreadPoolExecutor] = {}
 
@@ -74,6 +78,7 @@ class Learned(Tpe):
         self.stale = True
         self._features: dict = {}
         self._ranked: list = []              # the latest ranking's best not yet proposed, best first
+        self._elite: list = []               # the latest ranking's PARENTS best: they breed the next pool
 
     def prepare(self, problem, prior, fitted=None) -> None:
         from gemmtune.learned import prior_model  # pandas and scikit-learn: here
@@ -136,10 +141,15 @@ class Learned(Tpe):
             return config
         if not self._fit():
             return ASK
+        # Random draws, and the last ranking's best with their children (``gemmtune.evolve``):
+        # where the space is larger than the pool, its best are found by breeding, not by luck.
         pool = candidates.sample_unmeasured(POOL)
+        elite = [c for c in self._elite if candidates.first_unmeasured([c]) is not None]
+        pool = list(dict.fromkeys([*pool, *elite, *candidates.unmeasured_children(self._elite, CHILDREN)]))
         if not pool:
             return ASK
         mean, spread = self.model.predict(self._rows(pool))
-        order = np.argsort(-(mean + KAPPA * spread), kind="stable")[:BATCH]
-        self._ranked = [pool[i] for i in order[1:]]
+        order = np.argsort(-(mean + KAPPA * spread), kind="stable")
+        self._elite = [pool[i] for i in order[:evolve.PARENTS]]
+        self._ranked = [pool[i] for i in order[1:BATCH]]
         return pool[order[0]]
