@@ -433,11 +433,7 @@ def test_model_bench_shows_a_dash_where_no_other_problem_taught_a_model():
 
 @pytest.mark.parametrize("args", [["--folds", "1"], ["--forest-seed", "-2"], ["--device", "nvidia-h300"]])
 def test_model_bench_answers_bad_input_with_one_error_line(tmp_path, args):
-    db = tmp_path / "new.db"
-    done = subprocess.run([sys.executable, "tools/model_bench.py", "--db", str(db), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2 and done.stdout == "" and not db.exists()
-    assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    _fails_with_one_error_line("tools/model_bench.py", tmp_path / "new.db", args)
 
 
 def test_breed_bench_breeds_past_each_samples_best(tmp_path):
@@ -452,11 +448,16 @@ def test_breed_bench_breeds_past_each_samples_best(tmp_path):
     assert any(float(r[2]) > float(r[1]) for r in rows), out
 
 
-@pytest.mark.parametrize("args", [["--samples", "0"], ["--shape", "64,64"], ["--shape", "0,64,64"], ["-p", "q"],
+@pytest.mark.parametrize("args", [["--samples", "0"], ["--shape", "64,64"], ["--shape", "0,64,64"], ["--shape", "8,8,8,d"],
+                                  ["--shape", "8,8,8;9,9,9"], ["-p", "q"],
                                   ["--device", "nvidia-h300"]])
 def test_breed_bench_answers_bad_input_with_one_error_line(tmp_path, args):
-    db = tmp_path / "new.db"
-    done = subprocess.run([sys.executable, "tools/breed_bench.py", "--db", str(db), *args], cwd=REPO,
+    _fails_with_one_error_line("tools/breed_bench.py", tmp_path / "new.db", args)
+
+
+def _fails_with_one_error_line(tool: str, db: Path, args: list[str]) -> None:
+    """``tool --db db args`` exits 2 with one ``Error:`` line, and writes no database."""
+    done = subprocess.run([sys.executable, tool, "--db", str(db), *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == "" and not db.exists()
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr

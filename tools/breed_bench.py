@@ -94,24 +94,19 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=4, help="samples drawn, each with its own seed (default 4)")
     args = ap.parse_args(argv)
     from gemmtune.errors import GemmtuneError
+    from gemmtune.precision import get_precision
+    from gemmtune.shapes import parse_inline
 
     try:
-        shape = tuple(int(x) for x in args.shape.split(","))
-    except ValueError:
-        shape = ()
-    if len(shape) != 3 or min(shape) < 1:
-        print(f"Error: --shape must be three positive integers m,n,k, got {args.shape!r}", file=sys.stderr)
-        return 2
-    if args.samples < 1:
-        print(f"Error: --samples must be at least 1, got {args.samples}", file=sys.stderr)
-        return 2
-    try:
-        from gemmtune.precision import get_precision
-
+        shapes = parse_inline(args.shape)
+        if len(shapes) != 1 or shapes[0].precision is not None:
+            raise GemmtuneError(f"--shape must be one problem m,n,k, got {args.shape!r}")
+        if args.samples < 1:
+            raise GemmtuneError(f"--samples must be at least 1, got {args.samples}")
         get_precision(args.precision)
         if not args.db.exists():
             print(f"writing {args.db}: {replay_bench.build(args.db, device=args.device)} rows", file=sys.stderr, flush=True)
-        found = breed(args.db, args.precision, shape, args.samples)
+        found = breed(args.db, args.precision, (shapes[0].m, shapes[0].n, shapes[0].k), args.samples)
     except GemmtuneError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 2
