@@ -455,6 +455,12 @@ def test_breed_bench_answers_bad_input_with_one_error_line(tmp_path, args):
     _fails_with_one_error_line("tools/breed_bench.py", tmp_path / "new.db", args)
 
 
+def test_breed_bench_names_its_own_option_in_a_shape_error(tmp_path):
+    done = subprocess.run([sys.executable, "tools/breed_bench.py", "--db", str(tmp_path / "new.db"), "--shape", "0,8,8"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.startswith("Error: --shape '0,8,8': m must be"), done.stderr
+
+
 def _fails_with_one_error_line(tool: str, db: Path, args: list[str]) -> None:
     """``tool --db db args`` exits 2 with one ``Error:`` line, and writes no database."""
     done = subprocess.run([sys.executable, tool, "--db", str(db), *args], cwd=REPO,

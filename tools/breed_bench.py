@@ -98,7 +98,10 @@ def main(argv=None) -> int:
     from gemmtune.shapes import parse_inline
 
     try:
-        shapes = parse_inline(args.shape)
+        try:
+            shapes = parse_inline(args.shape)
+        except GemmtuneError as e:   # its words are of --shapes items: say which option this is
+            raise GemmtuneError(f"--shape {args.shape!r}: {str(e).split(': ', 1)[-1]}") from None
         if len(shapes) != 1 or shapes[0].precision is not None:
             raise GemmtuneError(f"--shape must be one problem m,n,k, got {args.shape!r}")
         if args.samples < 1:
