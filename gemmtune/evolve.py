@@ -8,11 +8,12 @@ best of four samples of 5,000 scored -0.09 to -0.14 (log GFLOP/s below the best)
 
 So, as Ansor searches its cost model, the best configurations scored so far breed: each child is
 a parent with one to three parameters set to other values of the space, the valid ones are
-scored, and the best of parents and children breed again. A few rounds from a sample of 5,000
-reached -0.09 to -0.10 from each of those four samples, in 0.3 s on a laptop's core. A
-parameter the model hardly reads can change in a child without costing it anything, so the
-children of one parent are often near-twins to the model; the search's seeds take the model's
-picks each of its own tiling (``learned.seeds``), not near-twins one after another.
+scored, and the best of parents and children breed again. Five generations from each of those
+four samples reached -0.090, that tile, in 0.4-0.7 s on a laptop's core (``tools/breed_bench.py``).
+A parameter the model hardly reads can change in a child at no cost to its score, so the best
+bred are often variants of one tile (the learned model's first three seeds there differ only in
+WARPM and BANDM): they measure what the model cannot tell apart. Seeds kept two parameters apart
+lost in the replays (docs/search.md, "Tried and not kept").
 
 Pure Python; no OpenCL.
 """
