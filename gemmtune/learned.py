@@ -102,6 +102,10 @@ class CostModel:
         each = np.stack([tree.predict(x) for tree in self.forest.estimators_])
         return each.mean(axis=0), each.std(axis=0)
 
+    def score(self, configs: Sequence[Config], problem: Problem) -> np.ndarray:
+        """The mean predicted target of each of ``configs`` at ``problem`` (higher: faster)."""
+        return self.predict(features(configs, problem))[0]
+
 
 class Corrected:
     """A prior model plus trees fitted to its errors on this search's rows; with no prior, the
@@ -209,7 +213,7 @@ def prior_model(rows: pd.DataFrame | None, dev: DeviceInfo, peaks=None, jobs: in
 
 
 def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Sequence[Config] = (),
-          fitted: CostModel | None = None) -> list[Config]:
+          fitted: CostModel | None = None, scores: Mapping[Config, float] | None = None) -> list[Config]:
     """What a search measures first after its baseline and the nearest tuned shapes' bests: the
     analytic model's best tilings (``model.tied_groups``), each as the configuration of its
     tiling nearest a known good one (``model.nearest``) and, with a model ``fitted`` to the
@@ -222,10 +226,13 @@ def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Se
     With a fitted model, its own ``LEARNED_FIRST`` best picks over every tiling come too, one
     before each of the first few: where the other problems taught it the tiling as well (a
     large prior), one of them is often the best, and where they did not, the analytic seeds
-    follow a trial later."""
+    follow a trial later. ``scores``: ``fitted.score`` of each of ``configs`` where the caller
+    has them already (a search scores its sample once, to breed from it)."""
     p = problem
     # One prediction per configuration, read by both uses below (None: nothing learned).
-    predicted = fitted.predict(features(configs, problem))[0] if fitted is not None else None
+    predicted = None
+    if fitted is not None:
+        predicted = np.array([scores[c] for c in configs]) if scores is not None else fitted.score(configs, problem)
     learned_score = dict(zip(configs, predicted)) if predicted is not None else {}
     chosen: list[Config] = []
     for tied in model.tied_groups(configs, p.dev, p.prec, p.m, p.n, p.k, count, p.peaks):

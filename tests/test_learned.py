@@ -188,6 +188,10 @@ def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_mod
     predicted = fitted.predict(learned.features(configs, problem))[0]
     own = [configs[i] for i in np.argsort(-predicted, kind="stable")[:learned.LEARNED_FIRST]]
     assert len(own) == 3 and both[0:6:2] == own
+    # Scores the caller has already (a search's, from breeding) stand for the model's own.
+    assert learned.seeds(configs, problem, 10, near, fitted, dict(zip(configs, predicted))) == both
+    turned = learned.seeds(configs, problem, 10, near, fitted, dict(zip(configs, -predicted)))
+    assert turned[0] == configs[int(np.argmin(predicted))] != both[0]
     assert [c for c in both if c not in own] == [c for c in paired if c not in own]
     best = max(configs, key=land.gflops)
     assert best in both and best not in alone   # the landscape's best, which no seed of the analytic model is

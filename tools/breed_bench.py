@@ -51,7 +51,7 @@ def breed(db: Path, precision: str, shape: tuple[int, int, int], samples: int) -
     problem = learned.Problem(dev, prec, *shape, peaks=land.peaks)
 
     def score(configs):
-        return fitted.predict(learned.features(configs, problem))[0]
+        return fitted.score(configs, problem)
 
     out = []
     for seed in range(samples):
