@@ -114,6 +114,11 @@ def test_a_searchs_seeds_are_bred_where_the_space_is_larger_than_the_sample(tmp_
     unlucky = [seed for seed in range(4) if best not in drawn[seed]]
     assert unlucky   # a sample of 6 of the space's configurations lacks the best
     for seed in unlucky:
-        assert seeds(seed)[0] == best
+        first, parents = seeds(seed)
+        assert first[0] == best
+        # The bred sample's best, best first, go to the strategy: its first ranking breeds on from them.
+        assert parents[0] == best and len(parents) == min(evolve.PARENTS, len(set(parents)))
+        scores = fitted.score(parents, problem)
+        assert list(scores) == sorted(scores, reverse=True)
     monkeypatch.setattr(lane, "evolve", lambda *args: {})   # unbred: the model's pick is the sample's best
-    assert all(seeds(seed)[0] != best for seed in unlucky)
+    assert all(best not in seeds(seed)[0] + seeds(seed)[1] for seed in unlucky)

@@ -323,20 +323,29 @@ class _Drawn:
         return self.kids
 
 
-def test_the_learned_strategy_proposes_a_rankings_best_in_turn_then_ranks_again(two_studies, monkeypatch):
-    """One ranking (a draw, its features, a prediction) serves BATCH proposals, best first by
-    predicted speed plus spread; one measured meanwhile is skipped; then the next ranking, whose
-    pool holds the last one's best and their children (``gemmtune.evolve``)."""
+def _ranking_strategy(two_studies, monkeypatch, pool):
+    """The learned strategy prepared at the study at-256, as a search prepares it, proposing from
+    its model alone (no share to TPE) with rankings of ``pool`` drawn configurations."""
     from gemmtune.strategies import learned as strategy_module
 
     monkeypatch.setattr(strategy_module, "EXPLORE", 0.0)
-    monkeypatch.setattr(strategy_module, "POOL", 12)
+    monkeypatch.setattr(strategy_module, "POOL", pool)
     land = rp.load_landscape(two_studies, "at-256")
     prior, dev = rp.other_studies(land), gpu()
     fitted = learned.prior_model(prior, dev)
     problem = learned.Problem(dev, land.precision, *land.shape)
     strategy = STRATEGIES["learned"](0)
     strategy.prepare(problem, prior, fitted)
+    return strategy, land, fitted, problem
+
+
+def test_the_learned_strategy_proposes_a_rankings_best_in_turn_then_ranks_again(two_studies, monkeypatch):
+    """One ranking (a draw, its features, a prediction) serves BATCH proposals, best first by
+    predicted speed plus spread; one measured meanwhile is skipped; then the next ranking, whose
+    pool holds the last one's best and their children (``gemmtune.evolve``)."""
+    from gemmtune.strategies import learned as strategy_module
+
+    strategy, land, fitted, problem = _ranking_strategy(two_studies, monkeypatch, 12)
     drawn = _Drawn(list(land.configs))
     first = [strategy.propose(drawn) for _ in range(3)]
     assert drawn.draws == 1
@@ -362,6 +371,31 @@ def test_the_learned_strategy_proposes_a_rankings_best_in_turn_then_ranks_again(
     assert not set(scored[0]) & drawn.measured and not set(ranked) & drawn.measured
     mean, spread = fitted.predict(learned.features(scored[0], problem))
     assert ranked[0] == scored[0][int(np.argmax(mean + strategy_module.KAPPA * spread))]
+
+
+def test_the_first_ranking_breeds_from_the_parents_the_seeds_bred(two_studies, monkeypatch):
+    """Handed the seeds' bred best (``breed_from``), the first ranking scores them and their
+    children beside its draw, and the model's best of all of them comes first; without them it
+    breeds from nothing."""
+    from gemmtune.strategies import learned as strategy_module
+
+    for handed in (False, True):
+        strategy, land, fitted, problem = _ranking_strategy(two_studies, monkeypatch, 4)
+        configs = list(land.configs)
+        ranked = [configs[i] for i in np.argsort(-fitted.score(configs, problem), kind="stable")]
+        parents = ranked[:3] if handed else []   # the model's best, as bred seeds would be
+        strategy.breed_from(parents)
+        drawn = _Drawn(configs)
+        drawn.rng = random.Random(1)
+        scored = []
+        rows = strategy._rows
+        monkeypatch.setattr(strategy, "_rows", lambda cs: scored.append(list(cs)) or rows(cs))
+        first = strategy.propose(drawn)
+        assert drawn.parents == [parents]
+        assert set(parents) | set(drawn.kids) <= set(scored[0])
+        mean, spread = fitted.predict(learned.features(scored[0], problem))
+        assert first == scored[0][int(np.argmax(mean + strategy_module.KAPPA * spread))]
+    assert ranked[0] in scored[0] and len(scored[0]) > strategy_module.POOL
 
 
 def test_a_learned_search_learns_from_the_devices_other_studies(tmp_path):

@@ -13,7 +13,7 @@ import pandas as pd
 
 from gemmtune import learned, tuned
 from gemmtune.defaults import default_config, distance
-from gemmtune.evolve import evolve
+from gemmtune.evolve import PARENTS, evolve
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.launch import Problem
@@ -35,11 +35,12 @@ MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole
 
 
 def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: random.Random, skip: set,
-                near: list[Config], prior: pd.DataFrame | None, priors: PriorModels) -> list[Config]:
+                near: list[Config], prior: pd.DataFrame | None, priors: PriorModels) -> tuple[list[Config], list[Config]]:
     """What the search measures first after its baseline and the nearest tuned shapes' bests
     (``learned.seeds``), none of ``skip``, drawn from a random sample when the space is large;
     ``prior`` (the device's other studies) teaches a model whose picks are among them (``priors``:
-    fitted early where it has the same rows)."""
+    fitted early where it has the same rows). Second, where the sample was bred, its
+    ``evolve.PARENTS`` best by the model, best first: a strategy that breeds goes on from them."""
     sample = valid.sample(MODEL_SAMPLE, rng)   # drawn from the product: the space is never listed
     fitted, scores = priors.model(prior, problem.dev, problem.peaks), None
     if fitted is not None and len(sample) >= MODEL_SAMPLE:
@@ -50,7 +51,8 @@ def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: 
                              lambda kernel: valid.space.family(kernel).values, valid.__contains__, rng))
         sample = list(scores)
     sample = [c for c in sample if config_key(c.kernel, c.params) not in skip]
-    return learned.seeds(sample, problem, count, near, fitted, scores)
+    parents = [] if scores is None else sorted(sample, key=scores.__getitem__, reverse=True)[:PARENTS]
+    return learned.seeds(sample, problem, count, near, fitted, scores), parents
 
 
 def prepare(strategy, req: SearchRequest, prec: Precision, dev: DeviceInfo, store: Store,
@@ -95,8 +97,10 @@ def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid
               and proposer.is_valid(c)]
     if req.seeds and strategy.allows_model_seeds:
         problem = learned.Problem(dev, prec, m, n, k, req.trans_a, req.trans_b, store.latest_peaks(dev.key))
-        first += model_seeds(valid, req.seeds, problem, rng, {*measured, baseline_key}, [baseline, *start], prior,
-                             priors)
+        seeds, parents = model_seeds(valid, req.seeds, problem, rng, {*measured, baseline_key}, [baseline, *start],
+                                     prior, priors)
+        first += seeds
+        strategy.breed_from(parents)
     return baseline_key, first
 
 

@@ -94,6 +94,11 @@ class Strategy:
         device's results rows recorded before this search (other studies; None: none read) and,
         where the caller fitted it already, their cost model (``learned.prior_model``)."""
 
+    def breed_from(self, parents: Sequence[Config]) -> None:
+        """The cost model's best configurations found before the first proposal, best first (the
+        seeds' bred sample, ``search.lane.model_seeds``): a strategy that breeds the model's best
+        goes on from them rather than from a random draw. The others ignore them."""
+
     def tell(self, config: Config, value: float | None) -> None:
         """A measured result (GFLOP/s, None for a failure). Optuna's samplers learn from the
         study instead, so the strategies here need nothing more."""

@@ -11,7 +11,8 @@ prior instead costs seconds per trial; the correction, milliseconds).
 
 A ranking draws up to POOL unmeasured configurations, adds the previous ranking's
 ``evolve.PARENTS`` best and CHILDREN children of each (``gemmtune.evolve``: in a space of
-millions, a draw of a thousand holds the model's best only by luck), and orders them by
+millions, a draw of a thousand holds the model's best only by luck; the first ranking breeds
+from the seeds' bred sample, ``breed_from``), and orders them by
 predicted speed plus KAPPA times the spread of the trees (an upper confidence bound: uncertain
 regions get tried); the next BATCH proposals are its best, in that order, and the next ranking
 uses the model refitted since. A ranking of the H200's z space costs 0.07 s on a laptop's core and twice that
@@ -85,6 +86,9 @@ class Learned(Tpe):
 
         self.problem = problem
         self.prior_model = self.model = fitted if fitted is not None else prior_model(prior, problem.dev, problem.peaks)
+
+    def breed_from(self, parents) -> None:
+        self._elite = list(parents)[:evolve.PARENTS]
 
     @property
     def learns(self) -> bool:
