@@ -26,10 +26,10 @@ import replay_bench  # noqa: E402
 
 def breed(db: Path, precision: str, shape: tuple[int, int, int], samples: int) -> list[dict]:
     """One dict per sample: its best score, the bred best, how many were bred, the seconds."""
-    from gemmtune import evolve, learned, replay
+    from gemmtune import learned, replay
     from gemmtune.errors import GemmtuneError
     from gemmtune.precision import get_precision
-    from gemmtune.search.lane import MODEL_SAMPLE
+    from gemmtune.search import lane
     from gemmtune.space import load_space
     from gemmtune.store import Store
     from gemmtune.valid import ValidConfigs
@@ -46,8 +46,7 @@ def breed(db: Path, precision: str, shape: tuple[int, int, int], samples: int) -
     fitted = learned.prior_model(rows, dev, land.peaks)
     if fitted is None:
         raise GemmtuneError(f"{db} holds too few usable rows to fit a model")
-    space = load_space(device=dev)
-    valid = ValidConfigs(space, dev, prec)
+    valid = ValidConfigs(load_space(device=dev), dev, prec)
     problem = learned.Problem(dev, prec, *shape, peaks=land.peaks)
 
     def score(configs):
@@ -57,12 +56,11 @@ def breed(db: Path, precision: str, shape: tuple[int, int, int], samples: int) -
     for seed in range(samples):
         rng = random.Random(seed)
         start = time.perf_counter()
-        sample = valid.sample(MODEL_SAMPLE, rng)
+        sample = valid.sample(lane.MODEL_SAMPLE, rng)
         scores = score(sample)
         drawn_s = time.perf_counter() - start
         start = time.perf_counter()
-        bred = evolve.evolve(score, dict(zip(sample, scores)), lambda kernel: space.family(kernel).values,
-                             valid.__contains__, rng)
+        bred = lane.breed(valid, score, dict(zip(sample, scores)), rng)   # as a search breeds its seeds' sample
         bred_s = time.perf_counter() - start
         top = max(bred, key=bred.get) if bred else None
         out.append({"sample": float(scores.max()), "bred": max(float(scores.max()), *bred.values()),

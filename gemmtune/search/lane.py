@@ -34,6 +34,12 @@ from gemmtune.strategies import make_strategy
 MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole space may be 10^5
 
 
+def breed(valid: ValidConfigs, score, scored: dict[Config, float], rng: random.Random) -> dict[Config, float]:
+    """The valid configurations bred from ``scored`` by the model's ``score`` (``evolve``), with
+    their scores: children take other values of the space's parameters."""
+    return evolve(score, scored, lambda kernel: valid.space.family(kernel).values, valid.__contains__, rng)
+
+
 def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: random.Random, skip: set,
                 near: list[Config], prior: pd.DataFrame | None, priors: PriorModels) -> tuple[list[Config], list[Config]]:
     """What the search measures first after its baseline and the nearest tuned shapes' bests
@@ -47,8 +53,7 @@ def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: 
         # A sample holds the model's best only by luck where the space is larger: breed it,
         # and hand the seeds the scores (the sample's are a third of a second on a laptop).
         scores = dict(zip(sample, fitted.score(sample, problem)))
-        scores.update(evolve(lambda configs: fitted.score(configs, problem), scores,
-                             lambda kernel: valid.space.family(kernel).values, valid.__contains__, rng))
+        scores.update(breed(valid, lambda configs: fitted.score(configs, problem), scores, rng))
         sample = list(scores)
     sample = [c for c in sample if config_key(c.kernel, c.params) not in skip]
     parents = [] if scores is None else sorted(sample, key=scores.__getitem__, reverse=True)[:PARENTS]
