@@ -9,10 +9,12 @@ where neither can be had the server half is skipped with the reason, except unde
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import pytest
 import sqlalchemy as sa
@@ -22,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_foundation import TINY_SPACE  # noqa: E402
 
 from gemmtune.cli import cli  # noqa: E402
-from gemmtune.urls import db_error, scrub, shown  # noqa: E402
+from gemmtune.urls import MASK, db_error, password, scrub, shown  # noqa: E402
 
 PASSWORD = "Pw0rd-SECRET-x9q"
 UNREACHABLE = f"postgresql://tuner:{PASSWORD}@127.0.0.1:1/gemmtune"
@@ -34,9 +36,10 @@ def server(postgres):
     return postgres
 
 
-@pytest.fixture(scope="module")
-def secret_url(server) -> str:
-    """A database owned by a role that logs in with PASSWORD, as a URL that carries it."""
+@pytest.fixture(scope="module", params=["userinfo", "query"])
+def secret_url(server, request) -> str:
+    """A database owned by a role that logs in with PASSWORD, as a URL that carries it in its
+    userinfo or as the query parameter libpq reads (?password=)."""
     suffix = uuid.uuid4().hex[:10]
     role, database = f"tuner_{suffix}", f"gemmtune_{suffix}"
     engine = sa.create_engine(server, isolation_level="AUTOCOMMIT")
@@ -44,8 +47,10 @@ def secret_url(server) -> str:
         conn.execute(sa.text(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'"))
         conn.execute(sa.text(f"CREATE DATABASE {database} OWNER {role}"))
     engine.dispose()
-    url = sa.engine.make_url(server).set(username=role, password=PASSWORD, database=database)
-    return url.render_as_string(hide_password=False)
+    url = sa.engine.make_url(server).set(username=role, database=database)
+    if request.param == "userinfo":
+        return url.set(password=PASSWORD).render_as_string(hide_password=False)
+    return url.update_query_dict({"password": PASSWORD}).render_as_string(hide_password=False)
 
 
 def run(args, tmp_path, env=None):
@@ -173,3 +178,64 @@ def test_driver_messages_lose_the_password_in_every_spelling():
         assert "w0rd" not in scrub(said, url)
     error = Exception("could not connect: password=p@ss/w0rd\nsecond line")
     assert db_error(error, url) == "could not connect: password=***"
+
+
+# ---------------------------------------------------------------- every way a URL carries a secret
+
+SECRET = "Pw0rd:S3CRET@x9+q/"   # needs percent-encoding in a URL: each form below writes it as its own
+ENCODED = quote(SECRET, safe="")
+LOWER = re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), ENCODED)   # %2f: libpq and SQLAlchemy decode it alike
+FORMS = {
+    "userinfo": f"postgresql://tuner:{ENCODED}@127.0.0.1:1/gemmtune",
+    "query": f"postgresql://tuner@127.0.0.1:1/gemmtune?password={ENCODED}",
+    "query-lowercase-escapes": f"postgresql://tuner@127.0.0.1:1/gemmtune?password={LOWER}",
+    "sslpassword": f"postgresql://tuner@127.0.0.1:1/gemmtune?sslmode=disable&sslpassword={ENCODED}",
+    "no-scheme": f"tuner:{SECRET}@127.0.0.1:1/gemmtune",
+    "keyword-value": f"host=127.0.0.1 port=1 user=tuner password={SECRET} dbname=gemmtune",
+    "keyword-value-quoted": f"host=127.0.0.1 user=tuner password='{SECRET}' dbname=gemmtune",
+    "unencoded": f"postgresql://tuner:{SECRET[:-1]}@127.0.0.1:1/gemmtune",   # SQLAlchemy takes x9+q@127.0.0.1 as the host
+}
+
+
+def leaks(text: str) -> list[str]:
+    """The spellings of SECRET found in ``text``: as written, percent-encoded (either case)."""
+    forms = {SECRET, ENCODED, LOWER, quote_plus(SECRET), "S3CRET"}
+    return [form for form in forms if form in text]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_form_of_a_secret_in_a_url_shows(command, form, tmp_path):
+    """Every command that takes --db, with the secret in each place a URL can carry it: one
+    Error: line that names the database masked, and no spelling of the secret anywhere."""
+    before = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(cli, [*COMMANDS[command], "--db", FORMS[form]])
+    finally:
+        os.chdir(before)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and MASK in lines[0], result.stderr
+    assert not leaks(result.output), result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_shown_and_scrub_mask_every_form(form):
+    url = FORMS[form]
+    assert not leaks(shown(url)) and MASK in shown(url)
+    secret = SECRET[:-1] if form == "unencoded" else SECRET
+    said = f"could not connect with {secret} ({ENCODED}, {LOWER}, {quote_plus(SECRET)}) to {url}"
+    assert not leaks(scrub(said, url)), scrub(said, url)
+    assert password(url) is not None
+
+
+def test_shown_keeps_what_is_not_secret():
+    plain = "postgresql://u@h/d?sslmode=require&passfile=/home/u/.pgpass"   # passfile names a file: no secret
+    assert sa.engine.make_url(shown(plain)) == sa.engine.make_url(plain)
+    assert shown("sqlite:///results/x.db?mode=ro&uri=true") == "sqlite:///results/x.db?mode=ro&uri=true"
+    assert shown("host=h password=pw dbname=d") == "host=h password=*** dbname=d"
+    quoted = r"host=h password='a b\'c' dbname=d"   # libpq's quoting: blanks and \' inside
+    assert shown(quoted) == "host=h password=*** dbname=d" and scrub("said a b'c", quoted) == "said ***"
+    assert password("postgresql://u@h/d") is None and password("sqlite:///a@b.db") is None
