@@ -7,13 +7,17 @@ Contenders:
   gives for the problem (tuned, nearest or default);
 * ``config:NAME=VALUE,...``: ``Gemm`` held to an explicit configuration;
 * ``numpy``: the host BLAS behind numpy (``a @ b``);
+* ``clblast``: CLBlast's GEMM through its C API (``gemmtune.clblast``), on the same OpenCL queue,
+  with buffers of its own; an error when the library cannot be loaded (the baseline was asked for);
 * ``torch`` / ``cupy``: cuBLAS on a CUDA device (TF32 off) through ``matmul`` on transposed
   views where op() asks for them; skipped, with the reason, when the package or a CUDA device
   is missing.
 
 Every sample is one call and its wait, timed on the host (``wall_ms``: what the caller pays),
 beside the device's own time of it (``device_ms``: OpenCL profiling events, CUDA events) and
-the time the call took to return (``host_ms``: its host cost). The ratios and the GFLOP/s are
+the time the call took to return (``host_ms``: its host cost). CLBlast returns the event of its
+last command only, so its ``device_ms`` is the span from a marker enqueued before the call to that
+command's end (gaps between its commands included), where gemmtune's sums its commands. The ratios and the GFLOP/s are
 of the wall-clock time. OpenCL contenders are first verified on their output poisoned with NaN
 (up to 64 sampled rows against numpy in double precision). Contenders are sampled in turns,
 one call each per round, so that a clock drifting during the run affects all alike; each stops
@@ -40,7 +44,8 @@ CHECK_ROWS = 64
 # contexts (the first OpenCL contender's wall clock above its device time against the second's,
 # d and z at 4096^3 and 8192^3), up to 8 % of a 2.5 ms call and under 1 % above 20 ms.
 REWARM_MS = 20.0
-BASELINES = ("numpy", "torch", "cupy")
+BASELINES = ("numpy", "torch", "cupy")   # not on OpenCL
+NAMED = ("clblast", *BASELINES)
 
 
 @dataclass
@@ -89,6 +94,36 @@ class _OpenCL:
         self.queue.finish()
         t2 = time.perf_counter()
         return (t2 - t0) * 1e3, self.device_time_ms(self.gemm.last_events), (t1 - t0) * 1e3
+
+
+class _Clblast:
+    """CLBlast's GEMM of the problem itself: the row-major X and Y are column-major B and A (ld:
+    their row length), and the row-major n x m C is column-major m x n with ld m."""
+
+    def __init__(self, queue, lib, prec: Precision, shape: Shape, host):
+        import pyopencl.array as cla
+
+        from gemmtune.verify import compare
+
+        x, y, rows, ref = host
+        self.queue, self.lib = queue, lib
+        b, a = cla.to_device(queue, x), cla.to_device(queue, y)
+        self.c = cla.to_device(queue, np.full((shape.n, shape.m), prec.nan))
+        self.args = (prec, shape.trans_a, shape.trans_b, shape.m, shape.n, shape.k, 1.0, a, y.shape[1],
+                     b, x.shape[1], 0.0, self.c, shape.m)
+        self.lib.gemm(queue, *self.args).wait()   # CLBlast builds its kernels on a precision's first call
+        self.check = compare(self.c.get()[rows], ref, prec)
+
+    def __call__(self) -> tuple[float, float, float]:
+        import pyopencl as cl
+
+        before = cl.enqueue_marker(self.queue)
+        t0 = time.perf_counter()
+        last = self.lib.gemm(self.queue, *self.args)
+        t1 = time.perf_counter()
+        self.queue.finish()
+        t2 = time.perf_counter()
+        return (t2 - t0) * 1e3, (last.profile.end - before.profile.end) * 1e-6, (t1 - t0) * 1e3
 
 
 def _cuda_timer(lib: str, prec: Precision, shape: Shape):
@@ -183,8 +218,8 @@ def parse_baselines(text: str) -> list[str]:
         if sep:
             items.append("config:" + rest.strip())
     for item in items:
-        if not item.startswith("config:") and item not in BASELINES:
-            raise GemmtuneError(f"unknown baseline {item!r}: use numpy, torch, cupy or config:NAME=VALUE,...")
+        if not item.startswith("config:") and item not in NAMED:
+            raise GemmtuneError(f"unknown baseline {item!r}: use numpy, torch, cupy, clblast or config:NAME=VALUE,...")
     return items
 
 
@@ -202,7 +237,9 @@ def _host_operands(prec: Precision, shape: Shape, rng):
     return x, y, rows, ref
 
 
-def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPolicy, device_info) -> list[dict]:
+def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPolicy, device_info,
+                clblast=None) -> list[dict]:
+    """Rows of one problem; ``clblast``: the loaded library where the baselines name it."""
     from gemmtune.compute import resolve_config
     from gemmtune.config_text import parse_config
     from gemmtune.tuned import best_config
@@ -217,11 +254,17 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
             cfg = resolve_config(parse_config(b[len("config:"):]), device_info, prec)
             contenders.append(Contender(b, "explicit", f"{cfg.kernel} {cfg}"))
             configs.append(cfg)
+    if "clblast" in baselines:
+        contenders.append(Contender("clblast", "CLBlast", clblast.path))
+        configs.append(clblast)
     for c, cfg in zip(contenders, configs):
         try:
-            c.run = _OpenCL(queue, prec, shape, host, db, cfg)
-            op = c.run.operation
-            c.detail = f"{op.config.kernel} {op.config}"
+            if c.name == "clblast":
+                c.run = _Clblast(queue, cfg, prec, shape, host)
+            else:
+                c.run = _OpenCL(queue, prec, shape, host, db, cfg)
+                op = c.run.operation
+                c.detail = f"{op.config.kernel} {op.config}"
             c.verified = c.run.check.passed
             if not c.verified:
                 c.skipped = f"wrong result (componentwise error {c.run.check.componentwise_error:.3g})"
@@ -258,24 +301,30 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
 
 
 def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None, policy: TimingPolicy,
-              progress=None) -> list[dict]:
+              progress=None, clblast: str | None = None) -> list[dict]:
     """Rows of results, one per (problem, contender); see the module docstring. Each shape
-    carries its precision."""
+    carries its precision. ``clblast``: the CLBlast library's path (see gemmtune.clblast.load),
+    for the baseline of that name."""
     import pyopencl as cl
 
+    from gemmtune import clblast as clblast_lib
     from gemmtune.compute import get_device
 
     from gemmtune.inputs import check_problem
     from gemmtune.store import database_url, probe
 
-    probe(database_url(db))  # an unusable database fails now, not after the first problem's setup
+    if clblast is not None and "clblast" not in baselines:
+        raise GemmtuneError(f"--clblast {clblast} names CLBlast's library, but the baselines do not include clblast")
+    # A missing library or database fails now, not after the first problem's setup.
+    library = clblast_lib.load(clblast) if "clblast" in baselines else None
+    probe(database_url(db), create=False)   # bench only reads the database
     dev = get_device(device)
     for shape in shapes:
         check_problem(dev.info, get_precision(shape.precision), shape.m, shape.n, shape.k)
     queue = cl.CommandQueue(dev.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
     rows = []
     for i, shape in enumerate(shapes, 1):
-        rows += bench_shape(queue, shape, baselines, db, policy, dev.info)
+        rows += bench_shape(queue, shape, baselines, db, policy, dev.info, library)
         if progress:
             progress(i, len(shapes), shape)
     return rows

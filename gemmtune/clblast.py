@@ -178,7 +178,9 @@ class Clblast:
 
 def library_path(path: str | None = None) -> str:
     """The library to load: ``path``, else $GEMMTUNE_CLBLAST, else what the loader finds."""
-    return path or os.environ.get(ENV) or ctypes.util.find_library("clblast") or FALLBACK_NAME
+    if path is not None:
+        return path
+    return os.environ.get(ENV) or ctypes.util.find_library("clblast") or FALLBACK_NAME
 
 
 @cache

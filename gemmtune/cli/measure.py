@@ -19,12 +19,14 @@ from gemmtune.cli.base import (cli, db_option, device_option, emit, format_optio
               help="Cube sizes M = N = K to measure (default 1024,2048,4096).")
 @shapes_option
 @click.option("--baseline", "baselines", default="numpy", show_default=True, metavar="B1,B2,...",
-              help="numpy, torch, cupy, and/or config:NAME=VALUE,... (';' separates several configs).")
+              help="numpy, torch, cupy, clblast and/or config:NAME=VALUE,... (';' separates several configs).")
+@click.option("--clblast", "clblast", default=None, metavar="PATH",
+              help="CLBlast's library for --baseline clblast (default: $GEMMTUNE_CLBLAST, else found by name).")
 @db_option
 @click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
               help="Seconds of timing per contender and problem once it has 6 samples.")
 @format_option("table", "json")
-def bench(device, precision, sizes, shapes_spec, baselines, db, time_cap, fmt):
+def bench(device, precision, sizes, shapes_spec, baselines, clblast, db, time_cap, fmt):
     """Measure the tuned configuration against baselines as a caller pays: wall clock per call."""
     from gemmtune.bench import geometric_means, parse_baselines, run_bench
     from gemmtune.timing import TimingPolicy
@@ -32,7 +34,7 @@ def bench(device, precision, sizes, shapes_spec, baselines, db, time_cap, fmt):
     shapes = workload(precision, sizes, shapes_spec)
     items = parse_baselines(baselines)
     rows = run_bench(device, shapes, items, db, TimingPolicy(max_seconds=time_cap),
-                     progress=lambda i, total, s: click.echo(f"[{i}/{total}] {s} done", err=True))
+                     progress=lambda i, total, s: click.echo(f"[{i}/{total}] {s} done", err=True), clblast=clblast)
     means = geometric_means(rows)
     if fmt == "json":
         click.echo(json.dumps({"rows": rows, "geometric_mean_ratio": means}, indent=2))
