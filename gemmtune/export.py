@@ -30,9 +30,7 @@ every macro name is checked to be a C identifier and every value an integer.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -40,6 +38,7 @@ import pandas as pd
 from gemmtune.defaults import AVX2_TABLE, shipped_default
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
+from gemmtune.output import write_file
 from gemmtune.precision import PRECISIONS
 from gemmtune.space import shipped_families
 from gemmtune.tuned import shipped_config
@@ -221,22 +220,6 @@ def to_header(entries: list[dict], database: str) -> str:
 
 
 def write(text: str, output: str | Path) -> None:
-    """Write ``output`` whole or not at all: a reader never finds half a header."""
-    output = Path(output)
-    temp = None
-    try:
-        fd, temp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(temp, 0o666 & ~_umask())
-        os.replace(temp, output)
-    except OSError as e:
-        if temp is not None and os.path.exists(temp):
-            os.unlink(temp)
-        raise GemmtuneError(f"cannot write {output}: {e.strerror or e}") from None
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    """Write ``output`` whole or not at all, never through a link (``gemmtune.output.write_file``):
+    a reader never finds half a header."""
+    write_file(output, text)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.output import cells
 from gemmtune.store import Store, database_url
 from gemmtune.urls import db_error, shown
 from gemmtune.timing import is_tie
@@ -334,18 +335,21 @@ def _for_people(frame: pd.DataFrame) -> pd.DataFrame:
 
 def render(frame: pd.DataFrame, fmt: str) -> str:
     """The frame as ``table`` (aligned text), ``csv`` (dict cells as JSON), ``json`` (a list of
-    objects) or ``markdown`` (a pipe table); always ends with a newline."""
+    objects) or ``markdown`` (a pipe table); always ends with a newline. Every string cell is
+    made safe for its format (``gemmtune.output.cells``): names come from any shared database."""
     if fmt == "json":
-        return frame.to_json(orient="records", indent=2, double_precision=15) + "\n"
+        # pandas escapes every control character but DEL, which JSON allows raw but a terminal should not get;
+        # outside strings JSON text has none, so this replaces it inside them alone
+        return frame.to_json(orient="records", indent=2, double_precision=15).replace("\x7f", "\\u007f") + "\n"
     if fmt == "csv":
-        cells = frame.copy()
+        text = frame.copy()
         for column in ("params", "failed", "importance"):
-            if column in cells:
-                cells[column] = [None if v is None else json.dumps(v) for v in cells[column]]
-        return cells.to_csv(index=False)
+            if column in text:
+                text[column] = [None if v is None else json.dumps(v) for v in text[column]]
+        return cells(text, fmt).to_csv(index=False)
     if fmt == "markdown":
-        return _for_people(frame).to_markdown(index=False) + "\n"
+        return cells(_for_people(frame), fmt).to_markdown(index=False) + "\n"
     if fmt == "table":
-        return _for_people(frame).to_string(index=False) + "\n"
+        return cells(_for_people(frame), fmt).to_string(index=False) + "\n"
     raise GemmtuneError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
 

@@ -8,13 +8,21 @@ import numpy as np
 import pandas as pd
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.output import table_cell, write_file
 from gemmtune.report import GROUP
+
 
 def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise GemmtuneError("--plot needs matplotlib: pip install 'gemmtune[plot]'") from None
+
+
+def _text(name) -> str:
+    """A name from the database as plain text on the plot: printable, and with every ``$``
+    escaped, since matplotlib reads text between two as mathtext, which may fail to parse."""
+    return table_cell(str(name)).replace("$", r"\$")
 
 
 def _size(m: int, n: int, k: int) -> float:
@@ -39,7 +47,7 @@ def plot(rows: pd.DataFrame, path: str | Path):
     crowded = len(studies) > 8
     fig = Figure(figsize=(13 if series else 7.5, 5.2 + (0.2 * len(studies) / 2 if crowded else 0)),
                  layout="constrained")
-    fig.suptitle("gemmtune results on " + ", ".join(sorted(rows.device_name.unique())), fontweight="bold")
+    fig.suptitle("gemmtune results on " + ", ".join(sorted(map(_text, rows.device_name.unique()))), fontweight="bold")
     axes = fig.subplots(1, 2 if series else 1, squeeze=False)[0]
 
     ax = axes[0]
@@ -48,9 +56,9 @@ def plot(rows: pd.DataFrame, path: str | Path):
         first = g.iloc[0]
         label = f"{first.precision} {first.m}x{first.n}x{first.k}"
         if several_devices:
-            label += f" on {first.device_name}"
+            label += f" on {_text(first.device_name)}"
         if rows[(rows[GROUP] == first[GROUP]).all(axis=1)].study.nunique() > 1:
-            label += f" ({study})"
+            label += f" ({_text(study)})"
         color = cmap(i % cmap.N) if len(studies) <= 20 else colormaps["viridis"](i / (len(studies) - 1))
         trial = np.arange(1, len(g) + 1)
         so_far = g.gflops.cummax().ffill()  # a failed trial keeps the best before it
@@ -73,7 +81,7 @@ def plot(rows: pd.DataFrame, path: str | Path):
         ax = axes[1]
         for (device, precision), g in series:
             g = g.assign(size=[_size(m, n, k) for m, n, k in zip(g.m, g.n, g.k)]).sort_values("size")
-            label = f"{precision}gemm" + (f" on {g.name.iloc[0]}" if several_devices else "")
+            label = f"{precision}gemm" + (f" on {_text(g.name.iloc[0])}" if several_devices else "")
             ax.plot(g["size"], g.gflops, "o-", label=label)
             for row in g.itertuples():
                 if not row.m == row.n == row.k:
@@ -89,8 +97,5 @@ def plot(rows: pd.DataFrame, path: str | Path):
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small")
-    try:
-        fig.savefig(path, format="png", dpi=110)
-    except OSError as e:
-        raise GemmtuneError(f"cannot write the plot {path}: {e.strerror or e}") from None
+    write_file(path, lambda f: fig.savefig(f, format="png", dpi=110))  # whole or not at all, never through a link
     return fig

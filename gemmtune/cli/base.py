@@ -102,17 +102,20 @@ def space_option(f):
 
 
 def emit(rows: list[dict], fmt: str) -> None:
-    """Print rows as a table, CSV or JSON on stdout."""
+    """Print rows as a table, CSV or JSON on stdout, every string cell made safe for its format
+    (``gemmtune.output.cells``: device and study names may come from anywhere)."""
     import pandas as pd  # here, not at the top: it alone would double the start-up of every command
+
+    from gemmtune.output import cells
 
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
     elif not rows:
         click.echo("(none)")
     elif fmt == "csv":
-        click.echo(pd.DataFrame(rows).to_csv(index=False), nl=False)
+        click.echo(cells(pd.DataFrame(rows), fmt).to_csv(index=False), nl=False)
     else:
-        click.echo(pd.DataFrame(rows).to_string(index=False))
+        click.echo(cells(pd.DataFrame(rows), "table").to_string(index=False))
 
 
 def db_option(f):

@@ -69,6 +69,7 @@ def bench(device, precision, sizes, shapes_spec, baselines, clblast, db, time_ca
 @format_option("table", "json")
 def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
     """Measure the device's multiply-add throughput per precision and its memory bandwidth."""
+    from gemmtune.output import terminal_text
     from gemmtune.peak import PeakSizes, run_peak
     from gemmtune.timing import TimingPolicy
 
@@ -81,7 +82,7 @@ def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
         click.echo(json.dumps({"device": run.device.key, "device_name": run.device.name, "db": run.db,
                                "created_at": run.created_at, "peaks": rows}, indent=2))
         return
-    click.echo(f"device  {run.device.key}  (stored in {run.db})")
+    click.echo(terminal_text(f"device  {run.device.key}  (stored in {run.db})"))  # the driver's names
     emit([{"precision": r["precision"], "value": f"{r['value']:,.1f}", "unit": r["unit"],
            "nominal": f"{r['nominal']:,.0f}", "median_ms": f"{r['median_ms']:.4g}", "repeats": r["repeats"]}
           for r in rows], "table")

@@ -60,9 +60,13 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
     from gemmtune import report as rp
 
     if plot_file:
+        from gemmtune.output import STDOUT, writable
         from gemmtune.report_plot import require_matplotlib
 
         require_matplotlib()
+        if plot_file == STDOUT:
+            raise GemmtuneError("--plot needs a file name: the report itself goes to standard output")
+        writable(plot_file)  # refused now, not after the report is out
     found = rp.load(db, filters)
     if found.skipped_note():
         click.echo(found.skipped_note(), err=True)
@@ -96,8 +100,11 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
 def export(filters, db, fmt, output):
     """Write the best configuration per device, precision and shape as JSON or a C header."""
     from gemmtune import export as ex
+    from gemmtune.output import STDOUT, writable
     from gemmtune.report import load
 
+    if output != STDOUT:
+        writable(output)  # refused before the database is read
     found = load(db, filters)
     if found.skipped_note():
         click.echo(found.skipped_note(), err=True)
@@ -106,7 +113,7 @@ def export(filters, db, fmt, output):
     if not entries:
         click.echo(found.nothing_message() + " Exported "
                    + ("no entries." if fmt == "json" else "the shipped defaults only."), err=True)
-    if output == "-":
+    if output == STDOUT:
         click.echo(text, nl=False)
     else:
         ex.write(text, output)
@@ -142,6 +149,7 @@ def export(filters, db, fmt, output):
 def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_file, jobs, fmt):
     """Compare samplers by re-running searches against an exhaustive study's recorded results."""
     from gemmtune import replay as rp
+    from gemmtune.output import terminal_text
 
     names = [s.strip() for s in samplers.split(",") if s.strip()]
     seeded = [n for n in names if n == "default" or (n in strategies.STRATEGIES and (
@@ -160,9 +168,11 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
     if fmt == "json":
         click.echo(json.dumps(d, indent=2))
         return
-    click.echo(f"study    {d['study']}  ({d['db']})")
-    click.echo(f"problem  {d['precision']}gemm {d['m']}x{d['n']}x{d['k']} on {d['device_name']}: "
-               f"{d['recorded']} configurations recorded ({d['ok']} ok), best {d['best_gflops']:,.1f} GFLOP/s")
+    # names from the database, for a terminal
+    click.echo(terminal_text(f"study    {d['study']}  ({d['db']})"))
+    click.echo(terminal_text(f"problem  {d['precision']}gemm {d['m']}x{d['n']}x{d['k']} on {d['device_name']}: "
+                             f"{d['recorded']} configurations recorded ({d['ok']} ok), "
+                             f"best {d['best_gflops']:,.1f} GFLOP/s"))
     click.echo(f"measured trials to reach {target:g} x best, over {seeds} seeds"
                + (f" ({', '.join(first)}: the model's {model_seeds} best first where allowed)" if first else "") + ":")
     emit(result.table().to_dict(orient="records"), "table")
