@@ -96,7 +96,7 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
 @db_option
 @format_option("json", "header")
 @click.option("-o", "--output", default="-", show_default=True, type=click.Path(dir_okay=False, allow_dash=True),
-              help="File to write; - for stdout.")
+              help="File to write (whole or not at all; a link or other non-regular file is refused); - for stdout.")
 def export(filters, db, fmt, output):
     """Write the best configuration per device, precision and shape as JSON or a C header."""
     from gemmtune import export as ex
