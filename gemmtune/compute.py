@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 import pyopencl as cl
@@ -15,12 +16,12 @@ from gemmtune.info import DeviceInfo
 from gemmtune.defaults import default_config
 from gemmtune.families import FAMILIES
 from gemmtune.kernels import GemmOperation, normalize_op
-from gemmtune.launch import Problem
-from gemmtune.errors import GemmtuneError
+from gemmtune.launch import INDEX_LIMIT, Problem
+from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
 from gemmtune.precision import Precision, get_precision, precision_of
 from gemmtune.space import Config, check_config, load_space, make_config, require_precision, shipped_families
 from gemmtune.tuned import best_config
-from gemmtune.verify import Check, Reference, compare, random_matrix
+from gemmtune.verify import Check, Reference, check_scalars, compare, random_matrix
 
 
 @dataclass
@@ -50,6 +51,13 @@ def resolve_config(config, info: DeviceInfo, prec: Precision) -> Config:
     if isinstance(config, Config):
         resolved = config
     else:
+        if not isinstance(config, Mapping):
+            raise OperandTypeError(f"config must be a dict of kernel parameters or a Config, "
+                                   f"got {type(config).__name__}")
+        if not config:
+            # Not "every default": an empty configuration is far more often a lost one.
+            raise GemmtuneError("the configuration is empty: give kernel parameters (NAME: value), "
+                                "or config=None for the tuned configuration")
         given = dict(config)
         kernel = given.pop("KERNEL", None)
         if kernel is None:
@@ -78,23 +86,77 @@ def operation(dev: OpenDevice, config: Config, source: str, prec: Precision, m: 
     return op
 
 
-def check_scalars(prec: Precision, alpha, beta) -> None:
-    """ValueError for a complex alpha or beta with real operands: it cannot be applied."""
-    if not prec.is_complex:
-        for name, value in (("alpha", alpha), ("beta", beta)):
-            if np.iscomplexobj(value):
-                raise ValueError(f"{name} = {value} is complex but the operands are real ({prec.dtype})")
+_OUT_OF_MEMORY = {cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE, cl.status_code.OUT_OF_RESOURCES,
+                  cl.status_code.OUT_OF_HOST_MEMORY}
 
 
-def _op_shape(x: np.ndarray, flag: str) -> tuple[int, int]:
+@contextlib.contextmanager
+def out_of_memory_as_error(what: str):
+    """A failed allocation, on the device (drivers may allocate lazily, so at an enqueue too)
+    or on the host, as GemmtuneError naming ``what`` needed it."""
+    try:
+        yield
+    except cl.Error as e:
+        if e.code not in _OUT_OF_MEMORY:
+            raise
+        reason = f"{e.routine}: {cl.status_code.to_string(e.code)}"
+        raise GemmtuneError(f"{what}: the device ran out of memory ({reason})") from None
+    except MemoryError as e:
+        raise GemmtuneError(f"{what}: the host ran out of memory ({e})") from None
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def check_device_memory(info: DeviceInfo, what: str, buffers: Mapping[str, int]) -> None:
+    """GemmtuneError, before anything is allocated, where ``buffers`` (name: bytes) do not fit
+    the device: together in its global memory, each in its largest allocation."""
+    total = sum(buffers.values())
+    if total > info.global_mem_bytes:
+        sizes = ", ".join(f"{name} {_size(size)}" for name, size in buffers.items() if size)
+        raise GemmtuneError(f"{what} needs {_size(total)} of device memory ({sizes}), more than "
+                            f"the {_size(info.global_mem_bytes)} of device {info.index}")
+    name, largest = max(buffers.items(), key=lambda item: item[1], default=("", 0))
+    if info.max_alloc_bytes and largest > info.max_alloc_bytes:
+        raise GemmtuneError(f"{what} needs a buffer of {_size(largest)} for {name}, more than device "
+                            f"{info.index} allows in one allocation ({_size(info.max_alloc_bytes)})")
+
+
+def _op_flag(name: str, flag) -> str:
+    try:
+        return normalize_op(flag)
+    except ValueError as e:
+        raise OperandError(f"{name}: {e}") from None
+
+
+def _op_shape(x, flag: str) -> tuple[int, int]:
     return x.shape if flag == "N" else x.shape[::-1]
+
+
+def _host_operand(name: str, x) -> np.ndarray:
+    try:
+        x = np.asarray(x)
+    except (ValueError, TypeError) as e:   # ragged nested lists, objects numpy cannot take
+        raise OperandError(f"{name} is not an array numpy can take: {e}") from None
+    if x.ndim != 2:
+        raise OperandError(f"{name} must be 2-D, got {x.ndim}-D")
+    return x
+
+
+def _precision_of(dtype) -> Precision:
+    try:
+        return precision_of(dtype)
+    except ValueError as e:
+        raise OperandError(str(e)) from None
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
          config: Mapping | Config | None = None, device=None, db: str | None = None) -> np.ndarray:
     """Return ``alpha * op(a) @ op(b) + beta * c`` as a new array, computed on an OpenCL device.
 
-    ``a``, ``b``, ``c`` are numpy arrays with numpy's (row-major) meaning; ``c`` is not modified.
+    ``a``, ``b``, ``c`` are numpy arrays with numpy's (row-major) meaning; ``c`` is not modified
+    (it is copied to the device, so it may share memory with ``a`` or ``b``).
     ``trans_a=True`` means op(a) = a.T, ``trans_a="C"`` means a.conj().T (likewise for b).
     The dtype (float32, float64, complex64, complex128) selects s, d, c or z. ``config`` is a
     dict of kernel parameters (missing ones take the kernel's defaults) or a Config; None takes
@@ -103,53 +165,64 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     nearest tuned shape, else the shipped default. Lookups are cached in the process.
     ``device`` is an index, "P:D", or None for $GEMMTUNE_DEVICE or 0. M, N or K may be 0, as in
     BLAS: K = 0 gives ``beta * c`` (zeros at beta 0), M or N = 0 an empty array.
-    Raises ValueError for mixed dtypes or mismatched shapes, GemmtuneError for a configuration
-    that is not valid on the device.
+    Raises GemmtuneError for bad input, before anything is allocated on the device:
+    OperandError (also a ValueError) for mixed dtypes, mismatched shapes and alpha or beta that
+    are not finite numbers of the precision (``check_scalars``); for a configuration that is
+    empty or not valid on the device; for a problem whose buffers (operands, result and the
+    plan's scratch) do not fit the device's memory or its largest allocation. An allocation that
+    fails all the same raises GemmtuneError too.
     """
-    a, b = np.asarray(a), np.asarray(b)
-    if a.ndim != 2 or b.ndim != 2:
-        raise ValueError(f"a and b must be 2-D, got {a.ndim}-D and {b.ndim}-D")
-    if a.dtype != b.dtype or (c is not None and np.asarray(c).dtype != a.dtype):
-        dtypes = ", ".join(str(np.asarray(x).dtype) for x in (a, b, c) if x is not None)
-        raise ValueError(f"operands must share one dtype, got {dtypes}")
-    prec = precision_of(a.dtype)
-    ta, tb = normalize_op(trans_a), normalize_op(trans_b)
+    a, b = _host_operand("a", a), _host_operand("b", b)
+    c = None if c is None else _host_operand("c", c)
+    if a.dtype != b.dtype or (c is not None and c.dtype != a.dtype):
+        dtypes = ", ".join(str(x.dtype) for x in (a, b, c) if x is not None)
+        raise OperandError(f"operands must share one dtype, got {dtypes}")
+    prec = _precision_of(a.dtype)
+    check_scalars(prec, alpha, beta)
+    ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
     (m, ka), (kb, n) = _op_shape(a, ta), _op_shape(b, tb)
     if ka != kb:
-        raise ValueError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
-    if c is not None and np.asarray(c).shape != (m, n):
-        raise ValueError(f"c must be {m}x{n}, got {'x'.join(map(str, np.asarray(c).shape))}")
+        raise OperandError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
+    if c is not None and c.shape != (m, n):
+        raise OperandError(f"c must be {m}x{n}, got {'x'.join(map(str, c.shape))}")
     if c is None and beta != 0:
-        raise ValueError(f"beta = {beta} needs c: without c, beta must be 0")
-    check_scalars(prec, alpha, beta)
+        raise OperandError(f"beta = {beta} needs c: without c, beta must be 0")
 
     dev = get_device(device)
     if min(m, n, ka) == 0:
         # BLAS's empty products: nothing to multiply; with K = 0, C <- beta * C (c unread at beta 0)
         if ka == 0 and c is not None and beta != 0:
-            return (beta * np.asarray(c)).astype(prec.dtype)
+            return (prec.dtype.type(beta) * c).astype(prec.dtype)
         return np.zeros((m, n), dtype=prec.dtype)
     # Row-major C = op(a) op(b) is column-major C^T = op(b)^T op(a)^T, and the memory of a
     # row-major matrix is its transpose in column-major: hand b as A and a as B, m and n swapped.
     # The tuned shape is that column-major one, the problem the kernel actually runs.
     cfg = (best_config(n, m, ka, prec, device=dev.info, db=db, trans_a=tb, trans_b=ta).config if config is None
            else resolve_config(config, dev.info, prec))
-    fs = shipped_families().family(cfg.kernel)
-    op = operation(dev, cfg, fs.source, prec, n, m, ka, tb, ta)
-    mf = cl.mem_flags
+    what = f"{'x'.join(map(str, a.shape))} times {'x'.join(map(str, b.shape))} in precision {prec.code}"
     ctx, queue = dev.context, dev.queue
-    a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(a))
-    b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(b))
-    if c is not None and beta != 0:
-        c_buf = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(c))
-    else:
-        # beta == 0: C is never read. Poison it so an element the kernel fails to write shows as
-        # NaN, on the device: no host array to fill and copy.
-        c_buf = cl.Buffer(ctx, mf.READ_WRITE, size=m * n * prec.bytes)
-        cl.enqueue_fill_buffer(queue, c_buf, prec.nan, 0, c_buf.size)
-    op.enqueue(b_buf, a_buf, c_buf, alpha, beta)
-    result = np.empty((m, n), dtype=prec.dtype)
-    cl.enqueue_copy(queue, result, c_buf)
+    # The operands and the result first (a problem far too large says so, whatever the plan
+    # would say of it), then with what the plan adds: padded copies, parts of K, tables.
+    operands = {"a": a.nbytes, "b": b.nbytes, "c": m * n * prec.bytes}
+    check_device_memory(dev.info, what, operands)
+    plan = FAMILIES[cfg.kernel].plan(cfg.params, prec, Problem(n, m, ka, tb, ta), queue.device,
+                                     queue.device.max_compute_units)
+    check_device_memory(dev.info, what, {**operands, **{s.name: s.nbytes for s in plan.scratch}})
+    mf = cl.mem_flags
+    with out_of_memory_as_error(what):
+        op = operation(dev, cfg, shipped_families().family(cfg.kernel).source, prec, n, m, ka, tb, ta)
+        a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(a))
+        b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(b))
+        if c is not None and beta != 0:
+            c_buf = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(c))
+        else:
+            # beta == 0: C is never read. Poison it so an element the kernel fails to write shows as
+            # NaN, on the device: no host array to fill and copy.
+            c_buf = cl.Buffer(ctx, mf.READ_WRITE, size=m * n * prec.bytes)
+            cl.enqueue_fill_buffer(queue, c_buf, prec.nan, 0, c_buf.size)
+        op.enqueue(b_buf, a_buf, c_buf, alpha, beta)
+        result = np.empty((m, n), dtype=prec.dtype)
+        cl.enqueue_copy(queue, result, c_buf)
     return result
 
 
@@ -158,17 +231,16 @@ def verify_config(device, prec: Precision, m: int, n: int, k: int, *, config=Non
     """Run one configuration on fresh random operands and compare with numpy (see gemmtune.verify).
 
     With beta == 0 the output starts as NaN, so any element the kernel leaves unwritten fails.
-    GemmtuneError, before anything is allocated, for a seed numpy does not take, a non-finite
-    alpha or beta, and a problem that does not fit the device or the host.
+    GemmtuneError, before anything is allocated, for a seed numpy does not take, alpha or beta
+    that ``check_scalars`` refuses, and a problem that does not fit the device or the host.
     """
-    from gemmtune.inputs import check_finite, check_problem, check_seed
+    from gemmtune.inputs import check_problem, check_seed
 
     check_seed(seed)
-    check_finite("alpha", alpha)
-    check_finite("beta", beta)
+    check_scalars(prec, alpha, beta)
     check_problem(get_device(device).info, prec, m, n, k)
     rng = np.random.default_rng(seed)
-    ta, tb = normalize_op(trans_a), normalize_op(trans_b)
+    ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
     a = random_matrix(prec, (m, k) if ta == "N" else (k, m), rng)
     b = random_matrix(prec, (k, n) if tb == "N" else (n, k), rng)
     c = random_matrix(prec, (m, n), rng) if beta != 0 else None
@@ -211,7 +283,68 @@ class EmptyProduct:
         return events
 
 
-_PLAIN = (float, int)   # scalars that need no check: they fit every precision
+class View(NamedTuple):
+    """Where one operand of ``Gemm`` lies: its leading dimension and first element (in elements),
+    its root buffer (a sub-buffer's parent) and its bytes' span [start, end) in that buffer."""
+    ld: int
+    first: int
+    root: int | None
+    start: int
+    end: int
+
+
+def _view(name: str, x, prec: Precision, context: cl.Context) -> View:
+    """Validate one operand of ``Gemm`` against its buffer, on every call: a cached operation
+    was prepared for shapes and strides, and says nothing of this call's offset or buffer."""
+    if not isinstance(x, cla.Array):
+        raise OperandTypeError(f"{name} must be a pyopencl.array.Array, got {type(x).__name__}")
+    if x.ndim != 2 or x.dtype != prec.dtype:
+        raise OperandError(f"{name} must be a 2-D {prec.dtype} array, got {x.ndim}-D {x.dtype}")
+    if x.context != context:
+        raise OperandError(f"{name} lives in another OpenCL context than the queue")
+    item = prec.bytes
+    (rows, cols), (row_stride, col_stride) = x.shape, x.strides
+    if rows * cols == 0:
+        return View(max(cols, 1), 0, None, 0, 0)   # nothing read or written, whatever its strides
+    if cols > 1 and col_stride != item:
+        raise OperandError(f"{name}'s elements within a row must be adjacent (strides {x.strides})")
+    if rows > 1 and (row_stride % item or row_stride < cols * item):
+        raise OperandError(f"{name}'s rows must be whole elements apart and not overlap (strides {x.strides})")
+    if x.offset % item:
+        raise OperandError(f"{name}'s offset ({x.offset} bytes) is not a whole number of {item}-byte elements")
+    ld = row_stride // item if rows > 1 else cols
+    first = x.offset // item
+    buffer = x.base_data
+    if not isinstance(buffer, cl.MemoryObjectHolder):
+        raise OperandTypeError(f"{name} must be backed by an OpenCL buffer, got {type(buffer).__name__}")
+    # The last element's end, from the strides the kernels use: rows ld apart, elements adjacent.
+    end = x.offset + ((rows - 1) * ld + cols) * item
+    if end > buffer.size:
+        raise OperandError(f"{name} ({rows}x{cols}, strides {x.strides}, offset {x.offset} bytes) ends at byte "
+                           f"{end}, beyond its buffer's {buffer.size} bytes")
+    if end // item > INDEX_LIMIT:
+        raise OperandError(f"{name} ends at element {end // item} of its buffer; the kernels index at most "
+                           f"{INDEX_LIMIT}")
+    parent = buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)   # sub-buffers share their parent's memory
+    base = buffer.get_info(cl.mem_info.OFFSET) if parent is not None else 0
+    return View(ld, first, (parent or buffer).int_ptr, base + x.offset, base + end)
+
+
+class _Addresses:
+    """A view's element addresses as numpy's array interface (at a fictitious base, never
+    read), so that np.shares_memory decides exactly whether two strided views meet."""
+
+    def __init__(self, view: View, shape: tuple[int, int], dtype: np.dtype):
+        self.__array_interface__ = {"version": 3, "typestr": dtype.str, "shape": shape,
+                                    "data": ((1 << 40) + view.start, True),
+                                    "strides": (view.ld * dtype.itemsize, dtype.itemsize)}
+
+
+def _overlap(x: View, x_shape, y: View, y_shape, dtype: np.dtype) -> bool:
+    if x.root is None or x.root != y.root or x.end <= y.start or y.end <= x.start:
+        return False
+    return bool(np.shares_memory(np.asarray(_Addresses(x, x_shape, dtype)),
+                                 np.asarray(_Addresses(y, y_shape, dtype))))
 
 
 class Gemm:
@@ -222,7 +355,10 @@ class Gemm:
     The arrays have numpy's row-major meaning (as ``gemm``), 2-D, of the precision's dtype
     (float32, float64, complex64, complex128 for s, d, c, z). They may be views, as BLAS takes
     them: an offset into their buffer and rows further apart than their length (``x[i:j, p:q]``
-    of a larger array); elements within a row must be adjacent. Nothing outside ``c``'s view is
+    of a larger array); elements within a row must be adjacent. Every call checks each view
+    against its buffer (offset a whole number of elements, last element inside the buffer) and
+    that ``c`` shares no element with ``a`` or ``b`` (they may share with each other), raising
+    OperandError, a GemmtuneError, before anything is enqueued. Nothing outside ``c``'s view is
     written. ``trans_a=True`` means op(a) = a.T, ``"C"`` a.conj().T. beta == 0 never reads c.
     An empty product (``EmptyProduct``) enqueues no kernel: K = 0 scales c's view by beta through
     the host, M or N = 0 does nothing.
@@ -240,6 +376,8 @@ class Gemm:
 
     def __init__(self, queue: cl.CommandQueue, precision: str | Precision = "s", *, db: str | None = None,
                  config: Mapping | Config | None = None):
+        if not isinstance(queue, cl.CommandQueue):
+            raise OperandTypeError(f"queue must be a pyopencl.CommandQueue, got {type(queue).__name__}")
         self.queue = queue
         self.precision = precision if isinstance(precision, Precision) else get_precision(precision)
         self.info = device_info(queue.device)
@@ -247,36 +385,21 @@ class Gemm:
         self.db = db
         # config: one configuration for every problem instead of best_config's choice.
         self.config = None if config is None else resolve_config(config, self.info, self.precision)
-        self._calls: OrderedDict[tuple, GemmOperation] = OrderedDict()
+        self._calls: OrderedDict[tuple, GemmOperation | EmptyProduct] = OrderedDict()
+        self._scalars = None   # the last alpha and beta check_scalars passed, with their types
         self.last_operation: GemmOperation | EmptyProduct | None = None   # of the last call, and its events
         self.last_events: list = []
 
-    def _check(self, name: str, x) -> int:
-        """Validate one operand; its leading dimension in elements (numpy's row stride)."""
-        if not isinstance(x, cla.Array):
-            raise TypeError(f"{name} must be a pyopencl.array.Array, got {type(x).__name__}")
-        if x.ndim != 2 or x.dtype != self.precision.dtype:
-            raise ValueError(f"{name} must be a 2-D {self.precision.dtype} array, got {x.ndim}-D {x.dtype}")
-        if x.context != self.queue.context:
-            raise ValueError(f"{name} lives in another OpenCL context than the queue")
-        item = x.dtype.itemsize
-        rows, cols = x.shape
-        if cols > 1 and x.strides[1] != item:
-            raise ValueError(f"{name}'s elements within a row must be adjacent (strides {x.strides})")
-        if rows > 1 and (x.strides[0] % item or x.strides[0] < cols * item):
-            raise ValueError(f"{name}'s rows must be whole elements apart and not overlap (strides {x.strides})")
-        if x.offset % item:
-            raise ValueError(f"{name}'s offset ({x.offset} bytes) is not a whole number of elements")
-        return x.strides[0] // item if rows > 1 else max(cols, 1)
-
-    def operation(self, a, b, c, trans_a: str, trans_b: str, views: bool) -> GemmOperation | EmptyProduct:
-        """The prepared column-major operation for these operands' shapes, strides and op flags."""
-        lda, ldb, ldc = (self._check(name, x) for name, x in (("a", a), ("b", b), ("c", c)))
+    def operation(self, a, b, c, trans_a: str, trans_b: str, lds: tuple[int, int, int],
+                  views: bool) -> GemmOperation | EmptyProduct:
+        """The prepared column-major operation for these (validated) operands' shapes, leading
+        dimensions ``lds`` and op flags."""
+        lda, ldb, ldc = lds
         (m, ka), (kb, n) = _op_shape(a, trans_a), _op_shape(b, trans_b)
         if ka != kb:
-            raise ValueError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
+            raise OperandError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
         if c.shape != (m, n):
-            raise ValueError(f"c must be {m}x{n}, got {'x'.join(map(str, c.shape))}")
+            raise OperandError(f"c must be {m}x{n}, got {'x'.join(map(str, c.shape))}")
         if min(m, n, ka) == 0:
             return EmptyProduct(self.queue, self.precision, m, n, ldc)
         # Same row-major to column-major swap as gemm: b is A, a is B, m and n exchanged.
@@ -285,30 +408,43 @@ class Gemm:
                                          trans_a=trans_b, trans_b=trans_a).config
         if views and not FAMILIES[cfg.kernel].takes_views:
             if self.config is not None:
-                raise ValueError(f"{cfg.kernel} reads operands at offset 0 only, and a, b or c is a view with an offset")
+                raise OperandError(f"{cfg.kernel} reads operands at offset 0 only, "
+                                   f"and a, b or c is a view with an offset")
             cfg = default_config(self.info, self.precision, (n, m, ka), views=True)
-        return GemmOperation(self.queue, cfg, shipped_families().family(cfg.kernel).source, self.precision,
-                             n, m, ka, problem=problem)
+        what = f"{'x'.join(map(str, a.shape))} times {'x'.join(map(str, b.shape))} in precision {self.precision.code}"
+        plan = FAMILIES[cfg.kernel].plan(cfg.params, self.precision, problem, self.queue.device,
+                                         self.queue.device.max_compute_units)
+        check_device_memory(self.info, what, {s.name: s.nbytes for s in plan.scratch})
+        with out_of_memory_as_error(what):
+            return GemmOperation(self.queue, cfg, shipped_families().family(cfg.kernel).source, self.precision,
+                                 n, m, ka, problem=problem)
 
     def __call__(self, a, b, c, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
-        try:
-            views = bool(a.offset or b.offset or c.offset)
-            key = (a.shape, a.strides, a.dtype, a.context, b.shape, b.strides, b.dtype, b.context,
-                   c.shape, c.strides, c.dtype, c.context, trans_a, trans_b, views)
-        except AttributeError:
-            key, views = None, False   # not arrays: operation() says which
+        # Every call checks everything, cached operation or not: the cache is keyed by what the
+        # operation depends on, and an offset or a buffer may differ from one call to the next.
+        prec, context = self.precision, self.queue.context
+        va, vb, vc = _view("a", a, prec, context), _view("b", b, prec, context), _view("c", c, prec, context)
+        for name, x, vx in (("a", a, va), ("b", b, vb)):   # a and b, only read, may share memory
+            if _overlap(vc, c.shape, vx, x.shape, prec.dtype):
+                raise OperandError(f"c shares elements with {name} in one buffer: the kernels would read "
+                                   f"{name} where they have already written c")
+        scalars = (type(alpha), alpha, type(beta), beta)   # types first: an array never meets ==
+        if scalars != self._scalars:
+            check_scalars(prec, alpha, beta)
+            self._scalars = scalars
+        ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
+        views = bool(va.first or vb.first or vc.first)
+        key = (a.shape, b.shape, c.shape, va.ld, vb.ld, vc.ld, ta, tb, views)
         op = self._calls.get(key)
         if op is None:
-            op = self.operation(a, b, c, normalize_op(trans_a), normalize_op(trans_b), views)
+            op = self.operation(a, b, c, ta, tb, (va.ld, vb.ld, vc.ld), views)
             self._calls[key] = op
             if len(self._calls) > self._MAX_PROBLEMS:
                 self._calls.popitem(last=False)
-        if type(alpha) not in _PLAIN or type(beta) not in _PLAIN:
-            check_scalars(self.precision, alpha, beta)
-        item = self.precision.bytes
         wait = [*a.events, *b.events, *c.events] or None
-        events = op.enqueue(b.base_data, a.base_data, c.base_data, alpha, beta, wait,
-                            (b.offset // item, a.offset // item, c.offset // item))
+        with out_of_memory_as_error(f"{'x'.join(map(str, a.shape))} times {'x'.join(map(str, b.shape))}"):
+            events = op.enqueue(b.base_data, a.base_data, c.base_data, alpha, beta, wait,
+                                (vb.first, va.first, vc.first))
         if events:
             c.add_event(events[-1])
         self.last_operation, self.last_events = op, events

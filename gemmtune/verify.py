@@ -21,18 +21,52 @@ in double precision. An unwritten element (NaN from the poisoned output) always 
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache, cached_property
 
 import numpy as np
 
+from gemmtune.errors import OperandError
 from gemmtune.info import host_cores
 from gemmtune.precision import Precision
 
 
 def op(x: np.ndarray, flag: str) -> np.ndarray:
     return {"N": x, "T": x.T, "C": x.conj().T}[flag]
+
+
+def check_scalars(prec: Precision, alpha, beta) -> None:
+    """OperandError unless alpha and beta are numbers the kernels can apply in ``prec``: every
+    path into a product (``gemm``, ``Gemm``, ``verify_config``, ``gemmtune verify``) calls this.
+
+    A kernel takes each scalar converted to the precision's type, so anything else goes wrong
+    silently there: a string or an array has no single value, a complex value loses its
+    imaginary part in a real precision, NaN and infinities make every element of C NaN or
+    infinite (which no check tells from a broken kernel), a magnitude beyond the type's largest
+    becomes infinite and one below its smallest normal becomes 0 or a subnormal, which OpenCL
+    devices may flush to 0 in single precision. bool is refused as almost surely a misplaced flag.
+    """
+    info = np.finfo(prec.dtype)
+    low, high = float(info.smallest_normal), float(info.max)
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        shown = " ".join(repr(value).split())   # one line, however large an array is
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Number):
+            raise OperandError(f"{name} must be a real or complex number, got {type(value).__name__} {shown}")
+        if not prec.is_complex and np.iscomplexobj(value):
+            raise OperandError(f"{name} = {shown} is complex but the operands are real ({prec.dtype})")
+        try:
+            parts = (complex(value).real, complex(value).imag)
+        except (TypeError, ValueError, OverflowError):
+            parts = (math.inf,)   # an int beyond any float
+        if any(math.isnan(x) or math.isinf(x) and not isinstance(value, numbers.Integral) for x in parts):
+            raise OperandError(f"{name} must be finite, got {shown}")
+        if any(x != 0 and not low <= abs(x) <= high for x in parts):
+            raise OperandError(f"{name} = {shown} is outside the range of precision {prec.code} ({prec.dtype}): "
+                               f"magnitudes from {low:.3g} to {high:.3g}, or 0")
 
 
 def random_matrix(prec: Precision, shape, rng: np.random.Generator) -> np.ndarray:

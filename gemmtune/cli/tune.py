@@ -167,7 +167,12 @@ def space_rows(the_space, dev, prec, fmt: str):
 @format_option("table", "json")
 def verify(device, precision, shape, config_text, alpha, beta, trans_a, trans_b, seed, fmt):
     """Run one configuration on random data and check it against numpy in double precision."""
+    from gemmtune.verify import check_scalars
+
     config = parse_config(config_text) if config_text else None
+    # As verify_config does, before OpenCL starts: a scalar the precision cannot hold (1e300 in
+    # single) would otherwise fail the check as if the kernel were wrong.
+    check_scalars(get_precision(precision), alpha, beta)
     from gemmtune.compute import verify_config  # after the checks: OpenCL and the results store
 
     result = verify_config(device, get_precision(precision), *shape, config=config, alpha=alpha,
