@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
+import numbers
 import os
 from functools import cache
 
@@ -111,16 +113,17 @@ class _Double2(ctypes.Structure):
 SCALAR = {"s": ctypes.c_float, "d": ctypes.c_double, "c": _Float2, "z": _Double2}
 
 
-def _scalar(prec: Precision, value):
+def _scalar(prec: Precision, name: str, value):
+    """alpha or beta as the routine takes it; GemmtuneError for what it cannot take as meant."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Number):
+        raise GemmtuneError(f"CLBlast GEMM: {name} must be a real or complex number, not {type(value).__name__}")
+    value = complex(value)
+    if not (math.isfinite(value.real) and math.isfinite(value.imag)):
+        raise GemmtuneError(f"CLBlast GEMM: {name} must be finite, not {value}")
+    if value.imag and not prec.is_complex:
+        raise GemmtuneError(f"CLBlast GEMM: {name} = {value} is complex but the precision ({prec.code}) is real")
     kind = SCALAR[prec.code]
-    if prec.is_complex:
-        value = complex(value)
-        return kind(value.real, value.imag)
-    if isinstance(value, complex):
-        if value.imag:
-            raise GemmtuneError(f"alpha and beta of a real GEMM ({prec.code}) must be real, not {value}")
-        value = value.real
-    return kind(float(value))
+    return kind(value.real, value.imag) if prec.is_complex else kind(value.real)
 
 
 class Clblast:
@@ -166,9 +169,10 @@ class Clblast:
             handles.append(ctypes.c_void_p(x.int_ptr))
             starts.append(off)
         queue_ptr, event_ptr = ctypes.c_void_p(queue.int_ptr), ctypes.c_void_p()
+        scalars = _scalar(prec, "alpha", alpha), _scalar(prec, "beta", beta)
         status = self.routines[prec.code](
-            ROW_MAJOR if row_major else COL_MAJOR, *flags, m, n, k, _scalar(prec, alpha),
-            handles[0], starts[0], lda, handles[1], starts[1], ldb, _scalar(prec, beta), handles[2], starts[2], ldc,
+            ROW_MAJOR if row_major else COL_MAJOR, *flags, m, n, k, scalars[0], handles[0], starts[0], lda,
+            handles[1], starts[1], ldb, scalars[1], handles[2], starts[2], ldc,
             ctypes.byref(queue_ptr), ctypes.byref(event_ptr))
         if status:
             raise ClblastError(f"CLBlast {prec.code.upper()}GEMM {m}x{n}x{k} {trans_a}{trans_b}: {status_text(status)}")
