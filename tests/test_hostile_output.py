@@ -223,11 +223,13 @@ def test_a_full_file_system_leaves_the_previous_export_and_plot_whole(db, tmp_pa
 def test_a_symbolic_link_is_refused_and_left_as_it_was(db, tmp_path, command):
     target = tmp_path / "target"
     target.write_text("kept\n")
-    link = tmp_path / "out"
-    link.symlink_to(target)
-    result = invoke([command[0], "--db", f"sqlite:///{db}", *command[1:], str(link)], 2)
-    assert "symbolic link" in only_error(result) and result.stdout == ""
-    assert link.is_symlink() and os.readlink(link) == str(target) and target.read_text() == "kept\n"
+    # a link to a file, and one to a device as /dev/stdout is (which, replaced, broke a root shell's output)
+    for link, to in ((tmp_path / "out", str(target)), (tmp_path / "stdout", "/dev/null")):
+        link.symlink_to(to)
+        result = invoke([command[0], "--db", f"sqlite:///{db}", *command[1:], str(link)], 2)
+        assert "symbolic link" in only_error(result) and result.stdout == ""
+        assert link.is_symlink() and os.readlink(link) == to
+    assert target.read_text() == "kept\n" and stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
 @pytest.mark.parametrize("command", [["export", "-o"], ["report", "--plot"]])
