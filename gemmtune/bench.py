@@ -14,15 +14,15 @@ Contenders:
   is missing.
 
 Every sample is one call and its wait, timed on the host (``wall_ms``: what the caller pays),
-beside the device's own time of it (``device_ms``: OpenCL profiling events, CUDA events) and
-the time the call took to return (``host_ms``: its host cost). CLBlast returns the event of its
-last command only, so its ``device_ms`` is the span from a marker enqueued before the call to that
-command's end (gaps between its commands included), where gemmtune's sums its commands. The ratios and the GFLOP/s are
-of the wall-clock time. OpenCL contenders are first verified on their output poisoned with NaN
-(up to 64 sampled rows against numpy in double precision). Contenders are sampled in turns,
-one call each per round, so that a clock drifting during the run affects all alike; each stops
-when the 95 % interval of its median is within 2 % of it, or at the caps of the timing policy.
-A contender whose calls take under 20 ms is called once, unrecorded, before each sample.
+beside the device's own time of it (``device_ms``: OpenCL profiling events, CUDA events) and the
+time the call took to return (``host_ms``: its host cost). CLBlast returns the event of its last
+command only, so its ``device_ms`` is the span from a marker enqueued before the call to that
+command's end (gaps between its commands included), where gemmtune's sums its commands. The ratios
+and the GFLOP/s are of the wall-clock time. OpenCL contenders are first verified on their output
+poisoned with NaN (up to 64 sampled rows against numpy in double precision). Contenders are sampled
+in turns, one call each per round, so that a clock drifting during the run affects all alike; each
+stops when the 95 % interval of its median is within 2 % of it, or at the caps of the timing
+policy. A contender whose calls take under 20 ms is called once, unrecorded, before each sample.
 """
 
 from __future__ import annotations
