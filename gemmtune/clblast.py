@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
-import numbers
 import os
 from functools import cache
 
 import numpy as np
 
-from gemmtune.errors import GemmtuneError
+from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
+from gemmtune.kernels import normalize_op
 from gemmtune.precision import Precision, get_precision
+from gemmtune.verify import check_scalars
 
 ENV = "GEMMTUNE_CLBLAST"
 FALLBACK_NAME = "libclblast.so.1"
@@ -113,17 +113,10 @@ class _Double2(ctypes.Structure):
 SCALAR = {"s": ctypes.c_float, "d": ctypes.c_double, "c": _Float2, "z": _Double2}
 
 
-def _scalar(prec: Precision, name: str, value):
-    """alpha or beta as the routine takes it; GemmtuneError for what it cannot take as meant."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Number):
-        raise GemmtuneError(f"CLBlast GEMM: {name} must be a real or complex number, not {type(value).__name__}")
+def _scalar(prec: Precision, value):
+    """alpha or beta as the routine takes it (verify.check_scalars has checked it)."""
     value = complex(value)
-    if not (math.isfinite(value.real) and math.isfinite(value.imag)):
-        raise GemmtuneError(f"CLBlast GEMM: {name} must be finite, not {value}")
-    if value.imag and not prec.is_complex:
-        raise GemmtuneError(f"CLBlast GEMM: {name} = {value} is complex but the precision ({prec.code}) is real")
-    kind = SCALAR[prec.code]
-    return kind(value.real, value.imag) if prec.is_complex else kind(value.real)
+    return SCALAR[prec.code](value.real, value.imag) if prec.is_complex else SCALAR[prec.code](value.real)
 
 
 class Clblast:
@@ -142,40 +135,48 @@ class Clblast:
     def gemm(self, queue, precision, trans_a: str, trans_b: str, m: int, n: int, k: int, alpha, a, lda: int,
              b, ldb: int, beta, c, ldc: int, offsets=(0, 0, 0), row_major: bool = False):
         """C = alpha op(A) op(B) + beta C, enqueued on ``queue``; returns the event of CLBlast's
-        last command. A, B, C are pyopencl Buffers (``offsets``: in elements) or pyopencl Arrays
-        of the precision's type (their own offset is added); column-major unless ``row_major``."""
+        last command. ``trans_a``/``trans_b`` as for ``gemmtune.gemm`` (N, T, C, or a bool).
+        A, B, C are pyopencl Buffers (``offsets``: in elements) or pyopencl Arrays of the
+        precision's type (their own offset is added); column-major unless ``row_major``. Bad
+        arguments raise OperandError or OperandTypeError before CLBlast sees them; CLBlast's own
+        refusals (a leading dimension, a buffer too small) raise ClblastError naming its status."""
         import pyopencl as cl
+        import pyopencl.array as cl_array
 
         prec = get_precision(precision) if isinstance(precision, str) else precision
-        flags = [TRANSPOSE.get(t) if isinstance(t, str) else None for t in (trans_a, trans_b)]
-        if None in flags:
-            raise GemmtuneError(f"trans_a and trans_b must each be N, T or C, not {trans_a!r}, {trans_b!r}")
+        check_scalars(prec, alpha, beta)
+        try:
+            ops = normalize_op(trans_a), normalize_op(trans_b)
+        except ValueError as e:
+            raise OperandError(f"CLBlast GEMM: {e}") from None
+        if not isinstance(queue, cl.CommandQueue):
+            raise OperandTypeError(f"CLBlast GEMM: queue must be a pyopencl CommandQueue, not {type(queue).__name__}")
         sizes = dict(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, offset_a=offsets[0], offset_b=offsets[1],
                      offset_c=offsets[2])
         for name, value in sizes.items():
             # ctypes would wrap a negative size_t silently into a huge one
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
-                raise GemmtuneError(f"CLBlast GEMM: {name} must be a whole number >= 0, not {value!r}")
+            if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < 0:
+                raise OperandError(f"CLBlast GEMM: {name} must be a whole number >= 0, not {value!r}")
         handles, starts = [], []
         for name, x, off in zip("ABC", (a, b, c), offsets):
-            if hasattr(x, "base_data"):   # a pyopencl Array
+            if isinstance(x, cl_array.Array):
                 if x.dtype != prec.dtype:
-                    raise GemmtuneError(f"CLBlast GEMM ({prec.code}): {name} holds {x.dtype}, not {prec.dtype}")
+                    raise OperandError(f"CLBlast GEMM ({prec.code}): {name} holds {x.dtype}, not {prec.dtype}")
                 if x.offset % prec.bytes:
-                    raise GemmtuneError(f"CLBlast GEMM: {name}'s offset of {x.offset} bytes is not whole elements")
+                    raise OperandError(f"CLBlast GEMM: {name}'s offset of {x.offset} bytes is not whole elements")
                 off, x = off + x.offset // prec.bytes, x.base_data
-            if not isinstance(x, cl.MemoryObjectHolder):
-                raise GemmtuneError(f"CLBlast GEMM: {name} must be a pyopencl Buffer or Array, not {type(x).__name__}")
+            if not isinstance(x, cl.MemoryObjectHolder):   # a Buffer, or a pool's
+                raise OperandTypeError(f"CLBlast GEMM: {name} must be a pyopencl Buffer or Array, "
+                                       f"not {type(x).__name__}")
             handles.append(ctypes.c_void_p(x.int_ptr))
             starts.append(off)
         queue_ptr, event_ptr = ctypes.c_void_p(queue.int_ptr), ctypes.c_void_p()
-        scalars = _scalar(prec, "alpha", alpha), _scalar(prec, "beta", beta)
         status = self.routines[prec.code](
-            ROW_MAJOR if row_major else COL_MAJOR, *flags, m, n, k, scalars[0], handles[0], starts[0], lda,
-            handles[1], starts[1], ldb, scalars[1], handles[2], starts[2], ldc,
+            ROW_MAJOR if row_major else COL_MAJOR, TRANSPOSE[ops[0]], TRANSPOSE[ops[1]], m, n, k, _scalar(prec, alpha),
+            handles[0], starts[0], lda, handles[1], starts[1], ldb, _scalar(prec, beta), handles[2], starts[2], ldc,
             ctypes.byref(queue_ptr), ctypes.byref(event_ptr))
         if status:
-            raise ClblastError(f"CLBlast {prec.code.upper()}GEMM {m}x{n}x{k} {trans_a}{trans_b}: {status_text(status)}")
+            raise ClblastError(f"CLBlast {prec.code.upper()}GEMM {m}x{n}x{k} {''.join(ops)}: {status_text(status)}")
         # CLBlast hands over its reference to the event: pyopencl releases it.
         return cl.Event.from_int_ptr(event_ptr.value, retain=False)
 

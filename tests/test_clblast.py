@@ -132,23 +132,24 @@ def test_a_clblast_status_is_an_error_naming_it(lib, queue, change, match):
 @pytest.mark.parametrize("change, match", [
     (lambda q: dict(m=-1), "m must be a whole number"),
     (lambda q: dict(offsets=(0, -2, 0)), "offset_b must be"),
-    (lambda q: dict(trans_a="X"), "N, T or C"),
-    (lambda q: dict(alpha=1j), "alpha = 1j is complex but the precision"),
-    (lambda q: dict(beta="0"), "beta must be a real or complex number, not str"),
+    (lambda q: dict(trans_a="X"), "bad transpose flag 'X'"),
+    (lambda q: dict(alpha=1j), "alpha = 1j is complex but the operands are real"),
+    (lambda q: dict(beta="0"), "beta must be a real or complex number, got str"),
     (lambda q: dict(alpha=float("nan")), "alpha must be finite"),
-    (lambda q: dict(beta=True), "beta must be a real or complex number, not bool"),
+    (lambda q: dict(beta=True), "beta must be a real or complex number, got bool"),
+    (lambda q: dict(queue=None), "queue must be a pyopencl CommandQueue"),
     (lambda q: dict(a=np.zeros(M * K, np.float32)), "A must be a pyopencl Buffer or Array"),
     (lambda q: dict(precision="q"), "unknown precision"),
     (lambda q: dict(c=cl_array.zeros(q, M * N, np.float64)), "C holds float64"),
 ], ids=["negative-m", "negative-offset", "trans", "complex-alpha", "string-beta", "nan-alpha", "bool-beta",
-        "numpy-operand", "precision", "dtype"])
+        "no-queue", "numpy-operand", "precision", "dtype"])
 def test_bad_arguments_are_refused_before_clblast(lib, queue, change, match):
     zeros = {name: cl_array.zeros(queue, size, np.float32) for name, size in (("a", M * K), ("b", K * N), ("c", M * N))}
-    call = dict(precision="s", trans_a="N", trans_b="N", m=M, n=N, k=K, alpha=1.0, lda=M, ldb=K, beta=0.0, ldc=M,
-                **zeros)
+    call = dict(queue=queue, precision="s", trans_a="N", trans_b="N", m=M, n=N, k=K, alpha=1.0, lda=M, ldb=K,
+                beta=0.0, ldc=M, **zeros)
     call.update(change(queue))
     with pytest.raises(GemmtuneError, match=match):
-        lib.gemm(queue, **call)
+        lib.gemm(**call)
 
 
 def test_the_library_is_found_by_option_then_environment_then_name(monkeypatch):

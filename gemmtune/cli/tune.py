@@ -26,14 +26,24 @@ def devices(fmt):
 
     found = [d.to_json() for d in list_devices()]
     if fmt == "table":
-        found = [{"index": d["index"], "type": d["type"], "name": d["name"], "platform": d["platform"],
-                  "CUs": d["compute_units"], "MHz": d["max_clock_mhz"],
-                  "global GiB": round(d["global_mem_bytes"] / 2**30, 1),
-                  "local KiB": d["local_mem_bytes"] // 1024, "max WG": d["max_work_group_size"],
-                  "fp64": "yes" if d["double_precision"] else "no",
-                  # a CPU's vector registers as its compiler targets them (AVX2: 16 x 32 B)
-                  "vectors": f"{d['vector_registers']} x {d['vector_bytes']} B" if d["vector_registers"] else "-"}
-                 for d in found]
+        def cell(d, field, text):   # "*": not what the driver reported (a footnote says why)
+            return f"*{text}" if field in d["fallbacks"] else text
+
+        rows = [{"index": d["index"], "type": d["type"], "name": d["name"], "platform": d["platform"],
+                 "CUs": cell(d, "compute_units", d["compute_units"]), "MHz": cell(d, "max_clock_mhz", d["max_clock_mhz"]),
+                 "global GiB": cell(d, "global_mem_bytes", round(d["global_mem_bytes"] / 2**30, 1)),
+                 "local KiB": cell(d, "local_mem_bytes", d["local_mem_bytes"] // 1024),
+                 "max WG": cell(d, "max_work_group_size", d["max_work_group_size"]),
+                 "fp64": cell(d, "double_precision", "yes" if d["double_precision"] else "no"),
+                 # a CPU's vector registers as its compiler targets them (AVX2: 16 x 32 B)
+                 "vectors": cell(d, "vector_registers", f"{d['vector_registers']} x {d['vector_bytes']} B"
+                                 if d["vector_registers"] else "-")}
+                for d in found]
+        emit(rows, fmt)
+        notes = [f"* device {d['index']}, {field}: {why}" for d in found for field, why in d["fallbacks"].items()]
+        if notes:
+            click.echo("\n" + "\n".join(notes))
+        return
     emit(found, fmt)
 
 
