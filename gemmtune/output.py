@@ -89,7 +89,8 @@ def write_file(path: str | Path, content: str | bytes | Callable[[BinaryIO], Non
     is ``/dev/stdout``, a link: ``-`` is standard output), and so is one that exists but is no
     regular file (a directory, a device, a FIFO), which a replace would destroy. GemmtuneError
     says which (``writable``).
-    A file replaced keeps its permissions; a new one gets the umask's, as ``open`` gives.
+    A file replaced keeps its permissions (and its owner, where that may be given); a new one
+    gets the umask's, as ``open`` gives.
     """
     data = content.encode("utf-8") if isinstance(content, str) else content
     if str(path) == STDOUT:
@@ -97,7 +98,7 @@ def write_file(path: str | Path, content: str | bytes | Callable[[BinaryIO], Non
         sys.stdout.buffer.flush()
         return
     path = Path(path)
-    mode = writable(path)
+    old = writable(path)
     temp = None
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -105,7 +106,12 @@ def write_file(path: str | Path, content: str | bytes | Callable[[BinaryIO], Non
             _fill(f, data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(temp, mode)
+        if old is not None and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+            try:   # root replacing a user's file leaves it theirs; others cannot give a file away
+                os.chown(temp, old.st_uid, old.st_gid)
+            except PermissionError:
+                pass
+        os.chmod(temp, 0o666 & ~_umask() if old is None else stat.S_IMODE(old.st_mode))
         os.replace(temp, path)
         temp = None
         _sync_directory(path.parent)
@@ -119,14 +125,14 @@ def write_file(path: str | Path, content: str | bytes | Callable[[BinaryIO], Non
                 pass
 
 
-def writable(path: str | Path) -> int:
-    """The permissions ``write_file`` gives ``path``; GemmtuneError if it will refuse it. A
-    command checks its output files with this before its work, so that a refusal costs nothing."""
+def writable(path: str | Path) -> os.stat_result | None:
+    """What ``path`` is (None: nothing yet), if ``write_file`` may replace it; else GemmtuneError.
+    A command checks its output files with this before its work, so that a refusal costs nothing."""
     path = Path(path)
     try:
         st = path.lstat()
     except FileNotFoundError:
-        return 0o666 & ~_umask()
+        return None
     except OSError as e:
         raise GemmtuneError(f"cannot write {path}: {e.strerror or e}") from None
     if stat.S_ISLNK(st.st_mode):
@@ -138,7 +144,7 @@ def writable(path: str | Path) -> int:
                             "through a link: name the file itself")
     if not stat.S_ISREG(st.st_mode):
         raise GemmtuneError(f"cannot write {path}: it is not a regular file but {_kind(st.st_mode)}")
-    return stat.S_IMODE(st.st_mode)
+    return st
 
 
 def _fill(f: BinaryIO, data) -> None:

@@ -263,5 +263,25 @@ def test_write_file_replaces_whole_keeps_permissions_and_cleans_up(tmp_path):
     with pytest.raises(ValueError, match="the writer failed"):
         output.write_file(path, fails)
     assert path.read_text() == "new\n" and leftovers(tmp_path, {"out.txt"}) == []
+    if os.geteuid() == 0:   # a file root replaces stays its owner's
+        os.chown(path, 12345, 23456)
+        output.write_file(path, "again\n")
+        assert (path.stat().st_uid, path.stat().st_gid) == (12345, 23456) and path.read_text() == "again\n"
     with pytest.raises(GemmtuneError, match="No such file or directory"):
         output.write_file(tmp_path / "missing" / "out.txt", b"x")
+
+
+def test_make_prior_refuses_a_link_as_gemmtune_does(tmp_path, add_result):
+    import sys
+
+    db = tmp_path / "one.db"
+    add_result(db, params=PARAMS)
+    target = tmp_path / "target"
+    target.write_text("kept\n")
+    link = tmp_path / "prior.csv.gz"
+    link.symlink_to(target)
+    done = subprocess.run([sys.executable, "tools/make_prior.py", "--device-name", "Fancy GPU 9000", "-o", str(link),
+                           str(db)], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and done.stdout == "" and "symbolic link" in only_error(done)
+    assert link.is_symlink() and target.read_text() == "kept\n"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.output import write_file
 from gemmtune.rows import screen
 from gemmtune.shipped_prior import COLUMNS
 from gemmtune.store import Store
@@ -61,12 +62,10 @@ def main() -> None:
         if missing:
             raise GemmtuneError(f"no database file {missing[0]}")
         rows = prior_rows([f"sqlite:///{db}" for db in args.databases], args.device_name)
+        write_file(args.output, compressed(rows))   # whole or not at all, never through a link
     except GemmtuneError as e:
         print(f"Error: {e}", file=sys.stderr)
         sys.exit(2)
-    partial = args.output.with_name(args.output.name + ".partial")   # nothing half-written under the name
-    partial.write_bytes(compressed(rows))
-    partial.replace(args.output)
     print(f"{len(rows)} rows of {rows.study.nunique()} studies -> {args.output}")
 
 
