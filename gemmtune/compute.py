@@ -90,19 +90,25 @@ _OUT_OF_MEMORY = {cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE, cl.status_code.O
                   cl.status_code.OUT_OF_HOST_MEMORY}
 
 
+def out_of_memory(e: Exception, what: str) -> GemmtuneError | None:
+    """``e`` as GemmtuneError naming ``what`` ran out of memory, if it says an allocation failed,
+    on the device (drivers may allocate lazily, so at an enqueue too) or on the host."""
+    if isinstance(e, cl.Error) and e.code in _OUT_OF_MEMORY:
+        return GemmtuneError(f"{what}: the device ran out of memory ({e.routine}: {cl.status_code.to_string(e.code)})")
+    if isinstance(e, MemoryError):
+        return GemmtuneError(f"{what}: the host ran out of memory ({e})")
+    return None
+
+
 @contextlib.contextmanager
 def out_of_memory_as_error(what: str):
-    """A failed allocation, on the device (drivers may allocate lazily, so at an enqueue too)
-    or on the host, as GemmtuneError naming ``what`` needed it."""
     try:
         yield
-    except cl.Error as e:
-        if e.code not in _OUT_OF_MEMORY:
+    except (cl.Error, MemoryError) as e:
+        error = out_of_memory(e, what)
+        if error is None:
             raise
-        reason = f"{e.routine}: {cl.status_code.to_string(e.code)}"
-        raise GemmtuneError(f"{what}: the device ran out of memory ({reason})") from None
-    except MemoryError as e:
-        raise GemmtuneError(f"{what}: the host ran out of memory ({e})") from None
+        raise error from None
 
 
 def _size(nbytes: int) -> str:
@@ -293,9 +299,27 @@ class View(NamedTuple):
     end: int
 
 
-def _view(name: str, x, prec: Precision, context: cl.Context) -> View:
+class BufferFacts(NamedTuple):
+    """What a view is checked against, fixed for the life of a cl_mem: its size, and where it
+    lies in the memory it shares (a sub-buffer's parent and offset in it)."""
+    buffer: cl.MemoryObjectHolder
+    size: int
+    root: int
+    base: int
+
+    @classmethod
+    def of(cls, buffer: cl.MemoryObjectHolder) -> "BufferFacts":
+        parent = buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+        base = 0 if parent is None else buffer.get_info(cl.mem_info.OFFSET)
+        return cls(buffer, buffer.size, (parent or buffer).int_ptr, base)
+
+
+def _view(name: str, x, prec: Precision, context: cl.Context, known: dict[int, BufferFacts],
+          now: dict[int, BufferFacts]) -> View:
     """Validate one operand of ``Gemm`` against its buffer, on every call: a cached operation
-    was prepared for shapes and strides, and says nothing of this call's offset or buffer."""
+    was prepared for shapes and strides, and says nothing of this call's offset or buffer.
+    ``known``: facts of buffers seen before, by id (each holds its buffer, so no other buffer
+    has that id); this one's go into ``now``."""
     if not isinstance(x, cla.Array):
         raise OperandTypeError(f"{name} must be a pyopencl.array.Array, got {type(x).__name__}")
     if x.ndim != 2 or x.dtype != prec.dtype:
@@ -317,17 +341,19 @@ def _view(name: str, x, prec: Precision, context: cl.Context) -> View:
     buffer = x.base_data
     if not isinstance(buffer, cl.MemoryObjectHolder):
         raise OperandTypeError(f"{name} must be backed by an OpenCL buffer, got {type(buffer).__name__}")
+    facts = known.get(id(buffer))
+    if facts is None:
+        facts = BufferFacts.of(buffer)
+    now[id(buffer)] = facts
     # The last element's end, from the strides the kernels use: rows ld apart, elements adjacent.
     end = x.offset + ((rows - 1) * ld + cols) * item
-    if end > buffer.size:
+    if end > facts.size:
         raise OperandError(f"{name} ({rows}x{cols}, strides {x.strides}, offset {x.offset} bytes) ends at byte "
-                           f"{end}, beyond its buffer's {buffer.size} bytes")
+                           f"{end}, beyond its buffer's {facts.size} bytes")
     if end // item > INDEX_LIMIT:
         raise OperandError(f"{name} ends at element {end // item} of its buffer; the kernels index at most "
                            f"{INDEX_LIMIT}")
-    parent = buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)   # sub-buffers share their parent's memory
-    base = buffer.get_info(cl.mem_info.OFFSET) if parent is not None else 0
-    return View(ld, first, (parent or buffer).int_ptr, base + x.offset, base + end)
+    return View(ld, first, facts.root, facts.base + x.offset, facts.base + end)
 
 
 class _Addresses:
@@ -387,6 +413,7 @@ class Gemm:
         self.config = None if config is None else resolve_config(config, self.info, self.precision)
         self._calls: OrderedDict[tuple, GemmOperation | EmptyProduct] = OrderedDict()
         self._scalars = None   # the last alpha and beta check_scalars passed, with their types
+        self._buffers: dict[int, BufferFacts] = {}   # of the last call's operands, by id
         self.last_operation: GemmOperation | EmptyProduct | None = None   # of the last call, and its events
         self.last_events: list = []
 
@@ -423,7 +450,11 @@ class Gemm:
         # Every call checks everything, cached operation or not: the cache is keyed by what the
         # operation depends on, and an offset or a buffer may differ from one call to the next.
         prec, context = self.precision, self.queue.context
-        va, vb, vc = _view("a", a, prec, context), _view("b", b, prec, context), _view("c", c, prec, context)
+        # Facts of the last call's buffers only (as the operation binds them): more would keep
+        # the memory of arrays the caller has dropped.
+        known, now = self._buffers, {}
+        va, vb, vc = (_view(name, x, prec, context, known, now) for name, x in (("a", a), ("b", b), ("c", c)))
+        self._buffers = now
         for name, x, vx in (("a", a, va), ("b", b, vb)):   # a and b, only read, may share memory
             if _overlap(vc, c.shape, vx, x.shape, prec.dtype):
                 raise OperandError(f"c shares elements with {name} in one buffer: the kernels would read "
@@ -442,9 +473,14 @@ class Gemm:
             if len(self._calls) > self._MAX_PROBLEMS:
                 self._calls.popitem(last=False)
         wait = [*a.events, *b.events, *c.events] or None
-        with out_of_memory_as_error(f"{'x'.join(map(str, a.shape))} times {'x'.join(map(str, b.shape))}"):
+        try:
             events = op.enqueue(b.base_data, a.base_data, c.base_data, alpha, beta, wait,
                                 (vb.first, va.first, vc.first))
+        except (cl.Error, MemoryError) as e:
+            error = out_of_memory(e, f"{'x'.join(map(str, a.shape))} times {'x'.join(map(str, b.shape))}")
+            if error is None:
+                raise
+            raise error from None
         if events:
             c.add_event(events[-1])
         self.last_operation, self.last_events = op, events

@@ -49,8 +49,7 @@ def check_scalars(prec: Precision, alpha, beta) -> None:
     becomes infinite and one below its smallest normal becomes 0 or a subnormal, which OpenCL
     devices may flush to 0 in single precision. bool is refused as almost surely a misplaced flag.
     """
-    info = np.finfo(prec.dtype)
-    low, high = float(info.smallest_normal), float(info.max)
+    low, high = _normal_range(prec.dtype)
     for name, value in (("alpha", alpha), ("beta", beta)):
         shown = " ".join(repr(value).split())   # one line, however large an array is
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
@@ -67,6 +66,12 @@ def check_scalars(prec: Precision, alpha, beta) -> None:
         if any(x != 0 and not low <= abs(x) <= high for x in parts):
             raise OperandError(f"{name} = {shown} is outside the range of precision {prec.code} ({prec.dtype}): "
                                f"magnitudes from {low:.3g} to {high:.3g}, or 0")
+
+
+@cache
+def _normal_range(dtype: np.dtype) -> tuple[float, float]:
+    info = np.finfo(dtype)
+    return float(info.smallest_normal), float(info.max)
 
 
 def random_matrix(prec: Precision, shape, rng: np.random.Generator) -> np.ndarray:
