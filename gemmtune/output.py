@@ -8,7 +8,8 @@ cell safe for it, and ``cells`` applies it to every string cell and column name 
   non-printable one (bidirectional overrides, zero-width and line separators) reaches it: each is
   written as its Python escape (``\\x1b``, ``\\n``, ``\\u202e``), which also keeps a row on one line;
 * ``markdown``: the same, and ``\\`` and ``|`` backslash-escaped, so that a cell cannot end
-  itself and start another or forge a row;
+  itself and start another or forge a row, and ``< > [ ]``, so that it cannot hold HTML, a link
+  or an image a renderer would fetch;
 * ``csv``: printable as for a table (CSV goes to terminals too), which turns the tab, carriage
   return and NUL that OWASP and ASVS 1.2.10 list into escapes; and a cell starting with ``=``,
   ``+``, ``-`` or ``@``, or a full-width ``＝ ＋ － ＠`` (which spreadsheets in East Asian locales
@@ -43,9 +44,12 @@ def table_cell(text: str) -> str:
     return text if text.isprintable() else "".join(map(_visible, text))
 
 
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\|<>[]"})
+
+
 def markdown_cell(text: str) -> str:
-    """``text`` for a cell of a Markdown pipe table: printable, with ``\\`` and ``|`` escaped."""
-    return table_cell(text).replace("\\", "\\\\").replace("|", "\\|")
+    """``text`` for a cell of a Markdown pipe table: printable, with ``\\ | < > [ ]`` escaped."""
+    return table_cell(text).translate(_MARKDOWN)
 
 
 def csv_cell(text: str) -> str:

@@ -29,7 +29,8 @@ from gemmtune.errors import GemmtuneError
 PARAMS = {"TSM": 32, "TSN": 64, "TSK": 16, "WPTN": 4, "PAD": 1, "TRANSPOSEX": 16, "TRANSPOSEY": 8}
 FORMULAS = ["=cmd|' /C calc'!A0", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)", "\t=1+1", "\r=1+1",
             "\uff1d1+1"]
-FORGING = ["a|b", "a\n| forged | row |", "x\\|y", "x\\", "ok\r\n|---|"]
+FORGING = ["a|b", "a\n| forged | row |", "x\\|y", "x\\", "ok\r\n|---|", "<img src=x onerror=alert(1)>",
+           "![t](http://example.invalid/t.png)"]
 ESCAPES = ["\x1b[2J\x1b]0;title\x07", "\x9b31m", "right\u202eleft", "zero\u200bwidth", "del\x7f", "nul\x00",
            "line\u2028sep"]
 HOSTILE = FORMULAS + FORGING + ESCAPES
@@ -103,6 +104,7 @@ def test_markdown_rows_cannot_be_forged(hostile_db, top):
     for line in lines[2:]:
         cells = markdown_cells(line)
         assert len(cells) == width, line
+        assert not re.search(r"(?<!\\)(\\\\)*[<\[]", line), line   # no HTML, link or image starts
         studies.append(re.sub(r"\\(.)", r"\1", cells[header.index("study")].strip()))
     assert sorted(studies) == sorted(output.table_cell(n).strip() for n in HOSTILE)
 
@@ -151,6 +153,7 @@ def test_the_cell_functions():
     assert output.table_cell("plain name é 1.0") == "plain name é 1.0"
     assert output.table_cell("a\nb\x1b\x85\u202e") == "a\\nb\\x1b\\x85\\u202e"
     assert output.markdown_cell("a|b\\c\n") == "a\\|b\\\\c\\\\n"
+    assert output.markdown_cell("<a>[b]") == "\\<a\\>\\[b\\]"
     assert [output.csv_cell(s) for s in ("=1", "-1", "@x", "x=1", "\t=1", "")] == ["'=1", "'-1", "'@x", "x=1",
                                                                                     "\\t=1", ""]
     frame = output.cells(pd.DataFrame({"=name": ["=x", None], "n": [1, 2]}), "csv")
