@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple
@@ -232,21 +233,26 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     return result
 
 
-def verify_config(device, prec: Precision, m: int, n: int, k: int, *, config=None, alpha=1.0, beta=0.0,
+def verify_config(device, prec: Precision | str, m: int, n: int, k: int, *, config=None, alpha=1.0, beta=0.0,
                   trans_a="N", trans_b="N", seed=None) -> Check:
     """Run one configuration on fresh random operands and compare with numpy (see gemmtune.verify).
 
     With beta == 0 the output starts as NaN, so any element the kernel leaves unwritten fails.
-    GemmtuneError, before anything is allocated, for a seed numpy does not take, alpha or beta
-    that ``check_scalars`` refuses, and a problem that does not fit the device or the host.
+    GemmtuneError, before anything is allocated, for sizes that are not integers from 0, a seed
+    numpy does not take, alpha or beta that ``check_scalars`` refuses, a bad op flag, and a
+    problem that does not fit the device or the host.
     """
     from gemmtune.inputs import check_problem, check_seed
 
+    prec = prec if isinstance(prec, Precision) else get_precision(prec)
+    for name, size in (("m", m), ("n", n), ("k", k)):
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
+            raise OperandError(f"{name} must be an integer from 0, got {size!r}")
     check_seed(seed)
     check_scalars(prec, alpha, beta)
+    ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
     check_problem(get_device(device).info, prec, m, n, k)
     rng = np.random.default_rng(seed)
-    ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
     a = random_matrix(prec, (m, k) if ta == "N" else (k, m), rng)
     b = random_matrix(prec, (k, n) if tb == "N" else (n, k), rng)
     c = random_matrix(prec, (m, n), rng) if beta != 0 else None
@@ -300,18 +306,26 @@ class View(NamedTuple):
 
 
 class BufferFacts(NamedTuple):
-    """What a view is checked against, fixed for the life of a cl_mem: its size, and where it
-    lies in the memory it shares (a sub-buffer's parent and offset in it)."""
+    """What a view is checked against, fixed for the life of a cl_mem: its size, where it lies
+    in the memory it shares (a sub-buffer's parent and offset in it), and its access flags."""
     buffer: cl.MemoryObjectHolder
     size: int
     root: int
     base: int
+    flags: int
 
     @classmethod
     def of(cls, buffer: cl.MemoryObjectHolder) -> "BufferFacts":
         parent = buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
         base = 0 if parent is None else buffer.get_info(cl.mem_info.OFFSET)
-        return cls(buffer, buffer.size, (parent or buffer).int_ptr, base)
+        return cls(buffer, buffer.size, (parent or buffer).int_ptr, base, buffer.get_info(cl.mem_info.FLAGS))
+
+
+# Flags that forbid what the kernels do to each operand's buffer (OpenCL leaves the result
+# undefined): read a and b, write c.
+_FORBIDDEN = {"a": (cl.mem_flags.WRITE_ONLY, "write-only", "read"),
+              "b": (cl.mem_flags.WRITE_ONLY, "write-only", "read"),
+              "c": (cl.mem_flags.READ_ONLY, "read-only", "written")}
 
 
 def _view(name: str, x, prec: Precision, context: cl.Context, known: dict[int, BufferFacts],
@@ -345,6 +359,9 @@ def _view(name: str, x, prec: Precision, context: cl.Context, known: dict[int, B
     if facts is None:
         facts = BufferFacts.of(buffer)
     now[id(buffer)] = facts
+    flag, made, used = _FORBIDDEN[name]
+    if facts.flags & flag:
+        raise OperandError(f"{name}'s buffer was made {made}, and {name} is {used}")
     # The last element's end, from the strides the kernels use: rows ld apart, elements adjacent.
     end = x.offset + ((rows - 1) * ld + cols) * item
     if end > facts.size:

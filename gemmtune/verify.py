@@ -51,21 +51,29 @@ def check_scalars(prec: Precision, alpha, beta) -> None:
     """
     low, high = _normal_range(prec.dtype)
     for name, value in (("alpha", alpha), ("beta", beta)):
-        shown = " ".join(repr(value).split())   # one line, however large an array is
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Number):
-            raise OperandError(f"{name} must be a real or complex number, got {type(value).__name__} {shown}")
-        if not prec.is_complex and np.iscomplexobj(value):
-            raise OperandError(f"{name} = {shown} is complex but the operands are real ({prec.dtype})")
+            raise OperandError(f"{name} must be a real or complex number, got {type(value).__name__} {_shown(value)}")
+        if not prec.is_complex and isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+            raise OperandError(f"{name} = {_shown(value)} is complex but the operands are real ({prec.dtype})")
+        try:
+            finite = not (value != value or abs(value) == math.inf)   # not NaN, nor infinite in any part
+        except ArithmeticError:   # a signalling NaN (decimal) refuses to compare
+            finite = False
+        if not finite:
+            raise OperandError(f"{name} must be finite, got {_shown(value)}")
         try:
             parts = (complex(value).real, complex(value).imag)
         except (TypeError, ValueError, OverflowError):
             parts = (math.inf,)   # an int beyond any float
-        if any(math.isnan(x) or math.isinf(x) and not isinstance(value, numbers.Integral) for x in parts):
-            raise OperandError(f"{name} must be finite, got {shown}")
         if any(x != 0 and not low <= abs(x) <= high for x in parts):
-            raise OperandError(f"{name} = {shown} is outside the range of precision {prec.code} ({prec.dtype}): "
-                               f"magnitudes from {low:.3g} to {high:.3g}, or 0")
+            raise OperandError(f"{name} = {_shown(value)} is outside the range of precision {prec.code} "
+                               f"({prec.dtype}): magnitudes from {low:.3g} to {high:.3g}, or 0")
+
+
+def _shown(value) -> str:
+    """One line, however large an array is."""
+    shown = " ".join(repr(value).split())
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 @cache

@@ -379,3 +379,32 @@ def test_size_zero_dimensions(queue, gemm_s, m, k, n):
     dc = cla.to_device(queue, c)
     gemm_s(cla.to_device(queue, a), cla.to_device(queue, b), dc, beta=2.0)
     np.testing.assert_array_equal(dc.get(), 2 * c)
+
+
+def test_buffers_whose_flags_forbid_the_access_are_refused(queue, gemm_s):
+    mf = cl.mem_flags
+    x = np.ones((4, 4), np.float32)
+
+    def made(flags):
+        return cla.Array(queue, (4, 4), np.float32, data=cl.Buffer(queue.context, flags | mf.COPY_HOST_PTR, hostbuf=x))
+
+    with pytest.raises(OperandError, match="c's buffer was made read-only, and c is written"):
+        gemm_s(made(mf.READ_ONLY), made(mf.READ_ONLY), made(mf.READ_ONLY))
+    with pytest.raises(OperandError, match="b's buffer was made write-only, and b is read"):
+        gemm_s(made(mf.READ_ONLY), made(mf.WRITE_ONLY), made(mf.READ_WRITE))
+
+
+@pytest.mark.parametrize("sizes, match", [
+    ((-1, 3, 3), "m must be an integer from 0, got -1"),
+    ((3, 2.5, 3), "n must be an integer from 0, got 2.5"),
+    ((3, 3, "3"), "k must be an integer from 0, got '3'"),
+    ((True, 3, 3), "m must be an integer from 0, got True"),
+])
+def test_verify_config_refuses_sizes_that_are_not_counts(sizes, match):
+    with pytest.raises(OperandError, match=match):
+        compute.verify_config(0, "s", *sizes, config=DIRECT)
+
+
+def test_verify_config_takes_a_precision_code_and_empty_products():
+    for m, n, k in ((3, 4, 5), (0, 3, 3), (3, 3, 0)):
+        assert compute.verify_config(0, "s", m, n, k, config=DIRECT, beta=0.5).passed
