@@ -80,12 +80,13 @@ def _apart_defines(ctx, job: BuildJob, prec) -> tuple[tuple, ...]:
     (``Launch.defines``: operand preparation, stream-K's fix-up), in launch order. Their binaries
     go with the candidate, so that the timing worker loads them instead of compiling them. Empty
     where the problem is not known."""
+    from gemmtune.device import compute_units
     from gemmtune.families import FAMILIES
 
     if job.problem is None:
         return ()
     plan = FAMILIES[job.config.kernel].plan(job.config.params, prec, job.problem, ctx.devices[0],
-                                            ctx.devices[0].max_compute_units)
+                                            compute_units(ctx.devices[0]))
     return tuple(dict.fromkeys(launch.defines for launch in plan.launches if launch.defines is not None))
 
 

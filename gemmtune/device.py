@@ -2,13 +2,102 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
-
-import pyopencl as cl
+import sys
+import tempfile
+import warnings
+from importlib import metadata
+from pathlib import Path
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
+
+# Intel's OpenCL CPU runtime from PyPI (intel-opencl-rt, the `intel` extra) installs
+# libintelocl.so into the environment's lib/, with an ICD file that names a placeholder path no
+# loader reads. The ICD loader (ocl-icd, bundled with pyopencl) reads one vendors directory,
+# /etc/OpenCL/vendors or $OCL_ICD_VENDORS, when the first OpenCL call is made: before that,
+# gemmtune points $OCL_ICD_VENDORS at a directory holding the system's ICD files and one for the
+# wheel's library, so that both the system's drivers and Intel's runtime are listed, and every
+# process started from this one inherits the same list. The library finds its own dependencies
+# (RUNPATH $ORIGIN): no LD_LIBRARY_PATH. $GEMMTUNE_INTEL_OPENCL=0 turns this off, a path names
+# the library to register; a set $OCL_ICD_VENDORS is the user's choice and left alone.
+INTEL_OPENCL_ENV = "GEMMTUNE_INTEL_OPENCL"
+SYSTEM_VENDORS = "/etc/OpenCL/vendors"
+
+
+def pip_intel_opencl() -> Path | None:
+    """libintelocl.so as $GEMMTUNE_INTEL_OPENCL names it, else as the installed intel-opencl-rt
+    distribution lists it; None where neither gives an existing file, or where it is turned off."""
+    chosen = os.environ.get(INTEL_OPENCL_ENV, "").strip()
+    if chosen == "0":
+        return None
+    if chosen and chosen != "1":
+        return Path(chosen).resolve() if Path(chosen).is_file() else None
+    try:
+        files = metadata.distribution("intel-opencl-rt").files or []
+    except metadata.PackageNotFoundError:
+        return None
+    found = [Path(f.locate()).resolve() for f in files if f.name == "libintelocl.so"]
+    return next((f for f in found if f.is_file()), None)
+
+
+def _vendor_dirs() -> list[Path]:
+    dirs = [Path(os.environ.get("OPENCL_VENDOR_PATH") or SYSTEM_VENDORS)]
+    if (Path(sys.prefix) / "conda-meta").is_dir():   # conda's loader reads the environment's own
+        dirs.append(Path(sys.prefix) / "etc" / "OpenCL" / "vendors")
+    return dirs
+
+
+def register_pip_runtimes() -> Path | None:
+    """Set $OCL_ICD_VENDORS to a directory of the system's ICD files and one naming the pip-installed
+    Intel runtime (see above); the directory, or None where nothing was done. An ICD file of the
+    system that names libintelocl already (a system-wide install, the wheel's own placeholder)
+    leaves Intel's runtime to the system."""
+    if not sys.platform.startswith("linux") or os.environ.get("OCL_ICD_VENDORS"):
+        return None
+    library = pip_intel_opencl()
+    if library is None:
+        return None
+    icds = {}
+    for folder in _vendor_dirs():
+        try:
+            for f in sorted(folder.glob("*.icd")):
+                icds.setdefault(f.name, f.read_text(encoding="utf-8", errors="replace").strip())
+        except OSError:
+            continue
+    if any("libintelocl" in text and Path(text).is_file() or text == str(library) for text in icds.values()):
+        return None
+    icds = {name: text for name, text in icds.items() if "libintelocl" not in text}
+    icds["zz-gemmtune-intel-cpu.icd"] = str(library)   # after the system's: their indices stay
+    digest = hashlib.sha256(repr(sorted(icds.items())).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gemmtune" / "opencl-vendors"
+    for parent in (cache, None):
+        try:
+            target = parent / digest if parent else Path(tempfile.mkdtemp(prefix="gemmtune-opencl-vendors-"))
+            if not (target / "zz-gemmtune-intel-cpu.icd").is_file():
+                parent and parent.mkdir(parents=True, exist_ok=True)
+                staging = Path(tempfile.mkdtemp(dir=parent)) if parent else target
+                for name, text in icds.items():
+                    (staging / name).write_text(text + "\n", encoding="utf-8")
+                if staging != target:
+                    try:
+                        staging.rename(target)
+                    except OSError:   # another process made it first: the same files
+                        for f in staging.iterdir():
+                            f.unlink()
+                        staging.rmdir()
+            os.environ["OCL_ICD_VENDORS"] = str(target)
+            return target
+        except OSError:
+            continue
+    return None
+
+
+register_pip_runtimes()
+
+import pyopencl as cl  # noqa: E402  (after the vendors directory is chosen)
 
 NO_PLATFORM = ("no OpenCL platform found; install a CPU driver with "
                "\"pip install 'gemmtune[pocl]'\" or a GPU vendor's OpenCL driver")
@@ -69,6 +158,12 @@ def has_fp64_matrix(d: cl.Device) -> bool:
 NVIDIA_LOCAL_MEM_BYTES = {9: 226 * 1024}
 
 
+def compute_units(d: cl.Device) -> int:
+    """The compute units a split of the work assumes: the device's, judged as DeviceInfo judges
+    every reported value (a driver reporting 0 gets the host's cores for a CPU, else 1)."""
+    return _info(0, 0, 0, d.platform, d, probe=False).compute_units
+
+
 def local_mem_bytes(d: cl.Device) -> int:
     """The local memory one work-group can use: what the device reports, or more where its
     driver is known to build and run more."""
@@ -85,6 +180,9 @@ def registers_per_group(d: cl.Device) -> int:
 # named after the register file. What the device reports can say more than its compiler uses:
 # PoCL 3.0 reported AVX-512's vector widths on a Zen 4 and compiled for a Zen 3 (AVX2), and
 # blocks sized for 32 registers of 64 bytes then spilled and ran a fifth as fast.
+# A front end that compiles to SPIR (Intel's CPU runtime) defines none of these: its back end
+# compiles for the host's instruction set, which the host's flags then tell (Intel's runtime on
+# an AVX-512 host: zmm registers in its code).
 _REGISTER_FILE_PROBE = """
 #if defined(__AVX512F__)
 __kernel void registers_32_of_64(void) {}
@@ -92,30 +190,84 @@ __kernel void registers_32_of_64(void) {}
 __kernel void registers_16_of_32(void) {}
 #elif defined(__aarch64__)
 __kernel void registers_32_of_16(void) {}
+#elif defined(__SPIR__)
+__kernel void registers_of_host(void) {}
 #else
 __kernel void registers_16_of_16(void) {}
 #endif
 """
-_register_files: dict[int, tuple[int, int]] = {}
+_register_files: dict[int, tuple[int, int, str]] = {}
+# The host's flags (/proc/cpuinfo) to a register file, widest first.
+HOST_REGISTER_FILES = (("avx512f", (32, 64)), ("avx", (16, 32)), ("asimd", (32, 16)), ("sse2", (16, 16)))
+
+
+def host_register_file() -> tuple[int, int]:
+    """The host processor's widest vector register file its flags in /proc/cpuinfo name (Linux);
+    (0, 0) where they name none."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return 0, 0
+    flags = set(re.findall(r"^(?:flags|Features)\s*:(.*)$", text, re.MULTILINE)[0].split()) \
+        if re.search(r"^(?:flags|Features)\s*:", text, re.MULTILINE) else set()
+    return next((file for flag, file in HOST_REGISTER_FILES if flag in flags), (0, 0))
 
 
 def vector_register_file(d: cl.Device) -> tuple[int, int]:
     """A CPU device's vector registers as its compiler targets them: (count, bytes each);
     (0, 0) for other devices or where the probe does not build."""
+    return _register_file(d)[:2]
+
+
+def _probe(d: cl.Device, source: str) -> str:
+    """The kernel names of ``source`` built on ``d`` ("" where it does not build); the driver's
+    remarks on a build that succeeds (Intel's runtime always makes some) are not the user's."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            return cl.Program(cl.Context([d]), source).build().get_info(cl.program_info.KERNEL_NAMES)
+    except cl.Error:
+        return ""
+
+
+def _register_file(d: cl.Device) -> tuple[int, int, str]:
+    """``vector_register_file`` and, where the compiler did not say, why the host's is taken."""
     if not d.type & cl.device_type.CPU:
-        return 0, 0
+        return 0, 0, ""
     if d.int_ptr not in _register_files:
-        try:
-            names = cl.Program(cl.Context([d]), _REGISTER_FILE_PROBE).build().get_info(cl.program_info.KERNEL_NAMES)
-            found = re.search(r"registers_(\d+)_of_(\d+)", names)
-            _register_files[d.int_ptr] = (int(found[1]), int(found[2])) if found else (0, 0)
-        except cl.Error:
-            _register_files[d.int_ptr] = (0, 0)
+        names = _probe(d, _REGISTER_FILE_PROBE)
+        found = re.search(r"registers_(\d+)_of_(\d+)", names)
+        if found:
+            _register_files[d.int_ptr] = int(found[1]), int(found[2]), ""
+        elif "registers_of_host" in names:
+            count, size = host_register_file()
+            _register_files[d.int_ptr] = count, size, ("the compiler targets SPIR, its back end the host: "
+                                                       f"{count} x {size} B from the host's flags" if count else "")
+        else:
+            _register_files[d.int_ptr] = 0, 0, ""
     return _register_files[d.int_ptr]
 
 
-def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> DeviceInfo:
-    registers, register_bytes = vector_register_file(d)
+_DOUBLE_PROBE = "__kernel void twice(__global double *x) { x[0] *= 2.0; }"
+
+
+def double_precision(d: cl.Device) -> tuple[bool, str]:
+    """Whether the device computes in double precision, and why where its reports disagree:
+    its double_fp_config and its cl_khr_fp64 extension must say the same, else a double kernel
+    that builds decides."""
+    config, extension = bool(d.double_fp_config), "cl_khr_fp64" in d.extensions.split()
+    if config == extension:
+        return config, ""
+    builds = bool(_probe(d, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + _DOUBLE_PROBE))
+    return builds, (f"double_fp_config says {config}, the extensions {extension}; "
+                    f"a double kernel {'builds' if builds else 'does not build'}")
+
+
+def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device, probe: bool = True) -> DeviceInfo:
+    registers, register_bytes, registers_why = _register_file(d) if probe else (0, 0, "")
+    doubles, doubles_why = double_precision(d) if probe else (bool(d.double_fp_config), "")
+    notes = (("vector_registers", registers_why),) if registers_why else ()
+    notes += (("double_precision", doubles_why),) if doubles_why else ()
     return DeviceInfo(
         index=index, platform_index=pi, device_index=di,
         platform=platform.name.strip(), name=d.name.strip(), vendor=d.vendor.strip(),
@@ -123,9 +275,9 @@ def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device) -> 
         compute_units=d.max_compute_units, max_clock_mhz=d.max_clock_frequency,
         global_mem_bytes=d.global_mem_size, local_mem_bytes=local_mem_bytes(d),
         max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes),
-        double_precision=bool(d.double_fp_config), max_alloc_bytes=d.max_mem_alloc_size,
+        double_precision=doubles, max_alloc_bytes=d.max_mem_alloc_size,
         fp64_matrix=has_fp64_matrix(d), registers_per_group=registers_per_group(d),
-        vector_registers=registers, vector_bytes=register_bytes,
+        vector_registers=registers, vector_bytes=register_bytes, fallbacks=notes,
     )
 
 

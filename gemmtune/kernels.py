@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pyopencl as cl
 
-from gemmtune.device import has_fp64_matrix, nvidia_compute_capability
+from gemmtune.device import compute_units as device_compute_units, has_fp64_matrix, nvidia_compute_capability
 from gemmtune.families import COPY_PER_ITEM, FAMILIES, Family
 from gemmtune.launch import A, ALPHA, B, BETA, C, CALL_ARGUMENTS, OFFSET_A, OFFSET_B, OFFSET_C, Problem, Scratch
 from gemmtune.precision import Precision
@@ -158,7 +158,7 @@ class GemmOperation:
         self.family: Family = FAMILIES[config.kernel]
         # compute_units: what a split of the work assumes (the device's unless given).
         self.plan = self.family.plan(config.params, prec, self.problem, queue.device,
-                                     compute_units or queue.device.max_compute_units)
+                                     compute_units or device_compute_units(queue.device))
         self.program = build(queue.context, source, defines(config, prec, self.problem), binary)
         self.scratch = {s.name: _scratch_buffer(queue.context, s) for s in self.plan.scratch}
         self.launches = []   # (kernel, launch, the positions of the call's arguments)

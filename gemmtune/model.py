@@ -78,7 +78,8 @@ Time
 
 Peaks
     Measured ones (``gemmtune peak``, the ``peaks`` table: GFLOP/s per precision, GB/s of a copy)
-    are used where given. Otherwise nominal estimates from the DeviceInfo:
+    are used where given (and positive). Otherwise nominal estimates from the DeviceInfo, whose
+    clock and compute units are positive whatever the driver reported (``info.substitute``):
     fp32 = CU · clock (MHz) / 1000 · LANES[type] · 2 GFLOP/s, LANES the fp32 multiply-add lanes of
     one compute unit (128 on a GPU: an NVIDIA SM; 16 elsewhere: two 8-wide FMA units of a CPU
     core); s and c run at fp32, d and z at fp32 / 2 (a complex multiply-add is 4 real ones and is
@@ -131,7 +132,9 @@ def nominal_peaks(dev: DeviceInfo) -> dict[str, float]:
 def resolve_peaks(dev: DeviceInfo, prec: Precision, measured: Mapping[str, float] | None = None) -> Peaks:
     """The measured peaks where ``measured`` (as ``Store.latest_peaks`` returns) has them, else
     the nominal ones."""
-    measured = measured or {}
+    # A stored value that is not a positive number (a failed or hand-made measurement) is not one.
+    measured = {k: float(v) for k, v in (measured or {}).items()
+                if isinstance(v, (int, float)) and math.isfinite(v) and v > 0}
     nominal = nominal_peaks(dev)
     flops = measured.get(prec.code) or nominal.get(prec.code) or nominal["s"] / 2
     bandwidth = measured.get(BANDWIDTH) or nominal[BANDWIDTH]

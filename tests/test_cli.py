@@ -36,7 +36,7 @@ from gemmtune.verify import Check  # noqa: E402
 DEVICE_KEYS = {"index", "platform", "name", "vendor", "type", "opencl_version", "driver_version",
                "compute_units", "max_clock_mhz", "global_mem_bytes", "local_mem_bytes",
                "max_work_group_size", "max_work_item_sizes", "double_precision", "fp64_matrix", "registers_per_group",
-               "vector_registers", "vector_bytes"}
+               "vector_registers", "vector_bytes", "fallbacks"}
 SPACE_KEYS = {*PARAMS, "kernel", "local_mem_bytes", "work_group_size"}
 CHECK_KEYS = {"max_rel_error", "norm_rel_error", "tolerance", "passed", "componentwise_error"}
 ISSUE_EXAMPLE = ["verify", "--device", "0", "--precision", "z", "--m", "33", "--n", "7", "--k", "129",
@@ -99,9 +99,11 @@ def test_devices_json():
 
 def test_devices_table():
     out = run(["devices"]).stdout
-    lines = out.strip().splitlines()
+    lines, _, notes = out.strip().partition("\n\n")   # the table, then a line per substituted value
+    lines = lines.splitlines()
     assert lines[0].split()[0] == "index"
     assert len(lines) == 1 + len(list_devices())
+    assert len(notes.splitlines()) == sum(len(d.fallbacks) for d in list_devices())
     for d, line in zip(list_devices(), lines[1:]):
         assert line.split()[0] == str(d.index) and d.name in line
         # a CPU's register file, as its compiler targets it (16 x 32 B for AVX2, 32 x 64 B for AVX-512)
