@@ -124,3 +124,36 @@ def add_result():
             store.close()
 
     return add
+
+
+# OpenCL implementations the tests of tests/test_implementations.py run on, by platform name:
+# PoCL (the distribution's, else pip's) and Intel's CPU runtime (the `intel` extra, which
+# gemmtune registers itself). $GEMMTUNE_TEST_IMPLEMENTATIONS=pocl (say) runs one; under CI a
+# missing one fails rather than skips.
+IMPLEMENTATIONS = {"pocl": "Portable Computing Language", "intel": "Intel(R) OpenCL"}
+
+
+def implementation_device(name: str):
+    """The first device of implementation ``name`` (a key of IMPLEMENTATIONS); None where
+    there is none."""
+    from gemmtune.device import list_devices
+
+    return next((d for d in list_devices() if d.platform == IMPLEMENTATIONS[name]), None)
+
+
+@pytest.fixture(scope="session", params=sorted(IMPLEMENTATIONS))
+def implementation(request):
+    """The DeviceInfo of each OpenCL implementation in turn."""
+    import os
+
+    chosen = os.environ.get("GEMMTUNE_TEST_IMPLEMENTATIONS", "")
+    if chosen and request.param not in chosen.split(","):
+        pytest.skip(f"GEMMTUNE_TEST_IMPLEMENTATIONS={chosen} leaves out {request.param}")
+    dev = implementation_device(request.param)
+    if dev is None:
+        why = (f"no {IMPLEMENTATIONS[request.param]} device: pip install -e '.[pocl,test]' installs it "
+               "(see docs/implementations.md)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    return dev
