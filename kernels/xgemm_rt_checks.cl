@@ -96,8 +96,18 @@ typedef VTYPE(VWG) gvec;       // a global load
 typedef VTYPE(VLM) mvec;       // a local read of A
 typedef VTYPE(VLN) nvec;       // a local read of B
 typedef union { gvec v; real e[VWG]; } gunion;
+#if IS_COMPLEX
+// A complex local read's elements as pairs of scalars: as real[2] over a vector of two complex
+// numbers, clang made 128- and 256-bit integers of the union, which Oclgrind cannot run
+// ("Unsupported constant int size"); both are the same registers reinterpreted.
+typedef union { mvec v; SCALAR s[2 * VLM]; } munion;
+typedef union { nvec v; SCALAR s[2 * VLN]; } nunion;
+#define LANE(u, j) ((real)((u).s[2 * (j)], (u).s[2 * (j) + 1]))
+#else
 typedef union { mvec v; real e[VLM]; } munion;
 typedef union { nvec v; real e[VLN]; } nunion;
+#define LANE(u, j) ((u).e[j])
+#endif
 
 // The schedules and the multiply are functions only for reading: inlined, acc stays in registers,
 // where a call would pass it through memory.
