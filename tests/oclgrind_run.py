@@ -1,0 +1,94 @@
+"""Run GEMM cases on device 0 and report each on stdout: the process tests/test_oclgrind.py
+starts under Oclgrind, one per family and precision, since every process pays its start-up.
+
+Reads a JSON list of cases on stdin, each ``{"id", "kernel", "precision", "config", "m", "n",
+"k", "ops", "pad", "offsets", "alpha", "beta", "source"?}``; ``source`` is a kernel file to build
+instead of the family's own (a planted fault). Column-major operands, as the kernels see them:
+each with ``pad`` extra rows past its own (a leading dimension above the rows) and ``offsets``
+elements before it in its buffer, for the families that read views. C is poisoned with NaN
+where beta is 0, and so is everything outside the operands' views. Before each case a line
+``@@case ID`` goes to stderr, so that what the simulator writes there is charged to the case
+that caused it; each case's outcome is one JSON line on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.characterize
+
+from gemmtune.device import open_device
+from gemmtune.kernels import GemmOperation
+from gemmtune.launch import Problem
+from gemmtune.precision import get_precision
+from gemmtune.space import check_config, make_config, shipped_families
+from gemmtune.verify import Reference, compare, random_matrix
+
+MARK = "@@case "
+
+
+def stored(rows: int, cols: int, op: str) -> tuple[int, int]:
+    return (rows, cols) if op == "N" else (cols, rows)
+
+
+def run(queue: cl.CommandQueue, info, case: dict) -> dict:
+    prec = get_precision(case["precision"])
+    m, n, k, (ta, tb) = case["m"], case["n"], case["k"], case["ops"]
+    alpha, beta, pad, offsets = case["alpha"], case["beta"], case["pad"], case["offsets"]
+    rng = np.random.default_rng([m, n, k, ord(ta), ord(tb)])
+    shapes = {"A": stored(m, k, ta), "B": stored(k, n, tb), "C": (m, n)}
+    views, whole, bufs = {}, {}, {}
+    for (name, (rows, cols)), extra, off in zip(shapes.items(), pad, offsets):
+        ld = rows + extra
+        # NaN around the view: a read outside it poisons the result, a write outside it shows
+        full = np.full(off + ld * cols + extra, prec.nan, dtype=prec.dtype)
+        view = full[off:off + ld * cols].reshape(cols, ld).T[:rows]
+        view[...] = np.nan if name == "C" and beta == 0 else random_matrix(prec, (rows, cols), rng)
+        views[name], whole[name] = view, full
+        bufs[name] = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=full)
+    expected = Reference.compute(prec, views["A"], views["B"], None if beta == 0 else views["C"].copy(),
+                                 alpha, beta, ta, tb)
+    family = shipped_families().family(case["kernel"])
+    source = Path(case["source"]).read_text() if case.get("source") else family.source
+    problem = Problem(m, n, k, ta, tb, shapes["A"][0] + pad[0], shapes["B"][0] + pad[1], m + pad[2],
+                      views=any(offsets))
+    config = make_config(shipped_families(), case["kernel"], case["config"])
+    check_config(config, info, prec)   # valid on the simulated device, as a search would have it
+    op = GemmOperation(queue, config, source, prec, m, n, k, problem=problem)
+    op.enqueue(bufs["A"], bufs["B"], bufs["C"], alpha, beta, offsets=tuple(offsets))[-1].wait()
+    out = np.empty_like(whole["C"])
+    cl.enqueue_copy(queue, out, bufs["C"])
+    result = out[offsets[2]:offsets[2] + (m + pad[2]) * n].reshape(n, m + pad[2]).T[:m]
+    outside = out.copy()
+    outside[offsets[2]:offsets[2] + (m + pad[2]) * n].reshape(n, m + pad[2]).T[:m] = prec.nan
+    check = compare(result, expected, prec)
+    return {"id": case["id"], "passed": bool(check.passed), "error": check.componentwise_error,
+            "outside_written": int(np.count_nonzero(~np.isnan(outside))),
+            "launches": [launch.kernel for launch in op.plan.launches]}
+
+
+def main() -> None:
+    # pyopencl asks every device for NVIDIA's compute capability whenever it builds a program or
+    # makes a kernel, and takes the refusal as "not NVIDIA"; the simulator, checking API calls,
+    # reports each refusal. Answered here as it would be, so that every report left is ours.
+    pyopencl.characterize.nv_compute_capability = lambda device: None
+    cases = json.load(sys.stdin)
+    info, device = open_device(0)
+    queue = cl.CommandQueue(cl.Context([device]))
+    for case in cases:
+        print(MARK + case["id"], file=sys.stderr, flush=True)
+        try:
+            outcome = run(queue, info, case)
+        except Exception as e:   # one case's failure (a build the simulator refuses) is its outcome
+            outcome = {"id": case["id"], "exception": f"{type(e).__name__}: {e}",
+                       "log": getattr(e, "log", "") or traceback.format_exc()}
+        print(json.dumps(outcome), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""Every kernel under Oclgrind, the OpenCL device simulator that checks each memory access.
+
+For every family and precision, a few configurations run small and edge shapes (M, N or K of 1,
+primes, tile remainders, leading dimensions above the rows, element offsets for the families
+that read views, every op pair) with Oclgrind's checks on: out-of-bounds accesses (always on),
+data races in local and global memory (uniform writes too), and errors of OpenCL API calls.
+Anything Oclgrind writes fails the case that caused it, as does a result numpy disagrees with
+(float64 / complex128, C poisoned with NaN) or a write outside C's view. Oclgrind interprets
+every work-item, so the shapes are tiny and each family and precision is one process
+(tests/oclgrind_run.py) running all its cases: the whole module takes about a minute on 2 cores.
+
+Debian's ``oclgrind`` package provides the simulator; without it the module skips, and fails
+under CI (``CI=true``), which installs it. docs/kernels.md ("Under Oclgrind") says what it
+checks and what it cannot.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gemmtune.families import FAMILIES
+from gemmtune.resources import load_kernel_source
+
+HERE = Path(__file__).resolve().parent
+RUNNER = HERE / "oclgrind_run.py"
+MARK = "@@case "
+# Out-of-bounds accesses are checked whatever the options; these add the rest.
+CHECKS = ("--data-races", "--uniform-writes", "--check-api")
+
+OPS = ["".join(pair) for pair in itertools.product("NTC", repeat=2)]
+# (m, n, k): one element; primes below, across and above the tiles; one side 1; K long enough
+# to be cut into parts by the families that cut it.
+SHAPES = [(1, 1, 1), (7, 13, 5), (17, 3, 11), (33, 17, 9), (1, 19, 4), (6, 1, 23), (5, 3, 133)]
+# The padded families' main kernels read an operand in place only where it is packed, of tile
+# multiples and in the kernel's own layout: these shapes, NN and NT, reach that path too.
+WHOLE_TILES = [(16, 16, 16), (32, 32, 16)]
+
+# Configurations per family, small and valid on Oclgrind's device (32 KiB of local memory, 1024
+# work-items); each precision runs every one. The register-tiled family's cover its code paths:
+# B read n-fastest or k-fastest (BKFAST 0, 1, 2), each pipeline (PIPE 0, 1, 2, 5, 6, 7), staged
+# or not, vector loads and local reads of 1, 2 and 4, warp sub-tiles, stream-K with its fix-up.
+RT = dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=0, PADL=0, UNROLL=1, BKFAST=0,
+          WARPM=0, STAGE=1, MMA=0, STREAMK=0, BANDM=0, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)
+CONFIGS = {
+    "xgemm_k5": [dict(TSM=16, TSN=16, TSK=8, WPTN=2, PAD=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)],
+    "xgemm_rt": [
+        {**RT, "VWG": 2, "VLM": 2, "VLN": 4, "PIPE": 2, "PADL": 4, "BKFAST": 1, "TRANSPOSEW": 2},
+        {**RT, "MWG": 32, "MDIMC": 8, "VLM": 4, "VLN": 2, "PIPE": 1, "BKFAST": 2, "VWG": 2, "WARPM": 8,
+         "STREAMK": 2, "TRANSPOSEX": 16},
+        {**RT, "PIPE": 6, "VWG": 2, "VLN": 2, "BKFAST": 1, "STREAMK": 2},
+        {**RT, "PIPE": 7, "VLM": 2, "UNROLL": 8, "BANDM": 16, "STREAMK": 2},
+        {**RT, "PIPE": 5, "VWG": 4, "VLM": 4, "VLN": 4, "NWG": 32, "NDIMC": 8, "KWG": 16},
+        {**RT, "STAGE": 0},
+    ],
+    "xgemm_direct": [dict(MWG=16, NWG=16, KWG=8, MDIMC=8, NDIMC=4, PADL=1, KSPLIT=4),
+                     dict(MWG=8, NWG=16, KWG=16, MDIMC=4, NDIMC=8, PADL=0, KSPLIT=1)],
+    "xgemm_thin": [dict(WGS=32, WPT=2, KU=2, RB=2, KSPLIT=4), dict(WGS=64, WPT=1, KU=1, RB=4, KSPLIT=1)],
+    # VW fills a 32-byte register with a precision's parts (constraint 5); complex VW 1 is packed
+    # interleaved, VW > 1 planar.
+    "xgemm_cpu": [dict(MV=2, NR=4, KU=4, NB=1, KC=0, WGS=1, ORDER=0, PACKA=1, PACKB=0),
+                  dict(MV=1, NR=2, KU=2, NB=2, KC=4, WGS=4, ORDER=1, PACKA=0, PACKB=1)],
+}
+CPU_VW = {"s": (8, 8), "d": (4, 4), "c": (8, 1), "z": (4, 1)}   # per configuration above
+PRECISIONS = "sdcz"
+
+# Each kernel a family's plans enqueue, by (family, kernel name): every one must run somewhere.
+KERNELS = {("xgemm_k5", "xgemm"), ("xgemm_k5", "pad_copy"), ("xgemm_k5", "pad_transpose"),
+           ("xgemm_rt", "xgemm"), ("xgemm_rt", "pad_copy"), ("xgemm_rt", "pad_transpose"),
+           ("xgemm_rt", "xgemm_fixup"), ("xgemm_direct", "xgemm_direct"), ("xgemm_direct", "xgemm_direct_sum"),
+           ("xgemm_thin", "xgemm_thin"), ("xgemm_thin", "xgemm_thin_sum"), ("xgemm_cpu", "xgemm"),
+           ("xgemm_cpu", "xgemm_pack_a"), ("xgemm_cpu", "xgemm_pack_b")}
+
+# What Oclgrind cannot do with our kernels, each asserted to fail still: when one starts to
+# work, the test says so, and it joins the checks above.
+# Options: (option, why).
+CANNOT_CHECK = [
+    ("--uninitialized", "its uninitialised-value plugin stops at LLVM's freeze instruction, which clang emits "
+                        "for our loops (OCLGRIND FATAL ERROR ... Unsupported instruction: freeze)"),
+]
+# Builds: (precision, family, parameters, why). xgemm_rt reads a vector from local memory into a
+# union with an array of its elements (xgemm_rt_checks.cl's munion, nunion); with two elements of
+# 8 bytes, clang lowers the union to a 128-bit integer, which Oclgrind's interpreter refuses
+# ("Unsupported constant int size: 16 bytes") when the kernel is created. Complex precisions read
+# pairs of scalars instead (LANE), which it takes; d's pairs of doubles remain.
+CANNOT_BUILD = [
+    ("d", "xgemm_rt", {"VLM": 2}, "VLM 2: A's local reads as double2 over double[2]"),
+    ("d", "xgemm_rt", {"VLN": 2}, "VLN 2: B's local reads as double2 over double[2]"),
+]
+
+
+def buildable(code: str, kernel: str, config: dict) -> dict:
+    """``config`` with any parameter of CANNOT_BUILD for this precision and family set to 1."""
+    return {**config, **{name: 1 for c, k, params, _ in CANNOT_BUILD if (c, k) == (code, kernel)
+                         for name, value in params.items() if config.get(name) == value}}
+
+
+def oclgrind() -> str:
+    found = shutil.which("oclgrind")
+    if found is None:
+        message = "oclgrind is not installed (Debian's package oclgrind)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}; CI installs it")
+        pytest.skip(message)
+    return found
+
+
+def case(kernel: str, code: str, config: dict, shape, ops: str, number: int) -> dict:
+    """One GEMM: views (pads, and offsets where the family reads views) on every other case, beta
+    0 (C poisoned) on every other pair."""
+    views = FAMILIES[kernel].takes_views
+    pad = [(2, 1, 3), (0, 0, 0)][number % 2]
+    offsets = (5, 1, 2) if views and number % 2 == 0 else (0, 0, 0)
+    m, n, k = shape
+    return dict(id=f"{kernel}-{code}-{json.dumps(config, separators=(',', '='))}-{m}x{n}x{k}-{ops}-{number}",
+                kernel=kernel, precision=code, config=config, m=m, n=n, k=k, ops=ops, pad=pad, offsets=offsets,
+                alpha=[1.5, -0.5][number % 3 == 1], beta=[0.0, 0.0, 0.75][number % 3])
+
+
+def cases(kernel: str, code: str) -> list[dict]:
+    """Every configuration over every shape; the op pairs in turn, so that each configuration meets
+    all nine."""
+    out = []
+    for c, config in enumerate(CONFIGS[kernel]):
+        if kernel == "xgemm_cpu":
+            config = {**config, "VW": CPU_VW[code][c]}
+        config = buildable(code, kernel, config)
+        shapes = SHAPES + (WHOLE_TILES if not FAMILIES[kernel].takes_views else [])
+        for i, shape in enumerate(shapes):
+            for j in range(2):
+                ops = OPS[(2 * i + j + c) % len(OPS)]
+                if shape in WHOLE_TILES:
+                    ops = "NT" if j else "NN"
+                out.append(case(kernel, code, config, shape, ops, len(out)))
+    return out
+
+
+# What Oclgrind's compiler prints of a build with warnings (their text is in the build log, and
+# no warning of clang's is a defect Oclgrind finds: "loop not unrolled" is one): not a report.
+COMPILER_NOTE = re.compile(r"^\d+ warnings? generated\.$", re.MULTILINE)
+
+
+def reports(stderr: str) -> tuple[str, dict[str, str]]:
+    """What the simulator wrote before the first case, and during each case (by id): every line
+    but the compiler's notes."""
+    before, *parts = COMPILER_NOTE.sub("", stderr).split(MARK)
+    during = {}
+    for part in parts:
+        name, _, text = part.partition("\n")
+        during[name] = text.strip()
+    return before.strip(), during
+
+
+def run_cases(items: list[dict], options=CHECKS, timeout=300) -> tuple[dict[str, dict], str, dict[str, str]]:
+    """Run the cases in one process under Oclgrind with ``options``: each case's outcome, what the
+    simulator said before the cases, and what it said during each."""
+    env = {**os.environ, "PYOPENCL_NO_CACHE": "1", "PYTHONPATH": os.pathsep.join(
+        [str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([oclgrind(), *options, sys.executable, str(RUNNER)], input=json.dumps(items),
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    outcomes = {o["id"]: o for o in map(json.loads, done.stdout.splitlines())}
+    before, during = reports(done.stderr)
+    assert done.returncode == 0 and len(outcomes) == len(items), (
+        f"the run stopped (exit {done.returncode}) after {len(outcomes)} of {len(items)} cases:\n{done.stderr[-4000:]}")
+    return outcomes, before, during
+
+
+def failures(items, outcomes, during) -> list[str]:
+    found = []
+    for item in items:
+        o, said = outcomes[item["id"]], during.get(item["id"], "")
+        if said:
+            found.append(f"{item['id']}: Oclgrind reported\n{said[:3000]}")
+        if "exception" in o:
+            found.append(f"{item['id']}: {o['exception']}\n{o['log'][-2000:]}")
+        elif not o["passed"] or o["outside_written"]:
+            found.append(f"{item['id']}: componentwise error {o['error']}, "
+                         f"{o['outside_written']} elements written outside C's view")
+    return found
+
+
+@pytest.fixture(scope="module")
+def launched():
+    return set()
+
+
+@pytest.mark.parametrize("kernel", list(CONFIGS))
+@pytest.mark.parametrize("code", PRECISIONS)
+def test_every_kernel_runs_clean_under_oclgrind(kernel, code, launched):
+    items = cases(kernel, code)
+    outcomes, before, during = run_cases(items)
+    assert not before, f"Oclgrind reported while the device opened:\n{before}"
+    found = failures(items, outcomes, during)
+    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    launched.update((kernel, name) for o in outcomes.values() for name in o["launches"])
+
+
+def test_the_cases_launched_every_kernel_of_every_family(launched):
+    if len(launched) == 0:
+        pytest.skip("runs after the Oclgrind cases (none ran)")
+    assert KERNELS <= launched, f"never launched: {sorted(KERNELS - launched)}"
+    assert set(CONFIGS) == set(FAMILIES), "a family without Oclgrind cases"
+
+
+def planted(tmp_path: Path, old: str, new: str) -> Path:
+    source = load_kernel_source("xgemm_direct.cl")
+    assert source.count(old) == 1, f"xgemm_direct.cl changed: cannot plant a fault at {old!r}"
+    path = tmp_path / "planted.cl"
+    path.write_text(source.replace(old, new))
+    return path
+
+
+def test_a_planted_out_of_bounds_write_is_caught(tmp_path):
+    """The check itself: xgemm_direct with C's store index shifted one element writes past the
+    end of a C that fills its buffer (ldc = M, no offset), which Oclgrind reports, and the same
+    parsing as the real cases charges the report to that case."""
+    source = planted(tmp_path, "STORE_AXPBY(out[n * ld_out + m],", "STORE_AXPBY(out[n * ld_out + m + 1],")
+    config = CONFIGS["xgemm_direct"][1]
+    items = [dict(case("xgemm_direct", "s", config, (7, 5, 3), "NN", 1), id="planted", source=str(source)),
+             dict(case("xgemm_direct", "s", config, (7, 5, 3), "NN", 1), id="clean")]
+    outcomes, before, during = run_cases(items)
+    assert not before
+    assert re.search(r"Invalid write of size 4 at global memory address", during["planted"]), during["planted"]
+    assert "xgemm_direct" in during["planted"]
+    assert [f.split(":")[0] for f in failures(items, outcomes, during)] == ["planted", "planted"]
+    assert not during["clean"] and outcomes["clean"]["passed"]
+
+
+def test_a_planted_local_memory_race_is_caught(tmp_path):
+    """The race check: the barrier after the slices' stores into local memory removed, work-items
+    read what others are still writing."""
+    source = load_kernel_source("xgemm_direct.cl")
+    first = source.index("barrier(CLK_LOCAL_MEM_FENCE);")
+    path = tmp_path / "racy.cl"
+    path.write_text(source[:first] + source[first + len("barrier(CLK_LOCAL_MEM_FENCE);"):])
+    items = [dict(case("xgemm_direct", "s", CONFIGS["xgemm_direct"][0], (17, 13, 20), "NN", 1), id="racy",
+                  source=str(path))]
+    _, _, during = run_cases(items)
+    assert re.search(r"data race at local memory", during["racy"]), during["racy"]
+
+
+@pytest.mark.parametrize("code, kernel, params, why", CANNOT_BUILD)
+def test_what_oclgrind_cannot_build_still_fails(code, kernel, params, why):
+    items = [case(kernel, code, {**CONFIGS[kernel][0], **params}, (7, 5, 3), "NN", 1)]
+    outcomes, _, during = run_cases(items)
+    assert "Unsupported constant int size" in during[items[0]["id"]], (
+        f"Oclgrind now builds {kernel} for {code} with {params} ({why}): take it off CANNOT_BUILD")
+    assert "exception" in outcomes[items[0]["id"]]
+
+
+@pytest.mark.parametrize("option, why", CANNOT_CHECK)
+def test_what_oclgrind_cannot_check_still_fails(option, why):
+    items = [case("xgemm_direct", "s", CONFIGS["xgemm_direct"][1], (7, 5, 3), "NN", 1)]
+    outcomes, _, during = run_cases(items, options=(option,))
+    assert "OCLGRIND FATAL ERROR" in during[items[0]["id"]] and "freeze" in during[items[0]["id"]], (
+        f"Oclgrind {option} now works with our kernels ({why} no longer holds): add it to CHECKS")
+    assert not outcomes[items[0]["id"]].get("passed")
