@@ -27,7 +27,7 @@ import pandas as pd
 from gemmtune.families import FAMILIES
 from gemmtune.precision import PRECISIONS
 
-VALUE_MAX = 2**31 - 1   # kernel parameters are OpenCL ints
+VALUE_MAX = 2**31 - 1   # shapes and trial numbers are OpenCL ints
 
 NUMBERS = ("trial", "m", "n", "k", "gflops", "time_ms", "kernel_time_ms", "ci_low_ms", "ci_high_ms", "min_ms",
            "repeats", "max_rel_error", "norm_rel_error", "compile_s", "trial_s")
@@ -52,14 +52,11 @@ class Screened:
                 f"{'are' if count != 1 else 'is'} not a valid configuration of a shipped kernel family: {reasons}.")
 
 
-def _integer(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def config_of(kernel, params, space=None):
     """The ``gemmtune.space.Config`` of a recorded kernel and parameters (a dict or its JSON
     text), completed with the source's defaults for parameters added since; else the reason it
     is not a configuration of a shipped family, as a string."""
+    from gemmtune.errors import GemmtuneError
     from gemmtune.space import Config, shipped_families
 
     if isinstance(params, str):
@@ -78,10 +75,11 @@ def config_of(kernel, params, space=None):
     full = family.complete(params)
     if full is None:
         return "with parameters the kernel does not declare"
-    may_be_zero = FAMILIES[kernel].may_be_zero
-    for name, value in params.items():
-        if not _integer(value) or not (0 if name in may_be_zero else 1) <= value <= VALUE_MAX:
-            return "with a value that is not an integer the parameter can take"
+    try:   # the range every configuration is held to, wherever it comes in
+        for name, value in params.items():
+            FAMILIES[kernel].check_value(name, value, "")
+    except GemmtuneError:
+        return "with a value that is not an integer the parameter can take"
     return Config.of(kernel, full)
 
 

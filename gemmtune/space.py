@@ -28,6 +28,8 @@ from gemmtune.resources import configs_dir, load_kernel_source
 
 RESERVED = {"PRECISION"}  # set by gemmtune itself, never tuned
 
+MAX_POINTS = 1 << 30   # 8.9 times the shipped space.toml's product, which `space --count` counts in 7 s
+
 # Points of the Cartesian product evaluated at once. With 2^16, a chunk's columns and the
 # constraints' temporaries take about 10 MB instead of 150 with 2^20, and the 22 million points
 # of the shipped space are counted no slower (1.9 s on a 2-core host).
@@ -225,10 +227,7 @@ class FamilySpace:
 
     @property
     def size(self) -> int:
-        n = 1
-        for v in self.values.values():
-            n *= len(v)
-        return n
+        return math.prod(len(v) for v in self.values.values())
 
     def allows(self, params: Mapping[str, int]) -> bool:
         """Whether ``params`` names every parameter of this space, each at one of its values."""
@@ -262,20 +261,12 @@ class Space:
         return fs is not None and fs.allows(config.params)
 
 
-def check_value(name: str, value, family: Family, where: str) -> None:
-    """Parameters are positive integers; those a family lists in ``may_be_zero`` may also be 0."""
-    low = 0 if name in family.may_be_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        kind = "a non-negative" if low == 0 else "a positive"
-        raise GemmtuneError(f"{where}: value {value!r} is not {kind} integer")
-
-
 def _value_list(name: str, value, family: Family, where: str) -> list[int]:
     values = value if isinstance(value, list) else [value]
     if not values:
         raise GemmtuneError(f"{where}: empty list of values")
     for v in values:
-        check_value(name, v, family, where)
+        family.check_value(name, v, where)
     return list(dict.fromkeys(values))
 
 
@@ -316,6 +307,10 @@ def parse_space(text: str, origin: str, base: Path | None = None) -> Space:
         values = {k: _value_list(k, table.get(k, default), family, f"space file {origin}: [{name}] {k}")
                   for k, (default, _) in declared.items()}
         families.append(FamilySpace(family, values, source, source_name))
+    if (size := sum(fs.size for fs in families)) > MAX_POINTS:   # before anything counts or lists it for hours
+        raise GemmtuneError(f"space file {origin} has {size:,} configurations (the product of its value counts, "
+                            f"summed over its families), more than the {MAX_POINTS:,} a space may have: "
+                            "give its parameters fewer values")
     return Space(families, origin)
 
 
@@ -370,8 +365,10 @@ def require_precision(dev: DeviceInfo, prec: Precision) -> None:
 
 
 def check_config(config: Config, dev: DeviceInfo, prec: Precision) -> None:
-    """Raise GemmtuneError naming the first constraint ``config`` breaks."""
+    """Raise GemmtuneError naming a value out of its range, else the first constraint broken."""
     require_precision(dev, prec)
+    for name, value in config.items:
+        FAMILIES[config.kernel].check_value(name, value, f"configuration {config}")
     broken = FAMILIES[config.kernel].broken(config.params, dev, prec)
     if broken is not None:
         raise GemmtuneError(f"configuration {config} breaks constraint {broken.number} "
@@ -387,7 +384,7 @@ def make_config(space: Space, kernel: str | None, given: Mapping[str, int]) -> C
         raise GemmtuneError(f"unknown parameter {unknown[0]} for kernel family {fs.family.name} "
                             f"(it has: {', '.join(defaults)})")
     for k, v in given.items():
-        check_value(k, v, fs.family, f"parameter {k}")
+        fs.family.check_value(k, v, f"kernel family {fs.family.name}")
     return Config.of(fs.family.name, {**defaults, **given})
 
 

@@ -11,12 +11,13 @@ are declared in the family's module, each next to the geometry it protects; the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 
+from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
 from gemmtune.launch import Plan, Problem
 from gemmtune.precision import Precision
@@ -44,6 +45,18 @@ class Constraint:
     name: str
     text: str                                               # the rule, as people read it
     check: Callable[[Params, DeviceInfo, Precision], bool]  # True when the configuration obeys it
+
+
+# The values a parameter may take, lowest and highest, declared with each family as CLBlast's
+# xgemm.hpp declares its parameters beside their constraints. They keep every value a kernel's
+# int arithmetic and a launch plan can hold: KC = 2^40 reached the kernel as int 0, a loop step
+# of zero, and verify never returned. A parameter a family does not declare (one of a custom
+# source's own) ranges over UNDECLARED.
+FLAG = (0, 1)
+TILE = (1, 4096)        # tile sides, work-items along a dimension, K's chunks and parts
+WIDTH = (1, 256)        # vector widths, unroll factors, results per work-item
+PADDING = (0, 64)
+UNDECLARED = (1, 1 << 16)
 
 
 # common.cl's PART: which kernels of a file a build holds
@@ -113,8 +126,25 @@ class Family:
     kernel_name: str
     tile_params: tuple[str, str, str]   # parameters whose values Mp, Np, Kp must be multiples of
     constraints: tuple[Constraint, ...]
-    may_be_zero: frozenset[str] = frozenset()   # parameters for which 0 is meaningful
+    ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict, hash=False)   # name -> (lowest, highest)
     takes_views: bool = False   # reads operands at element offsets, in place (Problem.views)
+
+    @property
+    def may_be_zero(self) -> frozenset[str]:
+        """The parameters for which 0 is meaningful."""
+        return frozenset(name for name, (low, _) in self.ranges.items() if low == 0)
+
+    def value_range(self, name: str) -> tuple[int, int]:
+        """The lowest and highest value parameter ``name`` may take (``UNDECLARED`` for a
+        parameter the family does not declare)."""
+        return self.ranges.get(name, UNDECLARED)
+
+    def check_value(self, name: str, value, where: str) -> None:
+        """The one rule for a parameter's value wherever a configuration comes in (space files,
+        --config, gemm(config=...), recorded rows), checked before anything is built or listed."""
+        low, high = self.value_range(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise GemmtuneError(f"{where}: {value!r} is not an integer from {low} to {high}, the range of {name}")
 
     def plan(self, p: Params, prec: Precision, problem: Problem, device, compute_units: int) -> Plan:
         """What to enqueue for ``problem``: see gemmtune.launch. ``device`` has the work-group

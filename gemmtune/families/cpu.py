@@ -4,7 +4,7 @@ read at any offset and leading dimension; op(A) and op(B) may first be packed in
 
 from __future__ import annotations
 
-from gemmtune.families.base import PREPARATION, PRODUCT, Constraint, Family, Params, part_defines
+from gemmtune.families.base import FLAG, PREPARATION, PRODUCT, TILE, WIDTH, Constraint, Family, Params, part_defines
 from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
                              check_leading_dimensions)
 from gemmtune.precision import Precision
@@ -157,6 +157,7 @@ XGEMM_CPU = Cpu(
                    "leave lanes idle, wider ones are no register of the ISA",
                    lambda p, dev, prec: _fill(p, prec)),
     ),
-    may_be_zero=frozenset({"KC", "ORDER", "PACKA", "PACKB"}),
+    ranges={"VW": (1, 16), "MV": (1, 16), "NR": (1, 64), "KU": (1, 64), "NB": WIDTH, "KC": (0, 1 << 16),
+            "WGS": TILE, "ORDER": FLAG, "PACKA": FLAG, "PACKB": FLAG},
     takes_views=True,
 )

@@ -3,8 +3,8 @@ leading dimension and offset, bounds-checked tiles, one launch (two where K is c
 
 from __future__ import annotations
 
-from gemmtune.families.base import (FIXUP, PRODUCT, Constraint, Family, Params, _roundup, _safe, part_defines,
-                                    register_budget, work_group_fits, work_per_item)
+from gemmtune.families.base import (FIXUP, PADDING, PRODUCT, TILE, Constraint, Family, Params, _roundup, _safe,
+                                    part_defines, register_budget, work_group_fits, work_per_item)
 from gemmtune.families.padded import copy_tile
 from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
                              check_leading_dimensions)
@@ -74,6 +74,6 @@ XGEMM_DIRECT = Direct(
                    lambda p, dev, prec: XGEMM_DIRECT.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
         register_budget(5),
     ),
-    may_be_zero=frozenset({"PADL"}),
+    ranges={"MWG": TILE, "NWG": TILE, "KWG": TILE, "MDIMC": TILE, "NDIMC": TILE, "PADL": PADDING, "KSPLIT": TILE},
     takes_views=True,
 )

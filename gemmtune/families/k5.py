@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from gemmtune.families.base import Constraint, Params, _safe, fits_work_group
-from gemmtune.families.padded import TRANSPOSE_FITS, Padded
+from gemmtune.families.base import PADDING, TILE, WIDTH, Constraint, Params, _safe, fits_work_group
+from gemmtune.families.padded import TRANSPOSE_FITS, TRANSPOSE_RANGES, Padded
 
 
 class TiledK5(Padded):
@@ -52,7 +52,7 @@ XGEMM_K5 = TiledK5(
                    lambda p, dev, prec: XGEMM_K5.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
         TRANSPOSE_FITS,
     ),
-    may_be_zero=frozenset({"PAD"}),
+    ranges={"TSM": TILE, "TSN": TILE, "TSK": TILE, "WPTN": WIDTH, "PAD": PADDING, **TRANSPOSE_RANGES},
 )
 
 

@@ -3,8 +3,8 @@ prepares (copies, transposes, conjugates) where the caller's operand is not alre
 
 from __future__ import annotations
 
-from gemmtune.families.base import (PREPARATION, PRODUCT, Constraint, Family, Params, _roundup, fits_work_group,
-                                    part_defines)
+from gemmtune.families.base import (PREPARATION, PRODUCT, TILE, WIDTH, Constraint, Family, Params, _roundup,
+                                    fits_work_group, part_defines)
 from gemmtune.launch import A, ALPHA, B, BETA, C, Launch, Plan, Problem, Scratch
 from gemmtune.precision import Precision
 
@@ -31,6 +31,8 @@ def transpose_local_bytes(p: Params, prec: Precision) -> int:
     elements."""
     return transpose_columns(p) * (p["TRANSPOSEX"] + 1) * prec.bytes
 
+
+TRANSPOSE_RANGES = {"TRANSPOSEX": TILE, "TRANSPOSEY": TILE, "TRANSPOSEW": WIDTH}   # pad.cl's parameters
 
 TRANSPOSE_FITS = Constraint(
     5, "transpose tile",

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemmtune.families.base import (FIXUP, Constraint, Params, _safe, register_budget, work_group_fits,
-                                    part_defines, work_per_item)
-from gemmtune.families.padded import TRANSPOSE_FITS, Padded
+from gemmtune.families.base import (FIXUP, FLAG, PADDING, TILE, WIDTH, Constraint, Params, _safe, register_budget,
+                                    work_group_fits, part_defines, work_per_item)
+from gemmtune.families.padded import TRANSPOSE_FITS, TRANSPOSE_RANGES, Padded
 from gemmtune.info import DeviceInfo
 from gemmtune.launch import ALPHA, BETA, C, Launch, Scratch
 from gemmtune.precision import Precision
@@ -216,7 +216,9 @@ XGEMM_RT = RegisterTiled(
                    "and VLM == VLN == UNROLL == 1, WARPM == 0, which do not apply to it; with MMA 2, PIPE 5 to 7",
                    _rt_matrix),
     ),
-    may_be_zero=frozenset({"PADL", "WARPM", "PIPE", "BKFAST", "STAGE", "MMA", "STREAMK", "BANDM"}),
+    ranges={"MWG": TILE, "NWG": TILE, "KWG": TILE, "MDIMC": TILE, "NDIMC": TILE, "VWG": (1, 16), "VLM": WIDTH,
+            "VLN": WIDTH, "PIPE": (0, 7), "PADL": PADDING, "UNROLL": WIDTH, "BKFAST": (0, 2), "WARPM": (0, 32),
+            "STAGE": FLAG, "MMA": (0, 2), "STREAMK": (0, 64), "BANDM": (0, TILE[1]), **TRANSPOSE_RANGES},
 )
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemmtune.families.base import FIXUP, PRODUCT, Constraint, Family, Params, _roundup, fits_work_group, part_defines
+from gemmtune.families.base import (FIXUP, PRODUCT, TILE, WIDTH, Constraint, Family, Params, _roundup, fits_work_group,
+                                    part_defines)
 from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Problem, Scratch,
                              check_leading_dimensions)
 from gemmtune.precision import Precision
@@ -117,5 +118,6 @@ XGEMM_THIN = Thin(
         Constraint(4, "local memory", "RB * WPT * WGS * bytes per element <= local memory size",
                    lambda p, dev, prec: XGEMM_THIN.local_mem_bytes(p, prec) <= dev.local_mem_bytes),
     ),
+    ranges={"WGS": TILE, "WPT": WIDTH, "KU": (1, 64), "RB": WIDTH, "KSPLIT": TILE},
     takes_views=True,
 )

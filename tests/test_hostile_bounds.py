@@ -1,0 +1,142 @@
+"""Bounded resources: parameter values within the ranges the families declare, wherever a
+configuration comes in; a space's size bounded before anything enumerates it; children that die
+with their search; compiler processes no more than the host's cores.
+
+Each hostile case runs in a process of its own with a timeout, so that a regression fails
+instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gemmtune.errors import GemmtuneError
+from gemmtune.families import FAMILIES
+from gemmtune.space import MAX_POINTS, Config, check_config, load_space, make_config, parse_space, shipped_families
+
+HUGE = 2**40
+QUICK_S = 60   # far longer than any of these takes when it works; a hang fails at this
+
+
+def gemmtune(*args, timeout=QUICK_S, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gemmtune", *args], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def python(code: str, timeout=QUICK_S) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+
+
+def one_error_line(result: subprocess.CompletedProcess, *words: str) -> str:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "Traceback" not in result.stderr and not result.stdout
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+# ---------------------------------------------------------------- parameter ranges
+
+def test_every_family_declares_a_range_for_each_parameter_holding_its_default():
+    for family in FAMILIES.values():
+        declared = {name: default for name, (default, _) in family.parameters.items() if name != "PRECISION"}
+        assert set(family.ranges) == set(declared), family.name
+        for name, default in declared.items():
+            low, high = family.value_range(name)
+            assert 0 <= low <= default <= high < 2**31, (family.name, name)
+
+
+def test_a_value_past_its_range_is_refused_at_the_bound_by_every_python_entry():
+    low, high = FAMILIES["xgemm_cpu"].value_range("KC")
+    space = shipped_families()
+    assert make_config(space, "xgemm_cpu", {"KC": high}).params["KC"] == high
+    for value in (high + 1, low - 1, HUGE, 2**63 - 1, 2.0, True, "8"):
+        with pytest.raises(GemmtuneError, match=f"from {low} to {high}, the range of KC"):
+            make_config(space, "xgemm_cpu", {"KC": value})
+    # a Config built by hand skips make_config: the device's check holds it to the same range
+    from gemmtune.device import resolve_device
+    from gemmtune.precision import get_precision
+
+    config = Config.of("xgemm_cpu", {**space.family("xgemm_cpu").defaults, "KC": HUGE})
+    with pytest.raises(GemmtuneError, match="the range of KC"):
+        check_config(config, resolve_device(0), get_precision("s"))
+
+
+@pytest.mark.parametrize("value", [HUGE, 2**31, 2**63 - 1])
+def test_space_files_hold_values_to_the_same_ranges(tmp_path, value):
+    with pytest.raises(GemmtuneError, match=r"\[xgemm_cpu\] KC: \d+ is not an integer from 0 to 65536"):
+        parse_space(f"[xgemm_cpu]\nKC = [0, {value}]\n", "hostile.toml", tmp_path)
+    path = tmp_path / "space.toml"
+    path.write_text(f"[xgemm_rt]\nMWG = [{value}]\n")
+    one_error_line(gemmtune("space", "--space", str(path), "--count"), "MWG", "1 to 4096")
+
+
+def test_verify_and_bench_refuse_a_huge_value_at_once():
+    config = f"VW=8,MV=1,NR=4,KC={HUGE}"
+    one_error_line(gemmtune("verify", "--size", "24", "--config", config), "KC", "0 to 65536")
+    one_error_line(gemmtune("bench", "--sizes", "24", "--baseline", f"config:{config}"), "KC", "0 to 65536")
+
+
+def test_gemm_refuses_a_huge_value_as_a_dict_and_as_a_config():
+    code = f"""
+import numpy as np, gemmtune
+from gemmtune.errors import GemmtuneError
+from gemmtune.space import Config, shipped_families
+a = np.ones((4, 4), np.float32)
+full = {{**shipped_families().family("xgemm_cpu").defaults, "KC": {HUGE}}}
+for config in ({{"KERNEL": "xgemm_cpu", "KC": {HUGE}}}, Config.of("xgemm_cpu", full)):
+    try:
+        gemmtune.gemm(a, a, config=config, device=0)
+    except GemmtuneError as e:
+        assert "the range of KC" in str(e), e
+    else:
+        raise SystemExit("accepted")
+print("refused")
+"""
+    result = python(code)
+    assert result.returncode == 0 and result.stdout.strip() == "refused", result.stderr
+
+
+def test_recorded_rows_are_held_to_the_same_ranges():
+    from gemmtune.rows import config_of
+
+    _, high = FAMILIES["xgemm_cpu"].value_range("KC")
+    assert isinstance(config_of("xgemm_cpu", json.dumps({"KC": high})), Config)
+    for value in (high + 1, 2**31 - 1, HUGE):   # rows once took anything up to 2^31 - 1
+        assert config_of("xgemm_cpu", json.dumps({"KC": value})) == \
+            "with a value that is not an integer the parameter can take"
+
+
+# ---------------------------------------------------------------- the space's size
+
+def huge_space(tmp_path) -> Path:
+    """Five parameters of 1,000 values each: 10^15 points, which nothing may count or list."""
+    path = tmp_path / "huge.toml"
+    path.write_text("[xgemm_rt]\n" + "".join(f"{name} = {list(range(1, 1001))}\n"
+                                             for name in ("MWG", "NWG", "KWG", "MDIMC", "NDIMC")))
+    return path
+
+
+@pytest.mark.parametrize("command", [["space", "--count"], ["space"], ["space", "--explain"],
+                                     ["search", "--size", "24", "--trials", "1"]])
+def test_a_huge_space_is_refused_before_anything_enumerates_it(tmp_path, command):
+    args = [*command, "--space", str(huge_space(tmp_path))]
+    if command[0] == "search":
+        args += ["--db", f"sqlite:///{tmp_path / 'r.db'}"]
+    one_error_line(gemmtune(*args), f"{1000**5:,} configurations", f"{MAX_POINTS:,}")
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_the_shipped_spaces_fit_the_bound():
+    assert all(load_space(device=kind).size <= MAX_POINTS / 8 for kind in ("GPU", "CPU"))
