@@ -317,7 +317,7 @@ def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None,
         raise GemmtuneError(f"--clblast {clblast} names CLBlast's library, but the baselines do not include clblast")
     # A missing library or database fails now, not after the first problem's setup.
     library = clblast_lib.load(clblast) if "clblast" in baselines else None
-    probe(database_url(db))
+    probe(database_url(db), create=False)   # bench only reads the database
     dev = get_device(device)
     for shape in shapes:
         check_problem(dev.info, get_precision(shape.precision), shape.m, shape.n, shape.k)

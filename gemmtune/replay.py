@@ -62,7 +62,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo, read_device_info
 from gemmtune.precision import Precision, get_precision
-from gemmtune.rows import recorded_op, screen
+from gemmtune.rows import recorded_op, screen, skipped_note
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.session import Proposer, memory_study, quiet_optuna
 from gemmtune.space import Config, FamilySpace, Space, config_key, load_space, shipped_families
@@ -179,7 +179,8 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
     return Landscape(study, store.url, first.device, first.device_name, get_precision(first.precision),
                      (int(first.m), int(first.n), int(first.k)), space,
                      [c for _, c in sorted(configs.values(), key=lambda pc: pc[0])], values, baseline, peaks,
-                     described, screened.note(), None if space_file is None else str(space_file))
+                     described, "\n".join(filter(None, (screened.note(), skipped_note(store.skipped)))) or None,
+                     None if space_file is None else str(space_file))
 
 
 @dataclass

@@ -73,12 +73,14 @@ class Results:
     peaks: dict = field(default_factory=dict)     # device key -> measured peaks (Store.latest_peaks)
     devices: dict = field(default_factory=dict)   # device key -> DeviceInfo stored by search or peak
     skipped: Counter = field(default_factory=Counter)   # why rows were left out (gemmtune.rows) -> count
+    stored_skipped: Counter = field(default_factory=Counter)   # the same of devices and peaks rows (Store.skipped)
 
     def skipped_note(self) -> str | None:
-        """One line saying how many rows were skipped and why; None when none were."""
-        from gemmtune.rows import Screened
+        """A line for each table saying how many rows were skipped and why; None when none were."""
+        from gemmtune.rows import Screened, skipped_note
 
-        return Screened(self.rows, self.skipped).note()
+        lines = [line for line in (Screened(self.rows, self.skipped).note(), skipped_note(self.stored_skipped)) if line]
+        return "\n".join(lines) or None
 
     @property
     def shown(self) -> str:
@@ -108,7 +110,7 @@ def load(db: str | None = None, filters: Filters = Filters()) -> Results:
         devices = {key: store.device_info(key) for key in keys}
     finally:
         store.close()
-    return Results(store.url, store.exists, len(rows), kept, filters, peaks, devices, screened.skipped)
+    return Results(store.url, store.exists, len(rows), kept, filters, peaks, devices, screened.skipped, store.skipped)
 
 
 GROUP = ["device", "precision", "m", "n", "k", "ops"]
@@ -226,7 +228,7 @@ def add_model(frame: pd.DataFrame, found: Results) -> tuple[pd.DataFrame, list[s
     from gemmtune.families import FAMILIES
     from gemmtune.model import predict, spearman
     from gemmtune.precision import get_precision
-    from gemmtune.space import Config
+    from gemmtune.rows import config_of
 
     notes, devices, correlation = [], {}, {}
     for key in frame.device.unique():
@@ -241,15 +243,17 @@ def add_model(frame: pd.DataFrame, found: Results) -> tuple[pd.DataFrame, list[s
         if dev is None or ok.empty:
             continue
         prec, (m, n, k), ops = get_precision(group[1]), map(int, group[2:5]), group[5]
-        predicted = [predict(Config.of(r.kernel, json.loads(r.params)), dev, prec, m, n, k, found.peaks.get(group[0]),
+        # Screened rows: each a configuration, completed with the defaults of parameters added since
+        predicted = [predict(config_of(r.kernel, r.params), dev, prec, m, n, k, found.peaks.get(group[0]),
                              trans_a=ops[0], trans_b=ops[1]).time_s for r in ok.itertuples()]
         correlation[group] = spearman(predicted, list(ok.time_ms))
     predicted_gflops = []
     for row in frame.itertuples():
         dev = devices.get(row.device)
-        ok = dev is not None and isinstance(row.params, dict) and row.kernel in FAMILIES
+        config = config_of(row.kernel, row.params) if isinstance(row.params, dict) else None
+        ok = dev is not None and config is not None and not isinstance(config, str)
         predicted_gflops.append(
-            predict(Config.of(row.kernel, row.params), dev, get_precision(row.precision), row.m, row.n, row.k,
+            predict(config, dev, get_precision(row.precision), row.m, row.n, row.k,
                     found.peaks.get(row.device), trans_a=row.ops[0], trans_b=row.ops[1]).gflops if ok else None)
     spearmans = [correlation.get((r.device, r.precision, r.m, r.n, r.k, r.ops)) for r in frame.itertuples()]
     return frame.assign(predicted_gflops=predicted_gflops, model_spearman=spearmans), notes
@@ -257,28 +261,83 @@ def add_model(frame: pd.DataFrame, found: Results) -> tuple[pd.DataFrame, list[s
 
 # ---------------------------------------------------------------- importances
 
-def importance(url: str, study: str) -> dict[str, float] | str:
+def _completed_trials(url: str, study: str):
+    """The study's direction and completed trials as Optuna reads them from the database (opened
+    read-only: a reader creates none of Optuna's tables), and how many of its trials Optuna
+    could not read (a distribution it does not know, JSON it cannot parse: one such row spoils
+    Optuna's reading of all, so the trials are then read one by one); or a sentence saying why
+    there are none."""
+    import itertools
+
+    import optuna
+    from optuna.exceptions import StorageInternalError
+
+    from gemmtune.store import read_only_url
+
+    complete = optuna.trial.TrialState.COMPLETE
+    readable = read_only_url(url)
+    try:
+        storage = optuna.storages.RDBStorage(readable if isinstance(readable, str)
+                                             else readable.render_as_string(hide_password=False),
+                                             skip_table_creation=True)
+        stored = optuna.load_study(study_name=study, storage=storage)
+        direction = stored.direction
+    except KeyError:
+        return f"Study {study!r} has no Optuna study in {shown(url)}, so no parameter importances."
+    except (StorageInternalError, RuntimeError, ValueError) as e:
+        # No Optuna tables (a database of results rows alone), or a study gemmtune did not make
+        why = db_error(e.__cause__ or e, url) if isinstance(e, StorageInternalError) else str(e)
+        return f"Study {study!r}: no Optuna study readable in {shown(url)} ({why}), so no parameter importances."
+    except Exception as e:  # storage errors come in many types; the message says which
+        raise GemmtuneError(f"cannot read the study {study!r} in {shown(url)}: {db_error(e, url)}") from None
+    try:
+        return direction, stored.get_trials(deepcopy=False, states=(complete,)), 0
+    except (ValueError, TypeError, KeyError):
+        pass
+    study_id, trials, unreadable = storage.get_study_id_from_name(study), [], 0
+    for number in itertools.count():
+        try:
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+        except KeyError:
+            break
+        try:
+            trial = storage.get_trial(trial_id)
+        except (ValueError, TypeError, KeyError):
+            unreadable += 1
+            continue
+        if trial.state == complete:
+            trials.append(trial)
+    return direction, trials, unreadable
+
+
+def importance(url: str, study: str) -> tuple[dict[str, float] | str, str | None]:
     """Optuna's parameter importances of a study (PED-ANOVA, which needs no scikit-learn),
-    or a sentence saying why there are none. Trials that only repeated an earlier
-    measurement are left out, so a configuration counts once."""
+    or a sentence saying why there are none; and a sentence saying how many stored trials were
+    skipped and why, None when none were. Trials that only repeated an earlier measurement are
+    left out, so a configuration counts once."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        stored = optuna.load_study(study_name=study, storage=url)
-    except KeyError:
-        return f"Study {study!r} has no Optuna study in {shown(url)}, so no parameter importances."
-    except Exception as e:  # storage errors come in many types; the message says which
-        raise GemmtuneError(f"cannot read the study {study!r} in {shown(url)}: {db_error(e, url)}") from None
-    trials = [t for t in stored.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-              if "skipped" not in t.user_attrs]
+    read = _completed_trials(url, study)
+    if isinstance(read, str):
+        return read, None
+    direction, stored, unreadable = read
+    own = optuna.create_study(direction=direction)
+    trials = []
+    for trial in (t for t in stored if "skipped" not in t.user_attrs):
+        try:
+            own.add_trial(trial)   # checks the trial's values against its distributions
+            trials.append(trial)
+        except (ValueError, TypeError):
+            unreadable += 1
+    note = None if not unreadable else (
+        f"Study {study!r}: skipped {unreadable} stored trial{'s' if unreadable != 1 else ''} Optuna cannot read "
+        "(an unknown distribution or a value outside it) in its parameter importances.")
     if len({tuple(sorted(t.params.items())) for t in trials}) < 2:
         return (f"Study {study!r}: parameter importances need at least 2 completed trials with "
-                f"different parameters; it has {len(trials)}.")
-    own = optuna.create_study(direction=stored.direction)
-    own.add_trials(trials)
+                f"different parameters; it has {len(trials)}."), note
     values = optuna.importance.get_param_importances(own, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
-    return {name: float(v) for name, v in values.items()}
+    return {name: float(v) for name, v in values.items()}, note
 
 
 def add_importance(frame: pd.DataFrame, url: str) -> tuple[pd.DataFrame, list[str]]:
@@ -286,7 +345,9 @@ def add_importance(frame: pd.DataFrame, url: str) -> tuple[pd.DataFrame, list[st
     and a sentence for each study that has none."""
     found, notes = {}, []
     for study in frame.study.dropna().unique():
-        value = importance(url, study)
+        value, skipped = importance(url, study)
+        if skipped:
+            notes.append(skipped)
         if isinstance(value, str):
             notes.append(value)
             value = None

@@ -151,3 +151,71 @@ def screen(rows: pd.DataFrame, space=None) -> Screened:
             skipped[why] += 1
     kept = rows[keep].astype({"m": "int64", "n": "int64", "k": "int64", "trial": "int64"})
     return Screened(kept, skipped)
+
+
+# ---------------------------------------------------------------- the other tables
+
+PEAK_QUANTITIES = (*PRECISIONS, "bandwidth")
+# DeviceInfo's fields a stored description leaves out (to_json) or may (later ones have defaults)
+_UNSTORED = ("platform_index", "device_index")
+
+
+def skipped_note(skipped: Counter) -> str | None:
+    """One line for people saying which rows of ``devices`` and ``peaks`` (or Optuna's trials)
+    were skipped and why; None when none were."""
+    if not skipped:
+        return None
+    count = sum(skipped.values())
+    reasons = "; ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"Skipped {count} stored row{'s' if count != 1 else ''} that gemmtune did not write as read: {reasons}."
+
+
+def _fits(value, kind: str) -> bool:
+    """Whether a JSON value has the type a DeviceInfo field declares (its annotation's text)."""
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind.startswith("tuple[int"):
+        return isinstance(value, list) and all(_fits(v, "int") for v in value)
+    if kind.startswith("tuple[tuple[str"):   # fallbacks: stored as an object of text
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    return False
+
+
+def device_of(text):
+    """The ``DeviceInfo`` a ``devices`` row's ``info`` describes; else the reason it does not
+    describe one, as a string: not a JSON object of DeviceInfo's fields, each of its type."""
+    from dataclasses import MISSING, fields
+
+    from gemmtune.info import DeviceInfo
+
+    try:
+        data = json.loads(text) if isinstance(text, str) else None
+    except (json.JSONDecodeError, RecursionError):
+        return "device description that is not JSON"
+    if not isinstance(data, dict):
+        return "device description that is not a JSON object"
+    declared = {f.name: f for f in fields(DeviceInfo) if f.name not in _UNSTORED}
+    if set(data) - set(declared):
+        return "device description with a field DeviceInfo does not have"
+    if any(f.default is MISSING and f.default_factory is MISSING and name not in data
+           for name, f in declared.items()):
+        return "device description without a field DeviceInfo needs"
+    if not all(_fits(value, str(declared[name].type)) for name, value in data.items()):
+        return "device description with a field of the wrong type"
+    try:
+        return DeviceInfo.from_json(data)
+    except (TypeError, ValueError, KeyError, ArithmeticError):
+        return "device description DeviceInfo refuses"
+
+
+def peak_of(quantity, value):
+    """A ``peaks`` row's value as a float; else the reason it is not a peak, as a string."""
+    if quantity not in PEAK_QUANTITIES:
+        return "peak of an unknown quantity"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return "peak that is not a positive number"
+    return float(value)

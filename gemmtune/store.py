@@ -10,15 +10,19 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextlib import closing
+from collections import Counter
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import pandas as pd
 import sqlalchemy as sa
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
+from gemmtune.rows import device_of, peak_of
 from gemmtune.urls import DEFAULT_DB, database_url, db_error, shown
 
 metadata = sa.MetaData()
@@ -90,6 +94,45 @@ claims = sa.Table(
 STATUSES = ("ok", "slow", "compile_error", "launch_error", "crash", "timeout", "wrong_result", "lost")
 
 
+# What pysqlite takes from a URL's query (SQLAlchemy's pysqlite dialect); any other key is a SQLite
+# URI parameter, which SQLite reads only with uri=true from a database written as file:PATH.
+_PYSQLITE_KEYS = ("uri", "timeout", "isolation_level", "detect_types", "check_same_thread", "cached_statements")
+_TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class SqliteFile:
+    """Where a SQLite URL keeps its database: ``path`` (None: in memory) and whether the URL
+    opens it read-only (SQLite's URI parameters ``mode=ro`` or ``immutable=1``)."""
+
+    path: Path | None
+    read_only: bool = False
+
+
+def sqlite_file(url: str, parsed: sa.engine.URL) -> SqliteFile:
+    """The file of a SQLite URL, as SQLite itself will open it: ``sqlite:///PATH``, or
+    SQLAlchemy's URI form ``sqlite:///file:PATH?mode=ro&uri=true``. GemmtuneError for query
+    parameters SQLite would not apply as written (it would ignore them, or open a file named
+    ``PATH?mode=ro`` beside the one meant)."""
+    query = {key: value if isinstance(value, str) else value[-1] for key, value in parsed.query.items()}
+    others = sorted(set(query) - set(_PYSQLITE_KEYS))
+    database = parsed.database or ""
+    if str(query.get("uri", "")).lower() not in _TRUE:
+        if others:
+            raise GemmtuneError(f"database URL {shown(url)!r}: SQLite ignores {', '.join(others)} without uri=true; "
+                                f"write it as sqlite:///file:PATH?{'&'.join(f'{k}={query[k]}' for k in others)}&uri=true")
+        return SqliteFile(None if database in ("", ":memory:") else Path(database))
+    if not database.startswith("file:"):
+        raise GemmtuneError(f"database URL {shown(url)!r}: with uri=true SQLite opens the database as a URI, "
+                            f"written file:PATH (sqlite:///file:{database or 'PATH'}?...&uri=true)")
+    split = urlsplit(database)
+    options = {**dict(parse_qsl(split.query)), **{k: query[k] for k in others}}
+    if options.get("mode") == "memory" or split.path in ("", ":memory:"):
+        return SqliteFile(None)
+    return SqliteFile(Path(unquote(split.path)),
+                      options.get("mode") == "ro" or options.get("immutable", "").lower() in _TRUE)
+
+
 def check_url(url: str, create: bool = True) -> sa.engine.URL:
     """Parse a URL and, for SQLite, make sure the file can be created (or, with ``create``
     False, read), without creating it."""
@@ -98,25 +141,42 @@ def check_url(url: str, create: bool = True) -> sa.engine.URL:
     except (sa.exc.ArgumentError, ValueError, TypeError):  # ValueError: a port that is not a number
         raise GemmtuneError(f"malformed database URL {shown(url)!r}: expected e.g. sqlite:///results/gemmtune.db "
                             "or postgresql://user@host/db") from None
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        path = Path(parsed.database)
-        if not create:
-            # Reading: a missing file (or the default's missing results/) means no results yet.
-            if path.exists() and not os.access(path, os.R_OK):
-                raise GemmtuneError(f"database file {path} is not readable")
-            if not path.exists() and url != DEFAULT_DB and not path.parent.is_dir():
-                raise GemmtuneError(f"no database {path}: directory {path.parent} does not exist")
-            return parsed
-        if url == DEFAULT_DB:
+    if parsed.get_backend_name() != "sqlite":
+        return parsed
+    found = sqlite_file(url, parsed)
+    path = found.path
+    if path is None:
+        return parsed
+    if not create:
+        # Reading: a missing file (or the default's missing results/) means no results yet.
+        if path.exists() and not os.access(path, os.R_OK):
+            raise GemmtuneError(f"database file {path} is not readable")
+        if not path.exists() and url != DEFAULT_DB and not path.parent.is_dir():
+            raise GemmtuneError(f"no database {path}: directory {path.parent} does not exist")
+        return parsed
+    if found.read_only:
+        raise GemmtuneError(f"database URL {shown(url)!r} opens {path} read-only; this command writes to it")
+    if url == DEFAULT_DB:
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            if not os.access(path, os.R_OK | os.W_OK):
-                raise GemmtuneError(f"database file {path} is not writable")
-        elif not path.parent.is_dir():
-            raise GemmtuneError(f"cannot create database {path}: directory {path.parent} does not exist")
-        elif not os.access(path.parent, os.W_OK):
-            raise GemmtuneError(f"cannot create database {path}: directory {path.parent} is not writable")
+        except OSError as e:
+            raise GemmtuneError(f"cannot create the default database {path.absolute()}: {e.strerror} "
+                                f"(give another with --db or $GEMMTUNE_DB)") from None
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK) or not _writable_dir(path.parent):
+            raise GemmtuneError(f"database file {path.absolute()} is not writable")
+    elif not path.parent.is_dir():
+        raise GemmtuneError(f"cannot create database {path}: directory {path.parent} does not exist")
+    elif not _writable_dir(path.parent):
+        raise GemmtuneError(f"cannot create database {path.absolute()}: directory {path.parent.absolute()} "
+                            "is not writable")
     return parsed
+
+
+def _writable_dir(directory: Path) -> bool:
+    """Whether files can be made in ``directory`` (SQLite makes its journal there): its
+    permissions, and a filesystem mounted read-only, which permissions do not show to root."""
+    return os.access(directory, os.W_OK) and not os.statvfs(directory).f_flag & os.ST_RDONLY
 
 
 def _add_new_columns(conn) -> None:
@@ -129,12 +189,34 @@ def _add_new_columns(conn) -> None:
             conn.execute(sa.text(f'ALTER TABLE results ADD COLUMN "{column.name}" {kind}'))
 
 
-def _open_tables(engine: sa.engine.Engine, create: bool) -> None:
-    """Connect (an unusable database fails here, in the constructor) and, with ``create``,
-    create the tables or add the columns they lack."""
+def foreign_tables(conn) -> list[str]:
+    """gemmtune's tables in the database that are not gemmtune's: a table of that name without
+    the columns every version of gemmtune has given it (its required ones; later ones, which
+    ``_add_new_columns`` adds, may be missing)."""
+    inspector = sa.inspect(conn)
+    existing = set(inspector.get_table_names())
+    return [table.name for table in metadata.sorted_tables if table.name in existing
+            and not {c.name for c in table.columns if not c.nullable}
+            <= {c["name"] for c in inspector.get_columns(table.name)}]
+
+
+def check_own_tables(conn, url: str) -> None:
+    """GemmtuneError, before anything is created or altered, for a database whose tables of
+    gemmtune's names belong to something else."""
+    foreign = foreign_tables(conn)
+    if foreign:
+        raise GemmtuneError(f"{shown(url)} is not a gemmtune database: its table{'s' if len(foreign) > 1 else ''} "
+                            f"{', '.join(foreign)} {'have' if len(foreign) > 1 else 'has'} other columns than "
+                            "gemmtune's; give gemmtune a database of its own with --db")
+
+
+def _open_tables(engine: sa.engine.Engine, create: bool, url: str) -> None:
+    """Connect (an unusable database fails here, in the constructor), refuse another program's
+    tables and, with ``create``, create the tables or add the columns they lack."""
     for attempt in range(3):
         try:
             with engine.begin() as conn:
+                check_own_tables(conn, url)
                 if create:
                     metadata.create_all(conn)
                     _add_new_columns(conn)
@@ -156,17 +238,20 @@ class Store:
         self.shown = shown(self.url)   # the URL as messages and files give it: no password
         parsed = check_url(self.url, create)
         self.exists = True
-        if not create and parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = sqlite_file(self.url, parsed).path if parsed.get_backend_name() == "sqlite" else None
+        if not create and path is not None:
             # Connecting would create the file.
-            self.exists = Path(parsed.database).exists()
+            self.exists = path.exists()
         self.engine = None
         self._columns: set[str] | None = None   # of the results table, read once
+        # Rows of devices and peaks read and skipped (rows.device_of, rows.peak_of): reason -> count
+        self.skipped: Counter = Counter()
         if not self.exists:
             return
         try:
-            self.engine = _engine(self.url, parsed)
+            self.engine = _engine(self.url, parsed, read_only=not create)
             self.logged = create and fast_sqlite(self.engine)
-            _open_tables(self.engine, create)
+            _open_tables(self.engine, create, self.url)
         except (sa.exc.SQLAlchemyError, ModuleNotFoundError) as e:
             raise _open_error(e, self.url) from None
 
@@ -232,25 +317,33 @@ class Store:
 
     def latest_peaks(self, device: str) -> dict[str, float]:
         """The latest measured value of each quantity for a device key: precision -> GFLOP/s,
-        ``"bandwidth"`` -> GB/s. Empty when nothing was measured (or there is no ``peaks`` table)."""
+        ``"bandwidth"`` -> GB/s. Empty when nothing was measured (or there is no ``peaks`` table).
+        A row that is not a peak (``rows.peak_of``) is skipped and counted in ``skipped``."""
         try:
             if self.engine is None or not sa.inspect(self.engine).has_table(peaks.name):
                 return {}
             query = sa.select(peaks.c.precision, peaks.c.value).where(peaks.c.device == device) \
                 .order_by(peaks.c.created_at, peaks.c.id)
             with self.engine.connect() as conn:
-                return {what: value for what, value in conn.execute(query)}  # later rows win
+                stored = conn.execute(query).all()
         except sa.exc.SQLAlchemyError as e:
             raise GemmtuneError(f"cannot read database {self.shown}: {db_error(e, self.url)}") from None
+        found = {}
+        for what, value in stored:   # later rows win
+            value = peak_of(what, value)
+            if isinstance(value, str):
+                self.skipped[value] += 1
+            else:
+                found[what] = value
+        return found
 
     def lock(self):
         """For a SQLite file, an exclusive lock on it for one search (an open file; close it to
         release); None for a server database. Several processes writing one SQLite file lock
         each other out or lose Optuna trials, so a second search on the same file is refused."""
         parsed = sa.engine.make_url(self.url)
-        if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-            return None
-        return _lock_file(parsed.database)
+        path = sqlite_file(self.url, parsed).path if parsed.get_backend_name() == "sqlite" else None
+        return None if path is None else _lock_file(str(path))
 
     def save_device(self, info: DeviceInfo) -> None:
         """Describe a device key once, so the model can be applied to its results from anywhere."""
@@ -263,7 +356,8 @@ class Store:
             pass  # another process described it first
 
     def device_info(self, key: str) -> DeviceInfo | None:
-        """The description ``save_device`` stored for a device key, or None."""
+        """The description ``save_device`` stored for a device key; None for none, or for one
+        that is not a description gemmtune wrote (counted in ``skipped``)."""
         try:
             if self.engine is None or not sa.inspect(self.engine).has_table(devices.name):
                 return None
@@ -271,7 +365,13 @@ class Store:
                 text = conn.execute(sa.select(devices.c.info).where(devices.c.device == key)).scalar()
         except sa.exc.SQLAlchemyError as e:
             raise GemmtuneError(f"cannot read database {self.shown}: {db_error(e, self.url)}") from None
-        return None if text is None else DeviceInfo.from_json(json.loads(text))
+        if text is None:
+            return None
+        info = device_of(text)
+        if isinstance(info, str):
+            self.skipped[info] += 1
+            return None
+        return info
 
     def claim(self, study: str, config: str, trial: int) -> bool:
         """Take ``config`` (a canonical text key) in ``study`` for ``trial``: True for the first
@@ -299,11 +399,29 @@ class Store:
 CONNECT_TIMEOUT_S = 5   # a server that does not answer is unusable; waiting longer only delays saying so
 
 
-def _engine(url: str, parsed: sa.engine.URL) -> sa.engine.Engine:
+def _engine(url: str, parsed: sa.engine.URL, read_only: bool = False) -> sa.engine.Engine:
+    """An engine of ``url``; with ``read_only``, a SQLite file is opened read-only (SQLite's
+    ``mode=ro``), so that reading works where the file or its directory cannot be written."""
     connect_args = {}
     if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    if read_only and parsed.get_backend_name() == "sqlite":
+        url = read_only_url(url)
     return sa.create_engine(url, connect_args=connect_args)
+
+
+def read_only_url(url: str) -> str | sa.engine.URL:
+    """``url`` as a reader opens it: a SQLite file as SQLAlchemy's URI form with ``mode=ro``
+    (its other URI parameters kept); any other URL as given."""
+    parsed = sa.engine.make_url(url)
+    path = sqlite_file(url, parsed).path if parsed.get_backend_name() == "sqlite" else None
+    if path is None:
+        return url
+    keep = {k: v for k, v in parsed.query.items() if k in _PYSQLITE_KEYS}
+    uri = parse_qsl(urlsplit(parsed.database).query) if parsed.database.startswith("file:") else []
+    options = {**dict(uri), **{k: v for k, v in parsed.query.items() if k not in _PYSQLITE_KEYS}, "mode": "ro"}
+    database = f"file:{quote(str(path.absolute()))}?{urlencode(options)}"
+    return parsed.set(database=database, query={**keep, "uri": "true"})
 
 
 def _open_error(e: Exception, url: str) -> GemmtuneError:
@@ -314,6 +432,23 @@ def _open_error(e: Exception, url: str) -> GemmtuneError:
         hint = " (pip install 'gemmtune[postgres]')" if e.name and e.name.startswith("psycopg") else ""
         return GemmtuneError(f"database URL {shown(url)!r} needs the driver module {e.name!r}{hint}")
     return GemmtuneError(f"cannot open database {shown(url)}: {db_error(e, url)}")
+
+
+@contextmanager
+def writing(url: str):
+    """Around a command's writes to the database (gemmtune's and Optuna's): a database that
+    fails under them (a full disk, a server gone, a file turned read-only) ends the command
+    with one GemmtuneError saying so; each row committed before stays as it was."""
+    from optuna.exceptions import StorageInternalError  # Optuna's storage wraps the driver's error in it
+
+    try:
+        yield
+    except (sa.exc.OperationalError, sa.exc.InternalError, StorageInternalError) as e:
+        cause = e.__cause__ if isinstance(e, StorageInternalError) else e
+        if isinstance(e, StorageInternalError) and not isinstance(cause, sa.exc.SQLAlchemyError):
+            raise
+        raise GemmtuneError(f"writing to the database {shown(url)} failed: {db_error(cause, url)} "
+                            "(what was recorded before stays)") from None
 
 
 def _lock_file(path: str):
@@ -330,26 +465,30 @@ def _lock_file(path: str):
     return handle
 
 
-def probe(url: str, lock: bool = False):
+def probe(url: str, lock: bool = False, create: bool = True):
     """Fail now, in a second or two, on a database a command could not use after its expensive
     setup: a malformed URL, a missing driver, a server that refuses the connection or the
-    credentials, a file that is not SQLite, and, with ``lock``, a SQLite file another search
-    holds (its lock is then returned, to be kept for the search; else None). Creates nothing."""
-    parsed = check_url(url)
-    path = parsed.database if parsed.get_backend_name() == "sqlite" else None
-    if path in ("", ":memory:") or (path is not None and not Path(path).exists()):
+    credentials, a file that is not SQLite, another program's tables under gemmtune's names,
+    with ``create`` a file that cannot be written, and, with ``lock``, a SQLite file another
+    search holds (its lock is then returned, to be kept for the search; else None). Creates
+    nothing; with ``create`` False (a command that only reads) opens it read-only."""
+    parsed = check_url(url, create)
+    sqlite = parsed.get_backend_name() == "sqlite"
+    path = sqlite_file(url, parsed).path if sqlite else None
+    if sqlite and (path is None or not path.exists()):
         return None   # a new file: nothing to check, and no other search can hold it yet
     try:
-        engine = _engine(url, parsed)
+        engine = _engine(url, parsed, read_only=not create)
         try:
             with engine.connect() as conn:
                 if path is not None:  # opening alone does not read a SQLite file
                     conn.exec_driver_sql("SELECT count(*) FROM sqlite_master")
+                check_own_tables(conn, url)
         finally:
             engine.dispose()
     except (sa.exc.SQLAlchemyError, ModuleNotFoundError) as e:
         raise _open_error(e, url) from None
-    return _lock_file(path) if lock and path is not None else None
+    return _lock_file(str(path)) if lock and path is not None else None
 
 
 def fast_sqlite(engine: sa.engine.Engine) -> bool:
@@ -358,7 +497,7 @@ def fast_sqlite(engine: sa.engine.Engine) -> bool:
     parameters, the claim, the row), and a flush each can cost the device more time than a
     trial's own work. A commit survives a crash of the process; only a power failure may lose
     the last ones. ``plain_journal`` turns the file back into an ordinary one when done."""
-    if engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
+    if engine.dialect.name != "sqlite" or sqlite_file(str(engine.url), engine.url).path is None:
         return False
 
     @sa.event.listens_for(engine, "connect")
@@ -377,7 +516,7 @@ def plain_journal(engine: sa.engine.Engine) -> None:
     import sqlite3
 
     try:
-        with closing(sqlite3.connect(engine.url.database, timeout=1)) as conn:
+        with closing(sqlite3.connect(sqlite_file(str(engine.url), engine.url).path, timeout=1)) as conn:
             conn.execute("PRAGMA journal_mode=DELETE")
     except sqlite3.Error:
         pass  # another process still has it open: it stays in write-ahead mode, which is harmless

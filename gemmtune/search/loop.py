@@ -22,7 +22,7 @@ from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
 from gemmtune.space import Space, load_space
 from gemmtune.valid import ValidConfigs
-from gemmtune.store import Store, database_url, probe
+from gemmtune.store import Store, database_url, probe, writing
 from gemmtune.strategies import STRATEGIES, make_strategy
 
 
@@ -135,14 +135,15 @@ class Workers:
             self.store = Store(database_url(req.db))
             self.lock = self.early_lock or self.store.lock()
         lanes: list[Lane] = []
-        try:
-            for group, searched, valid in plans:
-                lanes.append(Lane(req, prec, searched, valid, group, self.compilers[group[0].device.key], self.store,
-                                  self.priors))
-            return _search(lanes, req, progress)
-        finally:
-            for lane in lanes:
-                lane.close()  # the proposing process, then Optuna's connections, before the store's
+        with writing(self.store.url):   # a database failing mid-search (a full disk): one error, rows kept
+            try:
+                for group, searched, valid in plans:
+                    lanes.append(Lane(req, prec, searched, valid, group, self.compilers[group[0].device.key],
+                                      self.store, self.priors))
+                return _search(lanes, req, progress)
+            finally:
+                for lane in lanes:
+                    lane.close()  # the proposing process, then Optuna's connections, before the store's
 
     def close(self) -> None:
         if self.store is not None:
