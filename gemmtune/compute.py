@@ -12,6 +12,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from gemmtune import inputs
 from gemmtune.device import device_spec, list_devices, open_device
 from gemmtune.info import DeviceInfo
 from gemmtune.defaults import default_config
@@ -130,6 +131,16 @@ def check_device_memory(info: DeviceInfo, what: str, buffers: Mapping[str, int])
                             f"{info.index} allows in one allocation ({_size(info.max_alloc_bytes)})")
 
 
+def check_host_memory(what: str, needs: Mapping[str, int]) -> None:
+    """GemmtuneError where ``needs`` (name: bytes) exceed the memory the host can give now."""
+    free = inputs.available_host_bytes()
+    total = sum(needs.values())
+    if free is not None and total > free:
+        sizes = ", ".join(f"{name} {_size(size)}" for name, size in needs.items() if size)
+        raise GemmtuneError(f"{what} needs {_size(total)} of host memory ({sizes}), more than the {_size(free)} "
+                            f"available")
+
+
 def _op_flag(name: str, flag) -> str:
     try:
         return normalize_op(flag)
@@ -214,7 +225,15 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     check_device_memory(dev.info, what, operands)
     plan = FAMILIES[cfg.kernel].plan(cfg.params, prec, Problem(n, m, ka, tb, ta), queue.device,
                                      queue.device.max_compute_units)
-    check_device_memory(dev.info, what, {**operands, **{s.name: s.nbytes for s in plan.scratch}})
+    buffers = {**operands, **{s.name: s.nbytes for s in plan.scratch}}
+    check_device_memory(dev.info, what, buffers)
+    # On the host: the result, contiguous copies of strided operands and, where the device is
+    # the host's own processor, its buffers too.
+    host = {"result": m * n * prec.bytes,
+            **{f"contiguous {name}": x.nbytes for name, x in (("a", a), ("b", b), ("c", c))
+               if x is not None and not x.flags.c_contiguous},
+            **({f"device {name}": size for name, size in buffers.items()} if dev.info.type == "CPU" else {})}
+    check_host_memory(what, host)
     mf = cl.mem_flags
     with out_of_memory_as_error(what):
         op = operation(dev, cfg, shipped_families().family(cfg.kernel).source, prec, n, m, ka, tb, ta)
@@ -242,16 +261,14 @@ def verify_config(device, prec: Precision | str, m: int, n: int, k: int, *, conf
     numpy does not take, alpha or beta that ``check_scalars`` refuses, a bad op flag, and a
     problem that does not fit the device or the host.
     """
-    from gemmtune.inputs import check_problem, check_seed
-
     prec = prec if isinstance(prec, Precision) else get_precision(prec)
     for name, size in (("m", m), ("n", n), ("k", k)):
         if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
             raise OperandError(f"{name} must be an integer from 0, got {size!r}")
-    check_seed(seed)
+    inputs.check_seed(seed)
     check_scalars(prec, alpha, beta)
     ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
-    check_problem(get_device(device).info, prec, m, n, k)
+    inputs.check_problem(get_device(device).info, prec, m, n, k)
     rng = np.random.default_rng(seed)
     a = random_matrix(prec, (m, k) if ta == "N" else (k, m), rng)
     b = random_matrix(prec, (k, n) if tb == "N" else (n, k), rng)
@@ -458,7 +475,10 @@ class Gemm:
         what = f"{'x'.join(map(str, a.shape))} times {'x'.join(map(str, b.shape))} in precision {self.precision.code}"
         plan = FAMILIES[cfg.kernel].plan(cfg.params, self.precision, problem, self.queue.device,
                                          self.queue.device.max_compute_units)
-        check_device_memory(self.info, what, {s.name: s.nbytes for s in plan.scratch})
+        scratch = {s.name: s.nbytes for s in plan.scratch}
+        check_device_memory(self.info, what, scratch)
+        if self.info.type == "CPU":   # the device's memory is the host's
+            check_host_memory(what, scratch)
         with out_of_memory_as_error(what):
             return GemmOperation(self.queue, cfg, shipped_families().family(cfg.kernel).source, self.precision,
                                  n, m, ka, problem=problem)
