@@ -187,8 +187,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     OperandError (also a ValueError) for mixed dtypes, mismatched shapes and alpha or beta that
     are not finite numbers of the precision (``check_scalars``); for a configuration that is
     empty or not valid on the device; for a problem whose buffers (operands, result and the
-    plan's scratch) do not fit the device's memory or its largest allocation. An allocation that
-    fails all the same raises GemmtuneError too.
+    plan's scratch) do not fit the device's memory or its largest allocation, or what the host
+    must hold its available memory. An allocation that fails all the same raises GemmtuneError
+    too.
     """
     a, b = _host_operand("a", a), _host_operand("b", b)
     c = None if c is None else _host_operand("c", c)
