@@ -96,6 +96,10 @@ def register_pip_runtimes() -> Path | None:
 
 
 register_pip_runtimes()
+# pyopencl reads this variable unguarded when a program binary it cached cannot be loaded (as
+# Intel's runtime refuses one cached for another instruction set): unset, that is a KeyError;
+# empty, pyopencl builds from source, as it means to.
+os.environ.setdefault("PYOPENCL_CACHE_FAILURE_FATAL", "")
 
 import pyopencl as cl  # noqa: E402  (after the vendors directory is chosen)
 
@@ -213,6 +217,24 @@ def host_register_file() -> tuple[int, int]:
     return next((file for flag, file in HOST_REGISTER_FILES if flag in flags), (0, 0))
 
 
+# Intel's runtime compiles for the instruction set $CL_CONFIG_CPU_TARGET_ARCH names, where set.
+INTEL_TARGET_ARCHS = {**dict.fromkeys(("corei7",), (16, 16)),
+                      **dict.fromkeys(("corei7-avx", "core-avx-i", "core-avx2", "znver1", "znver2", "znver3"), (16, 32)),
+                      **dict.fromkeys(("skx", "sapphirerapids", "core-avx10-1", "core-avx10-2", "znver4", "znver5",
+                                       "znver6"), (32, 64))}
+
+
+def spir_register_file() -> tuple[int, int, str]:
+    """The register file a SPIR front end's back end compiles for: the one
+    $CL_CONFIG_CPU_TARGET_ARCH names, else the host's; with where it comes from."""
+    arch = os.environ.get("CL_CONFIG_CPU_TARGET_ARCH", "").strip().lower()
+    count, size = INTEL_TARGET_ARCHS.get(arch) or host_register_file()
+    if not count:
+        return 0, 0, ""
+    where = f"CL_CONFIG_CPU_TARGET_ARCH={arch}" if arch in INTEL_TARGET_ARCHS else "the host's flags"
+    return count, size, f"the compiler targets SPIR, its back end the host: {count} x {size} B from {where}"
+
+
 def vector_register_file(d: cl.Device) -> tuple[int, int]:
     """A CPU device's vector registers as its compiler targets them: (count, bytes each);
     (0, 0) for other devices or where the probe does not build."""
@@ -240,9 +262,7 @@ def _register_file(d: cl.Device) -> tuple[int, int, str]:
         if found:
             _register_files[d.int_ptr] = int(found[1]), int(found[2]), ""
         elif "registers_of_host" in names:
-            count, size = host_register_file()
-            _register_files[d.int_ptr] = count, size, ("the compiler targets SPIR, its back end the host: "
-                                                       f"{count} x {size} B from the host's flags" if count else "")
+            _register_files[d.int_ptr] = spir_register_file()
         else:
             _register_files[d.int_ptr] = 0, 0, ""
     return _register_files[d.int_ptr]

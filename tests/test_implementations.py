@@ -230,6 +230,17 @@ def test_a_cpu_register_file_is_what_its_compiler_targets(implementation):
     assert table_name(implementation) == ("CPU-256" if file[1] == 32 else "CPU")
 
 
+def test_a_spir_compilers_register_file_follows_its_target_arch(monkeypatch):
+    from gemmtune.device import host_register_file, spir_register_file
+
+    monkeypatch.delenv("CL_CONFIG_CPU_TARGET_ARCH", raising=False)
+    assert spir_register_file()[:2] == host_register_file()
+    for arch, file in (("core-avx2", (16, 32)), ("skx", (32, 64)), ("corei7", (16, 16))):
+        monkeypatch.setenv("CL_CONFIG_CPU_TARGET_ARCH", arch)
+        count, size, why = spir_register_file()
+        assert (count, size) == file and arch in why
+
+
 # ---------------------------------------------------------------- finding Intel's runtime
 
 def _platforms(env: dict) -> list[str]:
