@@ -401,10 +401,16 @@ CONNECT_TIMEOUT_S = 5   # a server that does not answer is unusable; waiting lon
 
 def _engine(url: str, parsed: sa.engine.URL, read_only: bool = False) -> sa.engine.Engine:
     """An engine of ``url``; with ``read_only``, a SQLite file is opened read-only (SQLite's
-    ``mode=ro``), so that reading works where the file or its directory cannot be written."""
+    ``mode=ro``), so that reading works where the file or its directory cannot be written, and
+    a PostgreSQL session refuses writes (``default_transaction_read_only``)."""
     connect_args = {}
-    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    if parsed.get_backend_name() == "postgresql":
+        if "connect_timeout" not in parsed.query:
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+        if read_only:   # libpq's options, after any the URL gives
+            given = parsed.query.get("options", "")
+            connect_args["options"] = " ".join(filter(None, (given if isinstance(given, str) else " ".join(given),
+                                                             "-c default_transaction_read_only=on")))
     if read_only and parsed.get_backend_name() == "sqlite":
         url = read_only_url(url)
     return sa.create_engine(url, connect_args=connect_args)

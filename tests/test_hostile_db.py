@@ -16,6 +16,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +178,29 @@ def test_a_reader_opens_sqlite_read_only(results_copy):
             conn.exec_driver_sql("CREATE TABLE intruder (x)")
     finally:
         store.close()
+
+
+def test_a_reader_opens_postgresql_read_only(postgres):
+    database = f"gemmtune_ro_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(postgres, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {database}"))
+    url = sa.engine.make_url(postgres).set(database=database)
+    try:
+        for given in (url, url.update_query_dict({"options": "-c statement_timeout=5000"})):
+            given = given.render_as_string(hide_password=False)
+            Store(given).close()   # a writer creates the tables
+            store = Store(given, create=False)
+            try:
+                assert store.frame().empty
+                with pytest.raises(sa.exc.DBAPIError, match="read-only transaction"), store.engine.begin() as conn:
+                    conn.exec_driver_sql("CREATE TABLE intruder (x integer)")
+            finally:
+                store.close()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE {database}"))
+        admin.dispose()
 
 
 @pytest.fixture
