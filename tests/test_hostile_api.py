@@ -136,14 +136,14 @@ def test_legal_views_are_right_and_write_nothing_outside_c(queue, code):
     rng = np.random.default_rng()
     g = gemmtune.Gemm(queue, code, config=DIRECT)
     m, n, k = 9, 7, 11
-    big_a, big_b = random_matrix(prec, (k + 3, m + 4), rng), random_matrix(prec, (k + 2, n + 5), rng)
+    big_a, big_b = random_matrix(prec, (m + 3, k + 4), rng), random_matrix(prec, (k + 2, n + 5), rng)
     big_c = np.full((m + 3, n + 6), prec.nan, dtype)
     dc = cla.to_device(queue, big_c)
     alpha = 0.75 - 0.5j if prec.is_complex else 0.75
-    g(cla.to_device(queue, big_a)[2:2 + k, 1:1 + m], cla.to_device(queue, big_b)[1:1 + k, 3:3 + n],
-      dc[2:2 + m, 4:4 + n], alpha=alpha, trans_a=True)
+    g(cla.to_device(queue, big_a)[2:2 + m, 1:1 + k], cla.to_device(queue, big_b)[1:1 + k, 3:3 + n],
+      dc[2:2 + m, 4:4 + n], alpha=alpha)
     out = dc.get()
-    check(out[2:2 + m, 4:4 + n], prec, big_a[2:2 + k, 1:1 + m], big_b[1:1 + k, 3:3 + n], None, alpha, 0.0, "T", "N")
+    check(out[2:2 + m, 4:4 + n], prec, big_a[2:2 + m, 1:1 + k], big_b[1:1 + k, 3:3 + n], None, alpha, 0.0)
     outside = np.ones(out.shape, bool)
     outside[2:2 + m, 4:4 + n] = False
     assert_unchanged(big_c[outside], out[outside])
