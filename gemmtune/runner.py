@@ -12,8 +12,11 @@ This module is the parent side, plain Python; gemmtune.worker is what runs in th
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
+import signal
+import sys
 import time
 from collections import deque
 
@@ -24,6 +27,25 @@ from gemmtune.compiler import compiler_main
 from gemmtune.worker import worker_main
 
 STARTUP_TIMEOUT = 120.0   # seconds for a worker to import pyopencl and open its context
+PR_SET_PDEATHSIG = 1      # linux/prctl.h
+
+
+def die_with_parent(parent: int) -> None:
+    """Have Linux kill this child the moment its parent ends (prctl's PR_SET_PDEATHSIG), and end it
+    now if the parent ended already: every process a search starts (timing worker, compiler,
+    proposer, counter) goes with it when it is killed outright. A counter of a search killed with
+    SIGKILL was found counting 55 minutes later. Linux sends the signal when the thread that
+    started the child ends: a search starts its children from the thread it runs in."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _child(main, conn, device, parent, *args) -> None:
+    """A worker process's start: bound to its parent's life, then ``main``."""
+    die_with_parent(parent)
+    main(conn, device, parent, *args)
 
 # ---------------------------------------------------------------- parent side (no OpenCL)
 
@@ -51,8 +73,8 @@ class Worker:
         """Start the process; ``ready`` waits for its device. Several workers launched before
         any is waited for open their devices in parallel."""
         parent_conn, child_conn = self._ctx.Pipe()
-        self.process = self._ctx.Process(target=self.main, args=(child_conn, self.spec, os.getpid(), self.quiet, self.cores),
-                                         daemon=True, name="gemmtune-worker")
+        self.process = self._ctx.Process(target=_child, daemon=True, name="gemmtune-worker",
+                                         args=(self.main, child_conn, self.spec, os.getpid(), self.quiet, self.cores))
         self.process.start()
         child_conn.close()
         self.connection = parent_conn

@@ -160,8 +160,8 @@ class ValidConfigs(Sequence):
         if self._count_is_cheap or self._aside is not None or not forking_is_safe():
             return
         receive, send = mp.Pipe(duplex=False)
-        process = mp.get_context("fork").Process(target=_count_into, args=(self, send), name="gemmtune-count",
-                                                 daemon=True)
+        process = mp.get_context("fork").Process(target=_count_into, args=(self, send, os.getpid()),
+                                                 name="gemmtune-count", daemon=True)
         process.start()
         send.close()
         self._aside = (os.getpid(), process, receive)
@@ -251,8 +251,11 @@ class ValidConfigs(Sequence):
 ASIDE_WAIT_S = 120
 
 
-def _count_into(valid: ValidConfigs, send) -> None:
+def _count_into(valid: ValidConfigs, send, parent: int) -> None:
     """The forked counter: ``_chunk_counts`` sent as (family position, chunk, valid points)."""
+    from gemmtune.runner import die_with_parent
+
+    die_with_parent(parent)   # a count takes seconds to minutes: none without the search
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the search's to handle
     position = {id(fs): i for i, fs in enumerate(valid.space.families)}
     send.send([(position[id(fs)], j, n) for fs, j, n in _chunk_counts(valid.space, valid.dev, valid.prec)])

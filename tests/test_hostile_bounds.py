@@ -140,3 +140,67 @@ def test_a_huge_space_is_refused_before_anything_enumerates_it(tmp_path, command
 
 def test_the_shipped_spaces_fit_the_bound():
     assert all(load_space(device=kind).size <= MAX_POINTS / 8 for kind in ("GPU", "CPU"))
+
+
+# ---------------------------------------------------------------- children die with their search
+
+def _children() -> dict[int, int]:
+    """pid -> parent pid of every process, from /proc."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        fields = stat.rsplit(")", 1)[1].split()   # after the command's name, which may hold spaces
+        if fields[0] != "Z":   # a zombie has ended: only its entry is left
+            found[int(entry)] = int(fields[1])
+    return found
+
+
+def _command(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def descendants(pid: int) -> set[int]:
+    parents = _children()
+    found, more = set(), {pid}
+    while more:
+        more = {child for child, parent in parents.items() if parent in more} - found
+        found |= more
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the search forks its counter on Linux only")
+def test_no_child_outlives_a_search_killed_outright(tmp_path):
+    # A product of 2^30 points, which the forked counter counts for minutes while the search runs
+    space = tmp_path / "long.toml"
+    ranges = {"MWG": 64, "NWG": 64, "KWG": 16, "MDIMC": 16, "NDIMC": 16}
+    space.write_text("[xgemm_rt]\n" + "".join(f"{name} = {list(range(1, n + 1))}\n" for name, n in ranges.items())
+                     + "VWG = [1, 2, 4, 8]\nVLM = [1, 2, 4, 8]\nVLN = [1, 2, 4, 8]\n")
+    search = subprocess.Popen([sys.executable, "-m", "gemmtune", "search", "--space", str(space), "--size", "24",
+                               "--device", "0", "--jobs", "1", "--timeout", "600", "-q",
+                               "--db", f"sqlite:///{tmp_path / 'r.db'}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # the timing worker and a compiler (spawned), and the counter (forked: the search's command line)
+        deadline, seen, forked = time.monotonic() + 120, set(), set()
+        while not (forked and len(seen) >= 3) and search.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            seen = descendants(search.pid)
+            forked = {pid for pid in seen if _command(pid) == _command(search.pid)}
+        assert forked and len(seen) >= 3, (seen, search.poll(), search.stderr.read() if search.poll() is not None else "")
+        os.kill(search.pid, signal.SIGKILL)
+        search.wait(10)
+        deadline = time.monotonic() + 10
+        while (alive := seen & set(_children())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive, {pid: _command(pid)[:200] for pid in alive}
+    finally:
+        if search.poll() is None:
+            search.kill()
+        search.wait()
+        search.stderr.close()

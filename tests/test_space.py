@@ -745,7 +745,7 @@ def test_a_count_started_aside_is_the_count(tmp_path, monkeypatch, fails):
     prec = get_precision("d")
     listed = valid_configs(space, GPU_LIKE, prec)
     if fails:   # the forked counter dies before it answers: len counts for itself
-        monkeypatch.setattr(valid_module, "_count_into", lambda valid, send: os._exit(3))
+        monkeypatch.setattr(valid_module, "_count_into", lambda valid, send, parent: os._exit(3))
     view = ValidConfigs(space, GPU_LIKE, prec)
     view.count_aside()
     assert view._aside is not None

@@ -29,6 +29,7 @@ import optuna
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import forking_is_safe as ahead_possible
+from gemmtune.runner import die_with_parent
 from gemmtune.space import config_key
 from gemmtune.search.session import Proposer
 
@@ -66,13 +67,13 @@ class Journal(dict):
         return changed
 
 
-def _serve(conn, parent_end, proposer: Proposer, learn) -> None:
+def _serve(conn, parent_end, proposer: Proposer, learn, parent: int) -> None:
     """The child: propose while fewer than AHEAD are out, apply what the parent says. It ends
-    when told, or when the parent is gone (killed: its end of the pipe closes, as the copy of
-    it forked here is closed first)."""
+    when told, or with the parent (killed: at once, ``die_with_parent``; else its end of the
+    pipe closes, as the copy of it forked here is closed first)."""
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
     parent_end.close()
-    parent = os.getppid()
     flying: dict[int, optuna.Trial] = {}           # proposed here -> its trial in the copy
     out, done = 0, False
     while True:
@@ -136,8 +137,8 @@ class AheadProposer:
         child.batch = contextlib.nullcontext
         self.connection, child_end = mp.Pipe()
         self.process = mp.get_context("fork").Process(
-            target=_serve, args=(child_end, self.connection, child, proposer.copy.learn), name="gemmtune-proposer",
-            daemon=True)
+            target=_serve, args=(child_end, self.connection, child, proposer.copy.learn, os.getpid()),
+            name="gemmtune-proposer", daemon=True)
         self.process.start()
         child_end.close()
         self.ready: deque = deque()
