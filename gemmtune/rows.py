@@ -167,7 +167,7 @@ def skipped_note(skipped: Counter) -> str | None:
         return None
     count = sum(skipped.values())
     reasons = "; ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
-    return f"Skipped {count} stored row{'s' if count != 1 else ''} that gemmtune did not write as read: {reasons}."
+    return f"Skipped {count} stored row{'s' if count != 1 else ''} that gemmtune cannot use: {reasons}."
 
 
 def _fits(value, kind: str) -> bool:
@@ -195,27 +195,27 @@ def device_of(text):
     try:
         data = json.loads(text) if isinstance(text, str) else None
     except (json.JSONDecodeError, RecursionError):
-        return "device description that is not JSON"
+        return "in devices whose info is not JSON"
     if not isinstance(data, dict):
-        return "device description that is not a JSON object"
+        return "in devices whose info is not a JSON object"
     declared = {f.name: f for f in fields(DeviceInfo) if f.name not in _UNSTORED}
     if set(data) - set(declared):
-        return "device description with a field DeviceInfo does not have"
+        return "in devices whose info has a field DeviceInfo does not have"
     if any(f.default is MISSING and f.default_factory is MISSING and name not in data
            for name, f in declared.items()):
-        return "device description without a field DeviceInfo needs"
+        return "in devices whose info lacks a field DeviceInfo needs"
     if not all(_fits(value, str(declared[name].type)) for name, value in data.items()):
-        return "device description with a field of the wrong type"
+        return "in devices whose info has a field of the wrong type"
     try:
         return DeviceInfo.from_json(data)
     except (TypeError, ValueError, KeyError, ArithmeticError):
-        return "device description DeviceInfo refuses"
+        return "in devices whose info DeviceInfo refuses"
 
 
 def peak_of(quantity, value):
     """A ``peaks`` row's value as a float; else the reason it is not a peak, as a string."""
     if quantity not in PEAK_QUANTITIES:
-        return "peak of an unknown quantity"
+        return "in peaks of an unknown quantity"
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        return "peak that is not a positive number"
+        return "in peaks without a positive number"
     return float(value)

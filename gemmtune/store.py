@@ -244,8 +244,8 @@ class Store:
             self.exists = path.exists()
         self.engine = None
         self._columns: set[str] | None = None   # of the results table, read once
-        # Rows of devices and peaks read and skipped (rows.device_of, rows.peak_of): reason -> count
-        self.skipped: Counter = Counter()
+        # Rows of devices and peaks read and skipped (rows.device_of, rows.peak_of): (table, key) -> reason
+        self._skipped: dict[tuple[str, object], str] = {}
         if not self.exists:
             return
         try:
@@ -254,6 +254,12 @@ class Store:
             _open_tables(self.engine, create, self.url)
         except (sa.exc.SQLAlchemyError, ModuleNotFoundError) as e:
             raise _open_error(e, self.url) from None
+
+    @property
+    def skipped(self) -> Counter:
+        """Why rows of ``devices`` and ``peaks`` read so far were skipped: reason -> rows (each row
+        once, however often it was read)."""
+        return Counter(self._skipped.values())
 
     def add(self, **row) -> int:
         from gemmtune import __version__
@@ -322,17 +328,17 @@ class Store:
         try:
             if self.engine is None or not sa.inspect(self.engine).has_table(peaks.name):
                 return {}
-            query = sa.select(peaks.c.precision, peaks.c.value).where(peaks.c.device == device) \
+            query = sa.select(peaks.c.id, peaks.c.precision, peaks.c.value).where(peaks.c.device == device) \
                 .order_by(peaks.c.created_at, peaks.c.id)
             with self.engine.connect() as conn:
                 stored = conn.execute(query).all()
         except sa.exc.SQLAlchemyError as e:
             raise GemmtuneError(f"cannot read database {self.shown}: {db_error(e, self.url)}") from None
         found = {}
-        for what, value in stored:   # later rows win
+        for row_id, what, value in stored:   # later rows win
             value = peak_of(what, value)
             if isinstance(value, str):
-                self.skipped[value] += 1
+                self._skipped["peaks", row_id] = value
             else:
                 found[what] = value
         return found
@@ -369,7 +375,7 @@ class Store:
             return None
         info = device_of(text)
         if isinstance(info, str):
-            self.skipped[info] += 1
+            self._skipped["devices", key] = info
             return None
         return info
 

@@ -29,6 +29,7 @@ from helpers_foundation import POCL_LIKE, TINY_SPACE  # noqa: E402
 
 import gemmtune  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
+from gemmtune.device import resolve_device  # noqa: E402
 from gemmtune.store import Store  # noqa: E402
 from gemmtune.tuned import best_config  # noqa: E402
 
@@ -114,8 +115,8 @@ def test_bad_device_and_peak_rows_are_skipped_and_counted(shared_db):
     assert len(skipped) == 1, result.stderr
     line = skipped[0]
     assert line.startswith(f"Skipped {len(BAD_INFOS) + 3} stored rows")
-    for why in ("not JSON", "not a JSON object", "a field DeviceInfo does not have", "without a field",
-                "of the wrong type", "not a positive number", "unknown quantity"):
+    for why in ("1 in devices whose info is not JSON", "not a JSON object", "has a field DeviceInfo does not have",
+                "lacks a field", "of the wrong type", "2 in peaks without a positive number", "unknown quantity"):
         assert why in line, line
     # The broken descriptions' devices get the note of a device with no description, not a crash
     assert result.stderr.count("No description of device") == len(BAD_INFOS)
@@ -128,10 +129,26 @@ def test_every_reader_reads_past_bad_device_and_peak_rows(shared_db):
     result = invoke(["replay", "--db", url, "--study", "old", "--samplers", "random,tpe-seeded", "--seeds", "1",
                      "--format", "json"])
     assert json.loads(result.stdout)["recorded"] == 2
-    assert "not a positive number" in result.stderr   # the study's device's broken peaks, counted
+    assert "2 in peaks without a positive number" in result.stderr   # the study's device's broken peaks
     result = invoke(["replay", "--db", url, "--study", "broken-0", "--samplers", "random", "--seeds", "1",
                      "--format", "json"])
-    assert "device description that is not JSON" in result.stderr
+    assert "1 in devices whose info is not JSON" in result.stderr
+
+
+def test_a_search_reads_past_bad_peak_rows_of_its_device(tmp_path):
+    space = tmp_path / "tiny.toml"
+    space.write_text(TINY_SPACE)
+    db = tmp_path / "r.db"
+    Store(f"sqlite:///{db}").close()
+    key = resolve_device(0).key
+    execute(db, *[("INSERT INTO peaks (device, device_name, precision, value, unit, created_at, gemmtune_version) "
+                   "VALUES (?, 'x', ?, ?, 'GFLOP/s', '2026-01-01T00:00:00', '0')", key, what, value)
+                  for what, value in (("s", "abc"), ("bandwidth", float("inf")))])
+    result = invoke(["search", "--db", f"sqlite:///{db}", "--space", str(space), "--size", "16", "--trials", "1",
+                     "--no-seed", "-q", "--time-cap", "0.05", "--format", "json"])
+    assert json.loads(result.stdout)["best"]["gflops"] > 0
+    assert result.stderr.splitlines() == ["Skipped 2 stored rows that gemmtune cannot use: "
+                                          "2 in peaks without a positive number."]
 
 
 def test_unreadable_optuna_trials_are_left_out_of_importances(results_copy):

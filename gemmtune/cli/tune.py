@@ -368,6 +368,8 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
                            f"{s.nearby} configuration(s) of nearby shapes", err=True)
         summaries, left = run_workload(req, shapes, line, step)
     line.close()
+    for note in dict.fromkeys(s.skipped for s in summaries if s.skipped):   # one store: the same rows for all
+        click.echo(note, err=True)
     if left:
         click.echo(f"The budget ran out before {len(left)} problem(s): {', '.join(map(str, left))}; "
                    "run the command again to go on.", err=True)

@@ -9,7 +9,7 @@ from typing import Callable
 
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision
-from gemmtune.rows import screen
+from gemmtune.rows import screen, skipped_note
 from gemmtune.runner import Outcome
 from gemmtune.search.request import Summary
 from gemmtune.space import Config, Space, config_key
@@ -82,4 +82,5 @@ def summarize(store, name, devices, prec, shape, done, failures, elapsed, baseli
         if len(rows) else rows
     baseline = base_rows.iloc[0].to_dict() if len(base_rows) else None
     return Summary(name, devices[0], prec.code, shape, done, failures, elapsed, best, baseline, tie, space_size,
-                   stopped_by, store.shown, device_busy, devices, device_idle, learned_from)
+                   stopped_by, store.shown, device_busy, devices, device_idle, learned_from,
+                   skipped_note(store.skipped))

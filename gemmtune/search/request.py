@@ -84,6 +84,7 @@ class Summary:
     device_idle: dict[str, float] | None = None
     # what the cost model learned from (``search.prior.sources``); None where the strategy learns nothing
     learned_from: dict | None = None
+    skipped: str | None = None       # rows of devices and peaks the search skipped, and why (rows.skipped_note)
 
     @property
     def speedup(self) -> float | None:
