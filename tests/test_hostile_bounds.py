@@ -204,3 +204,28 @@ def test_no_child_outlives_a_search_killed_outright(tmp_path):
             search.kill()
         search.wait()
         search.stderr.close()
+
+
+# ---------------------------------------------------------------- compiler processes
+
+def test_jobs_beyond_the_cores_are_refused_before_any_process_starts(tmp_path):
+    from gemmtune.info import host_cores
+    from gemmtune.runner import Compilers, check_jobs
+    from gemmtune.search import SearchRequest, run_search
+
+    most = host_cores()
+    for jobs in (None, 0, most):
+        check_jobs(jobs)
+    for jobs in (-1, most + 1, 1000):
+        with pytest.raises(GemmtuneError, match=f"--jobs must be from 0 to {most}, the cores"):
+            check_jobs(jobs)
+    before = descendants(os.getpid())
+    with pytest.raises(GemmtuneError, match="--jobs"):
+        Compilers("0", most + 1, 60)
+    with pytest.raises(GemmtuneError, match="--jobs"):
+        run_search(SearchRequest(device="0", precision="s", m=24, n=24, k=24, trials=1, jobs=1000,
+                                 db=f"sqlite:///{tmp_path / 'api.db'}"))
+    assert descendants(os.getpid()) == before
+    one_error_line(gemmtune("search", "--size", "24", "--trials", "1", "--jobs", "1000",
+                            "--db", f"sqlite:///{tmp_path / 'r.db'}"), "--jobs", f"0 to {most}", "1000")
+    assert not list(tmp_path.glob("*.db"))

@@ -137,6 +137,7 @@ def main(argv=None) -> int:
     import pipeline_bench
 
     runner.worker_main, runner.compiler_main = pipeline_bench.stand_in_worker, pipeline_bench.stand_in_compiler
+    runner.host_cores = lambda: args.jobs   # the described host's: stand-in compilers keep no core busy
     device.resolve_device = lambda spec: dev
     with tempfile.TemporaryDirectory() as scratch:
         db = args.db or f"sqlite:///{Path(scratch) / 'pipeline.db'}"

@@ -314,9 +314,10 @@ def print_summary(d: dict) -> None:
 @space_option
 @click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
               help="Seconds of timing per configuration once it has 6 samples.")
-@click.option("--jobs", type=click.IntRange(min=0), default=None,
+@click.option("--jobs", type=int, default=None,
               help="Compiler processes building ahead of the device (default: one per spare core; "
-                   "0: build on the timing worker, one candidate at a time).")
+                   "0: build on the timing worker, one candidate at a time); more than the cores this "
+                   "process may run on is refused.")
 @click.option("--early-stop", type=click.FloatRange(min=0, max=1, max_open=True), default=0.5, show_default=True,
               help="Stop timing a candidate once its speed is surely below this fraction of the best "
                    "(status slow); 0 disables.")

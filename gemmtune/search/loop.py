@@ -16,7 +16,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.info import core_plan, host_cores
 from gemmtune.inputs import check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
-from gemmtune.runner import Compilers, Runner
+from gemmtune.runner import Compilers, Runner, check_jobs
 from gemmtune.search.lane import Lane
 from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
@@ -33,8 +33,7 @@ def check_request(req: SearchRequest) -> None:
     make_strategy(req.sampler, req.seed)   # an unknown name fails here
     if req.early_stop is not None and not 0 <= req.early_stop < 1:
         raise GemmtuneError(f"--early-stop must be in [0, 1), got {req.early_stop}")
-    if req.jobs is not None and req.jobs < 0:
-        raise GemmtuneError(f"--jobs must be at least 0, got {req.jobs}")
+    check_jobs(req.jobs)
     if req.grace < 1:
         raise GemmtuneError(f"--heartbeat-grace must be at least 1 second, got {req.grace:g}")
     check_seed(req.seed)
