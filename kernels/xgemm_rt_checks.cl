@@ -96,18 +96,16 @@ typedef VTYPE(VWG) gvec;       // a global load
 typedef VTYPE(VLM) mvec;       // a local read of A
 typedef VTYPE(VLN) nvec;       // a local read of B
 typedef union { gvec v; real e[VWG]; } gunion;
-#if IS_COMPLEX
-// A complex local read's elements as pairs of scalars: as real[2] over a vector of two complex
-// numbers, clang made 128- and 256-bit integers of the union, which Oclgrind cannot run
-// ("Unsupported constant int size"); both are the same registers reinterpreted.
-typedef union { mvec v; SCALAR s[2 * VLM]; } munion;
-typedef union { nvec v; SCALAR s[2 * VLN]; } nunion;
-#define LANE(u, j) ((real)((u).s[2 * (j)], (u).s[2 * (j) + 1]))
-#else
-typedef union { mvec v; real e[VLM]; } munion;
-typedef union { nvec v; real e[VLN]; } nunion;
-#define LANE(u, j) ((u).e[j])
-#endif
+// Element j of a local read v of w elements, halving the vector (.lo, .hi) until one is left:
+// `real` for complex precisions too. Not through a union with real[w]: for two elements of 8
+// or 16 bytes (d, c, z) clang made 128- and 256-bit integers of it, which Oclgrind cannot run
+// ("Unsupported constant int size"); j is a constant once the loops unroll, so either way the
+// element is the vector's register itself.
+#define LANE_1(v, j) (v)
+#define LANE_2(v, j) ((j) % 2 ? (v).hi : (v).lo)
+#define LANE_4(v, j) LANE_2((j) % 4 < 2 ? (v).lo : (v).hi, (j) % 2)
+#define LANE_8(v, j) LANE_4((j) % 8 < 4 ? (v).lo : (v).hi, (j) % 4)
+#define LANE(w, v, j) CAT(LANE_, w)(v, j)
 
 // The schedules and the multiply are functions only for reading: inlined, acc stays in registers,
 // where a call would pass it through memory.

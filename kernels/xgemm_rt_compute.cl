@@ -20,13 +20,13 @@ INLINE_FUNC void multiply_slice(real acc[WPTM][WPTN], const OPERANDS real* aslic
     const OPERANDS real* brow = bslice + k * ldb;
     PRAGMA(unroll)
     for (int c = 0; c < WPTM / VLM; c++) {
-      munion u; u.v = *((const OPERANDS mvec*)(arow + MLOC(tx, c, 0)));
-      for (int j = 0; j < VLM; j++) { a[c * VLM + j] = LANE(u, j); }
+      const mvec v = *((const OPERANDS mvec*)(arow + MLOC(tx, c, 0)));
+      for (int j = 0; j < VLM; j++) { a[c * VLM + j] = LANE(VLM, v, j); }
     }
     PRAGMA(unroll)
     for (int c = 0; c < WPTN / VLN; c++) {
-      nunion u; u.v = *((const OPERANDS nvec*)(brow + NLOC(ty, c, 0)));
-      for (int j = 0; j < VLN; j++) { b[c * VLN + j] = LANE(u, j); }
+      const nvec v = *((const OPERANDS nvec*)(brow + NLOC(ty, c, 0)));
+      for (int j = 0; j < VLN; j++) { b[c * VLN + j] = LANE(VLN, v, j); }
     }
     // The results row by row in a zig-zag, from the last column: consecutive multiply-adds share a
     // value of A, and at each turn one of B. Only the order changes, and with it what NVIDIA's
