@@ -79,6 +79,8 @@ def main() -> None:
     pyopencl.characterize.nv_compute_capability = lambda device: None
     cases = json.load(sys.stdin)
     info, device = open_device(0)
+    if device.platform.name != "Oclgrind":   # not started by oclgrind: nothing would be checked
+        sys.exit(f"device 0 is {device.name!r} of {device.platform.name!r}, not Oclgrind's simulator")
     queue = cl.CommandQueue(cl.Context([device]))
     for case in cases:
         print(MARK + case["id"], file=sys.stderr, flush=True)
