@@ -192,7 +192,7 @@ def test_no_child_outlives_a_search_killed_outright(tmp_path):
             time.sleep(0.5)
             seen = descendants(search.pid)
             forked = {pid for pid in seen if _command(pid) == _command(search.pid)}
-        assert forked and len(seen) >= 3, (seen, search.poll(), search.stderr.read() if search.poll() is not None else "")
+        assert forked and len(seen) >= 3, (seen, search.poll())
         os.kill(search.pid, signal.SIGKILL)
         search.wait(10)
         deadline = time.monotonic() + 10
@@ -229,3 +229,45 @@ def test_jobs_beyond_the_cores_are_refused_before_any_process_starts(tmp_path):
     one_error_line(gemmtune("search", "--size", "24", "--trials", "1", "--jobs", "1000",
                             "--db", f"sqlite:///{tmp_path / 'r.db'}"), "--jobs", f"0 to {most}", "1000")
     assert not list(tmp_path.glob("*.db"))
+
+
+# ---------------------------------------------------------------- listings
+
+def test_a_listing_past_the_bound_is_refused_before_anything_is_written():
+    from gemmtune.cli import tune
+    from gemmtune.resources import configs_dir
+
+    # the GPU space on this device: millions valid, once listed until the disk filled
+    result = gemmtune("space", "--device", "0", "--space", str(configs_dir() / "space.toml"), "--format", "csv")
+    one_error_line(result, f"more than {tune.LISTED:,} configurations are valid", "--limit")
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_limit_lists_the_first_rows_and_says_there_are_more(tmp_path, monkeypatch, fmt):
+    from click.testing import CliRunner
+
+    from gemmtune.cli import cli, tune
+
+    path = tmp_path / "k5.toml"
+    path.write_text("[xgemm_k5]\nTSM = [16, 32]\nTSN = [16, 32]\n")   # four valid here
+    base = ["space", "--device", "0", "--space", str(path), "--format", fmt]
+
+    def listed(*args):
+        result = CliRunner().invoke(cli, [*base, *args])
+        rows = json.loads(result.stdout) if fmt == "json" else result.stdout.splitlines()[1:]
+        return result, [json.dumps(r) for r in rows] if fmt == "json" else rows
+
+    _, every = listed("--limit", "0")
+    assert len(every) == 4
+    for limit in (1, 3):
+        result, rows = listed("--limit", str(limit))
+        assert result.exit_code == 0 and rows == every[:limit]
+        assert result.stderr.strip() == f"Listed the first {limit}; more are valid."
+    result, rows = listed("--limit", "4")
+    assert rows == every and not result.stderr
+    monkeypatch.setattr(tune, "LISTED", 3)
+    result = CliRunner().invoke(cli, base)
+    assert result.exit_code == 2 and not result.stdout
+    assert result.stderr.startswith("Error: more than 3 configurations are valid")
+    monkeypatch.setattr(tune, "LISTED", 4)
+    assert listed()[1] == every

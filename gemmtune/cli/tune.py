@@ -49,6 +49,9 @@ def devices(fmt):
 
 # ---------------------------------------------------------------- space
 
+LISTED = 100_000   # configurations `space` lists without --limit
+
+
 @cli.command()
 @device_option
 @precision_option
@@ -57,7 +60,9 @@ def devices(fmt):
 @format_option("table", "json", "csv")
 @click.option("--count", is_flag=True, help="Print only the number of valid configurations.")
 @click.option("--explain", is_flag=True, help="Show how many configurations each constraint removed.")
-def space(device, precision, shape, space_file, fmt, count, explain):
+@click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N", help="List the first N valid "
+              f"configurations (0: all). Without it, more than {LISTED:,} are refused before anything is written.")
+def space(device, precision, shape, space_file, fmt, count, explain, limit):
     """Enumerate the valid kernel configurations for a device, precision and shape."""
     from gemmtune import space as sp
     from gemmtune import valid
@@ -69,8 +74,7 @@ def space(device, precision, shape, space_file, fmt, count, explain):
     if explain:
         counts = valid.explain(the_space, dev, prec)
         rows = [{"kernel": c.kernel, "constraint": c.constraint.number, "name": c.constraint.name,
-                 "rule": c.constraint.text,
-                 "removed": c.removed, "broken": c.broken} for c in counts]
+                 "rule": c.constraint.text, "removed": c.removed, "broken": c.broken} for c in counts]
         valid = the_space.size - sum(c.removed for c in counts)
         if fmt == "json":
             click.echo(json.dumps({"total": the_space.size, "valid": valid, "constraints": rows}, indent=2))
@@ -84,17 +88,21 @@ def space(device, precision, shape, space_file, fmt, count, explain):
     if count:
         click.echo(valid.count_valid(the_space, dev, prec))
         return
+    out = space_rows(the_space, dev, prec, fmt, LISTED if limit is None else limit)
+    if limit is None and None in (out := list(out)):   # nothing is written before the listing is known to fit
+        raise GemmtuneError(f"more than {LISTED:,} configurations are valid: --limit N lists the first N, "
+                            "--limit 0 all of them, --count counts them")
     try:
-        for text in space_rows(the_space, dev, prec, fmt):
-            click.echo(text, nl=False)
-    except BrokenPipeError:
-        # the reader has all it wanted (`gemmtune space | head`): not an error
+        for text in out:
+            click.echo(text or f"Listed the first {limit:,}; more are valid.", nl=not text, err=not text)
+    except BrokenPipeError:   # the reader has all it wanted (`gemmtune space | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def space_rows(the_space, dev, prec, fmt: str):
-    """The valid configurations as ``emit`` would print their ``describe`` rows, as text chunk
-    by chunk: the first rows go out long before the last are found, and memory holds one chunk.
+def space_rows(the_space, dev, prec, fmt: str, limit: int = 0):
+    """The valid configurations (the first ``limit``, then None if there are more) as ``emit``
+    would print their ``describe`` rows, as text chunk by chunk: the first rows go out long
+    before the last are found, and memory holds one chunk.
 
     The table's column widths come from the values the space allows and the device's limits,
     known before any row, rather than from the rows printed. With several kernel families the
@@ -142,10 +150,13 @@ def space_rows(the_space, dev, prec, fmt: str):
         return np.column_stack([p[c] if c in p else derived[c] for c in names]).tolist()
 
     templates = {fs.family.name: template(fs) for fs in families}
-    rows = 0
+    rows, more = 0, False
     for fs, cols in iter_valid_columns(the_space, dev, prec):
+        if more := bool(limit) and rows >= limit:
+            break
         form, names = templates[fs.family.name]
         lines = [form % tuple(r) for r in numbers(fs, cols, names)]
+        more, lines = bool(limit) and rows + len(lines) > limit, lines[:limit - rows if limit else None]
         if fmt == "json":
             yield ("[\n" if not rows else ",\n") + ",\n".join(lines)
         else:
@@ -157,6 +168,8 @@ def space_rows(the_space, dev, prec, fmt: str):
         yield "\n]\n" if rows else "[]\n"
     elif not rows:
         yield "(none)\n"
+    if more:
+        yield None
 
 
 # ---------------------------------------------------------------- verify
