@@ -9,6 +9,7 @@ instead of hanging the suite.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import sqlite3
@@ -271,3 +272,16 @@ def test_limit_lists_the_first_rows_and_says_there_are_more(tmp_path, monkeypatc
     assert result.stderr.startswith("Error: more than 3 configurations are valid")
     monkeypatch.setattr(tune, "LISTED", 4)
     assert listed()[1] == every
+
+
+def test_the_documented_ranges_are_the_declared_ones():
+    text = (Path(__file__).resolve().parent.parent / "docs/kernels.md").read_text()
+    table = text[text.index("| Ranges | Parameters |"):].split("\n\n")[0].splitlines()[2:]
+    documented = {}
+    for row in table:
+        span, names = row.strip("|").split("|")
+        low, high = map(int, span.replace(",", "").split(" to "))
+        documented[(low, high)] = set(re.findall(r"`(\w+)`", names))
+    for family in FAMILIES.values():
+        for name, span in family.ranges.items():
+            assert name in documented.get(span, ()), (family.name, name, span)
