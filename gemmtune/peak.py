@@ -20,6 +20,7 @@ table (``Store.save_peaks``), where the performance model finds them (``Store.la
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,13 +112,20 @@ def _time(launch, policy: TimingPolicy) -> list[float]:
     return samples
 
 
+def _build(ctx: cl.Context, source_file: str, options: list[str], what: str) -> cl.Program:
+    """A peak kernel built, or GemmtuneError naming ``what`` did not build."""
+    try:
+        with warnings.catch_warnings():
+            # the remarks some drivers make on every build (Intel's runtime) are not the user's
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            return cl.Program(ctx, load_kernel_source(source_file)).build(options=options)
+    except cl.RuntimeError as e:
+        raise GemmtuneError(f"{what} does not build: {str(e).splitlines()[0]}") from None
+
+
 def _program(ctx: cl.Context, prec: Precision) -> cl.Program:
     options = [*BUILD_OPTIONS, f"-DPRECISION={prec.cl_define}", f"-DCHAINS={CHAINS}"]
-    try:
-        return cl.Program(ctx, load_kernel_source("peak.cl")).build(options=options)
-    except cl.RuntimeError as e:
-        raise GemmtuneError(f"the peak kernel does not build for precision {prec.code}: "
-                            f"{str(e).splitlines()[0]}") from None
+    return _build(ctx, "peak.cl", options, f"the peak kernel for precision {prec.code}")
 
 
 def _peak(quantity: str, amount: float, unit: str, samples: list[float]) -> Peak:
@@ -146,11 +154,7 @@ def measure_madd_cpu(queue: cl.CommandQueue, dev: DeviceInfo, prec: Precision, s
     for width_bytes in CPU_VECTOR_BYTES:
         vecw = width_bytes // np.dtype(base).itemsize
         options = [*BUILD_OPTIONS, f"-DPRECISION={prec.cl_define}", f"-DVECW={vecw}", f"-DCHAINS={CPU_CHAINS}"]
-        try:
-            program = cl.Program(queue.context, load_kernel_source("peak_cpu.cl")).build(options=options)
-        except cl.RuntimeError as e:
-            raise GemmtuneError(f"the CPU peak kernel does not build for precision {prec.code}: "
-                                f"{str(e).splitlines()[0]}") from None
+        program = _build(queue.context, "peak_cpu.cl", options, f"the CPU peak kernel for precision {prec.code}")
         kernel = cl.Kernel(program, "madd_vec")
         # a < 1 and b small: every lane converges to a normal number (no denormal slow path)
         samples = _time(lambda: kernel(queue, (items,), (1,), np.int32(iterations), base(0.999), base(1e-3), out),

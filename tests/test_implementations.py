@@ -218,6 +218,19 @@ def test_search_runs_to_the_end_and_its_results_report_export_and_compute(implem
     np.testing.assert_allclose(got, a @ b, rtol=0, atol=worst_case_tolerance(np.float64, 16, np.abs(a) @ np.abs(b)))
 
 
+def test_peak_measures_without_passing_on_build_remarks(implementation):
+    import warnings
+
+    from gemmtune.peak import PeakSizes, run_peak
+    from gemmtune.timing import TimingPolicy
+
+    sizes = PeakSizes(iterations=256, copy_mib=1, policy=TimingPolicy(warmup=1, max_repeats=6, max_seconds=0.01))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # Intel's runtime remarks on every build
+        run = run_peak(implementation.index, "s,z", sizes=sizes, save=False)
+    assert [p.quantity for p in run.peaks] == ["s", "z", "bandwidth"] and all(p.value > 0 for p in run.peaks)
+
+
 def test_a_cpu_register_file_is_what_its_compiler_targets(implementation):
     from gemmtune.defaults import table_name
     from gemmtune.device import HOST_REGISTER_FILES, host_register_file
