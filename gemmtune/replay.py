@@ -309,8 +309,8 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
         raise GemmtuneError(f"--target must be in (0, 1], got {target}")
     if seed_count < 1:
         raise GemmtuneError(f"--model-seeds must be at least 1, got {seed_count}")
-    if jobs < 0:
-        raise GemmtuneError(f"--jobs must be at least 0, got {jobs}")
+    from gemmtune.runner import check_jobs
+    check_jobs(jobs)
     seeded = [s for s in samplers if learns(s)]
     if seeded and device is None:
         raise GemmtuneError(f"{seeded[0]} needs a description of the study's device ({land.device_name}) "

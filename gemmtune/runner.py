@@ -43,14 +43,14 @@ def die_with_parent(parent: int) -> None:
 
 
 def check_jobs(jobs: int | None) -> None:
-    """Compiler processes (``--jobs``): 0 up to one per core this process may run on
-    (``info.host_cores``: its affinity, cpusets and taskset included), refused above. A build
-    keeps a core busy, so more only share the cores, each with a context of its own: --jobs
-    1000 started a thousand processes and a load average of 76."""
+    """Processes working side by side (``--jobs``: a search's compilers, a replay's): 0 up to one
+    per core this process may run on (``info.host_cores``: its affinity, cpusets and taskset
+    included), refused above. Each keeps a core busy, so more only share the cores: --jobs 1000
+    started a thousand compiler processes and a load average of 76."""
     most = host_cores()
     if jobs is not None and not 0 <= jobs <= most:
         raise GemmtuneError(f"--jobs must be from 0 to {most}, the cores this process may run on "
-                            f"(one compiler process per core at most), got {jobs}")
+                            f"(a process per core at most), got {jobs}")
 
 
 def _child(main, conn, device, parent, *args) -> None:

@@ -227,6 +227,10 @@ def test_jobs_beyond_the_cores_are_refused_before_any_process_starts(tmp_path):
         run_search(SearchRequest(device="0", precision="s", m=24, n=24, k=24, trials=1, jobs=1000,
                                  db=f"sqlite:///{tmp_path / 'api.db'}"))
     assert descendants(os.getpid()) == before
+    from gemmtune.replay import replay
+
+    with pytest.raises(GemmtuneError, match=f"--jobs must be from 0 to {most}"):
+        replay(None, jobs=1000)   # refused before the landscape is read
     one_error_line(gemmtune("search", "--size", "24", "--trials", "1", "--jobs", "1000",
                             "--db", f"sqlite:///{tmp_path / 'r.db'}"), "--jobs", f"0 to {most}", "1000")
     assert not list(tmp_path.glob("*.db"))
