@@ -19,6 +19,7 @@ from gemmtune.defaults import default_config
 from gemmtune.families import FAMILIES
 from gemmtune.kernels import GemmOperation, normalize_op
 from gemmtune.launch import INDEX_LIMIT, Problem
+from gemmtune.complex3m import Complex3M, check_algorithm
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
 from gemmtune.precision import Precision, get_precision, precision_of
 from gemmtune.space import Config, check_config, load_space, make_config, require_precision, shipped_families
@@ -152,6 +153,16 @@ def _op_shape(x, flag: str) -> tuple[int, int]:
     return x.shape if flag == "N" else x.shape[::-1]
 
 
+def _product_shape(a, b, c, ta: str, tb: str) -> tuple[int, int, int]:
+    """M, N, K of op(a) op(b) into c (row-major), or OperandError where they disagree."""
+    (m, ka), (kb, n) = _op_shape(a, ta), _op_shape(b, tb)
+    if ka != kb:
+        raise OperandError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
+    if c is not None and c.shape != (m, n):
+        raise OperandError(f"c must be {m}x{n}, got {'x'.join(map(str, c.shape))}")
+    return m, n, ka
+
+
 def _host_operand(name: str, x) -> np.ndarray:
     try:
         x = np.asarray(x)
@@ -170,7 +181,8 @@ def _precision_of(dtype) -> Precision:
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
-         config: Mapping | Config | None = None, device=None, db: str | None = None) -> np.ndarray:
+         config: Mapping | Config | None = None, device=None, db: str | None = None,
+         complex_algorithm: str = "standard") -> np.ndarray:
     """Return ``alpha * op(a) @ op(b) + beta * c`` as a new array, computed on an OpenCL device.
 
     ``a``, ``b``, ``c`` are numpy arrays with numpy's (row-major) meaning; ``c`` is not modified
@@ -183,7 +195,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     nearest tuned shape, else the shipped default. Lookups are cached in the process.
     ``device`` is an index, "P:D", or None for $GEMMTUNE_DEVICE or 0. M, N or K may be 0, as in
     BLAS: K = 0 gives ``beta * c`` (zeros at beta 0), M or N = 0 an empty array.
-    Raises GemmtuneError for bad input, before anything is allocated on the device:
+    ``complex_algorithm="3m"`` (c and z only) computes the product from three real GEMMs
+    (``gemmtune.complex3m``: faster, less accurate componentwise); ``config`` then is the real
+    precision's. Raises GemmtuneError for bad input, before anything is allocated on the device:
     OperandError (also a ValueError) for mixed dtypes, mismatched shapes and alpha or beta that
     are not finite numbers of the precision (``check_scalars``); for a configuration that is
     empty or not valid on the device; for a problem whose buffers (operands, result and the
@@ -199,11 +213,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     prec = _precision_of(a.dtype)
     check_scalars(prec, alpha, beta)
     ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
-    (m, ka), (kb, n) = _op_shape(a, ta), _op_shape(b, tb)
-    if ka != kb:
-        raise OperandError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
-    if c is not None and c.shape != (m, n):
-        raise OperandError(f"c must be {m}x{n}, got {'x'.join(map(str, c.shape))}")
+    m, n, ka = _product_shape(a, b, c, ta, tb)
+    algorithm = check_algorithm(complex_algorithm, prec)
     if c is None and beta != 0:
         raise OperandError(f"beta = {beta} needs c: without c, beta must be 0")
 
@@ -213,17 +224,19 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
         if ka == 0 and c is not None and beta != 0:
             return (prec.dtype.type(beta) * c).astype(prec.dtype)
         return np.zeros((m, n), dtype=prec.dtype)
+    what = f"{'x'.join(map(str, a.shape))} times {'x'.join(map(str, b.shape))} in precision {prec.code}"
+    # The operands and the result first (a problem far too large says so, whatever the plan
+    # would say of it), then with what the plan adds: padded copies, parts of K, tables.
+    operands = {"a": a.nbytes, "b": b.nbytes, "c": m * n * prec.bytes}
+    check_device_memory(dev.info, what, operands)
+    if algorithm == "3m":
+        return _gemm_3m(dev, a, b, c, alpha, beta, ta, tb, (m, n), config, db)
     # Row-major C = op(a) op(b) is column-major C^T = op(b)^T op(a)^T, and the memory of a
     # row-major matrix is its transpose in column-major: hand b as A and a as B, m and n swapped.
     # The tuned shape is that column-major one, the problem the kernel actually runs.
     cfg = (best_config(n, m, ka, prec, device=dev.info, db=db, trans_a=tb, trans_b=ta).config if config is None
            else resolve_config(config, dev.info, prec))
-    what = f"{'x'.join(map(str, a.shape))} times {'x'.join(map(str, b.shape))} in precision {prec.code}"
     ctx, queue = dev.context, dev.queue
-    # The operands and the result first (a problem far too large says so, whatever the plan
-    # would say of it), then with what the plan adds: padded copies, parts of K, tables.
-    operands = {"a": a.nbytes, "b": b.nbytes, "c": m * n * prec.bytes}
-    check_device_memory(dev.info, what, operands)
     plan = FAMILIES[cfg.kernel].plan(cfg.params, prec, Problem(n, m, ka, tb, ta), queue.device,
                                      queue.device.max_compute_units)
     buffers = {**operands, **{s.name: s.nbytes for s in plan.scratch}}
@@ -251,6 +264,20 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
         result = np.empty((m, n), dtype=prec.dtype)
         cl.enqueue_copy(queue, result, c_buf)
     return result
+
+
+def _gemm_3m(dev: OpenDevice, a, b, c, alpha, beta, ta, tb, shape, config, db) -> np.ndarray:
+    """gemm's 3M product: the operands on the device as arrays, a Gemm of the complex
+    precision with complex_algorithm="3m" (its checks and memory estimates), c poisoned at beta 0."""
+    prec = _precision_of(a.dtype)
+    queue = dev.queue
+    with out_of_memory_as_error(f"the 3m product in precision {prec.code}"):
+        da, db_ = cla.to_device(queue, np.ascontiguousarray(a)), cla.to_device(queue, np.ascontiguousarray(b))
+        dc = (cla.to_device(queue, np.ascontiguousarray(c)) if c is not None and beta != 0
+              else cla.empty(queue, shape, prec.dtype).fill(prec.dtype.type(prec.nan)))
+        Gemm(queue, prec, db=db, config=config, complex_algorithm="3m")(da, db_, dc, alpha=alpha, beta=beta,
+                                                                        trans_a=ta, trans_b=tb)
+        return dc.get()
 
 
 def verify_config(device, prec: Precision | str, m: int, n: int, k: int, *, config=None, alpha=1.0, beta=0.0,
@@ -436,11 +463,17 @@ class Gemm:
     _MAX_PROBLEMS = 64
 
     def __init__(self, queue: cl.CommandQueue, precision: str | Precision = "s", *, db: str | None = None,
-                 config: Mapping | Config | None = None):
+                 config: Mapping | Config | None = None, complex_algorithm: str = "standard"):
         if not isinstance(queue, cl.CommandQueue):
             raise OperandTypeError(f"queue must be a pyopencl.CommandQueue, got {type(queue).__name__}")
         self.queue = queue
         self.precision = precision if isinstance(precision, Precision) else get_precision(precision)
+        self.complex3m = None
+        if check_algorithm(complex_algorithm, self.precision) == "3m":
+            # Three real products of the other precision, each tuned (or configured) as its own.
+            real = Gemm(queue, "d" if self.precision.code == "z" else "s", db=db, config=config)
+            self.complex3m = Complex3M(queue, self.precision, real)
+            config = None
         self.info = device_info(queue.device)
         require_precision(self.info, self.precision)
         self.db = db
@@ -457,11 +490,7 @@ class Gemm:
         """The prepared column-major operation for these (validated) operands' shapes, leading
         dimensions ``lds`` and op flags."""
         lda, ldb, ldc = lds
-        (m, ka), (kb, n) = _op_shape(a, trans_a), _op_shape(b, trans_b)
-        if ka != kb:
-            raise OperandError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
-        if c.shape != (m, n):
-            raise OperandError(f"c must be {m}x{n}, got {'x'.join(map(str, c.shape))}")
+        m, n, ka = _product_shape(a, b, c, trans_a, trans_b)
         if min(m, n, ka) == 0:
             return EmptyProduct(self.queue, self.precision, m, n, ldc)
         # Same row-major to column-major swap as gemm: b is A, a is B, m and n exchanged.
@@ -502,6 +531,10 @@ class Gemm:
             check_scalars(prec, alpha, beta)
             self._scalars = scalars
         ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
+        if self.complex3m is not None and min(_product_shape(a, b, c, ta, tb)) > 0:
+            events = self.complex3m(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
+            self.last_operation, self.last_events = self.complex3m.real.last_operation, events
+            return c
         views = bool(va.first or vb.first or vc.first)
         key = (a.shape, b.shape, c.shape, va.ld, vb.ld, vc.ld, ta, tb, views)
         op = self._calls.get(key)
