@@ -12,6 +12,10 @@ Contenders:
 * ``torch`` / ``cupy``: cuBLAS on a CUDA device (TF32 off) through ``matmul`` on transposed
   views where op() asks for them; skipped, with the reason, when the package or a CUDA device
   is missing.
+* ``3m`` (c and z): ``Gemm`` with ``complex_algorithm="3m"``, three real products
+  (``gemmtune.complex3m``); ``cublas-3m``: cuBLAS's ``cublasCgemm3m`` / ``cublasZgemm3m`` on
+  torch's tensors (``gemmtune.cublas3m``). Their GFLOP/s count 8 real flops per complex
+  multiply-add, as the standard product's do, so that the ratios compare times.
 
 Every sample is one call and its wait, timed on the host (``wall_ms``: what the caller pays),
 beside the device's own time of it (``device_ms``: OpenCL profiling events, CUDA events) and the
@@ -44,8 +48,8 @@ CHECK_ROWS = 64
 # contexts (the first OpenCL contender's wall clock above its device time against the second's,
 # d and z at 4096^3 and 8192^3), up to 8 % of a 2.5 ms call and under 1 % above 20 ms.
 REWARM_MS = 20.0
-BASELINES = ("numpy", "torch", "cupy")   # not on OpenCL
-NAMED = ("clblast", *BASELINES)
+BASELINES = ("numpy", "torch", "cupy", "cublas-3m")   # not on OpenCL
+NAMED = ("clblast", "3m", *BASELINES)
 
 
 @dataclass
@@ -70,7 +74,7 @@ def _op(x, flag: str):
 class _OpenCL:
     """``Gemm`` on row-major device arrays: C^T (n x m) = op(B)^T op(A)^T is the problem."""
 
-    def __init__(self, queue, prec: Precision, shape: Shape, host, db, config=None):
+    def __init__(self, queue, prec: Precision, shape: Shape, host, db, config=None, complex_algorithm="standard"):
         import pyopencl.array as cla
 
         from gemmtune.compute import Gemm
@@ -79,7 +83,7 @@ class _OpenCL:
 
         self.queue, self.device_time_ms = queue, device_time_ms
         x, y, rows, ref = host
-        self.gemm = Gemm(queue, prec, db=db, config=config)
+        self.gemm = Gemm(queue, prec, db=db, config=config, complex_algorithm=complex_algorithm)
         self.x, self.y = cla.to_device(queue, x), cla.to_device(queue, y)
         self.c = cla.to_device(queue, np.full((shape.n, shape.m), prec.nan))
         self.flags = dict(trans_a=shape.trans_b, trans_b=shape.trans_a)
@@ -176,6 +180,41 @@ def _cuda_timer(lib: str, prec: Precision, shape: Shape):
     return run
 
 
+def _cublas_3m_timer(prec: Precision, shape: Shape):
+    """A sampler of cuBLAS's own 3M product, or RuntimeError saying why not."""
+    if not prec.is_complex:
+        raise RuntimeError("cuBLAS's 3m is a product of complex matrices (c, z)")
+    try:
+        import torch
+    except ImportError:
+        raise RuntimeError("torch is not installed") from None
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
+    from gemmtune.cublas3m import Gemm3M
+
+    gemm = Gemm3M(prec.code)
+    dtype = torch.complex64 if prec.code == "c" else torch.complex128
+    m, n, k = shape.m, shape.n, shape.k
+    # Column-major A (m x k, or k x m under op) and B, as tensors whose memory is that matrix.
+    a_rows, a_cols = (k, m) if shape.trans_a == "N" else (m, k)
+    b_rows, b_cols = (n, k) if shape.trans_b == "N" else (k, n)
+    a = torch.randn(a_rows, a_cols, dtype=dtype, device="cuda")
+    b = torch.randn(b_rows, b_cols, dtype=dtype, device="cuda")
+    c = torch.empty(n, m, dtype=dtype, device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def run() -> tuple[float, float, float]:
+        t0 = time.perf_counter()
+        start.record()
+        gemm(a, a_cols, b, b_cols, c, m, m, n, k, shape.trans_a, shape.trans_b)
+        end.record()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        return (t2 - t0) * 1e3, start.elapsed_time(end), (t1 - t0) * 1e3
+    return run
+
+
 def _numpy_timer(host, shape: Shape):
     x, y = _op(host[0], shape.trans_b), _op(host[1], shape.trans_a)
 
@@ -219,7 +258,8 @@ def parse_baselines(text: str) -> list[str]:
             items.append("config:" + rest.strip())
     for item in items:
         if not item.startswith("config:") and item not in NAMED:
-            raise GemmtuneError(f"unknown baseline {item!r}: use numpy, torch, cupy, clblast or config:NAME=VALUE,...")
+            raise GemmtuneError(f"unknown baseline {item!r}: use numpy, torch, cupy, clblast, 3m, cublas-3m "
+                                f"or config:NAME=VALUE,...")
     return items
 
 
@@ -257,10 +297,20 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
     if "clblast" in baselines:
         contenders.append(Contender("clblast", "CLBlast", clblast.path))
         configs.append(clblast)
+    if "3m" in baselines:
+        contenders.append(Contender("3m", "gemmtune 3M"))
+        configs.append(None)
     for c, cfg in zip(contenders, configs):
         try:
             if c.name == "clblast":
                 c.run = _Clblast(queue, cfg, prec, shape, host)
+            elif c.name == "3m":
+                if not prec.is_complex:
+                    c.skipped = "3m is a product of complex matrices (c, z)"
+                    continue
+                c.run = _OpenCL(queue, prec, shape, host, db, complex_algorithm="3m")
+                op = c.run.operation
+                c.detail = f"3 x {op.config.kernel} {op.config}"
             else:
                 c.run = _OpenCL(queue, prec, shape, host, db, cfg)
                 op = c.run.operation
@@ -276,7 +326,8 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
         if lib in baselines:
             c = Contender(lib, "host BLAS" if lib == "numpy" else "cuBLAS")
             try:
-                c.run = _numpy_timer(host, shape) if lib == "numpy" else _cuda_timer(lib, prec, shape)
+                c.run = (_numpy_timer(host, shape) if lib == "numpy" else _cublas_3m_timer(prec, shape)
+                         if lib == "cublas-3m" else _cuda_timer(lib, prec, shape))
             except RuntimeError as e:
                 c.skipped = str(e)
             contenders.append(c)

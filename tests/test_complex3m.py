@@ -85,3 +85,22 @@ def test_3m_keeps_gemms_checks_and_empty_products():
     c = cla.to_device(dev.queue, c0)
     gemm(cla.empty(dev.queue, (4, 0), np.complex128), cla.empty(dev.queue, (0, 3), np.complex128), c, beta=2 - 1j)
     assert np.allclose(c.get(), (2 - 1j) * c0, rtol=1e-15, atol=0)
+
+
+def test_bench_measures_3m_beside_the_standard_product(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from gemmtune.cli import cli
+
+    result = CliRunner().invoke(cli, ["bench", "--shapes", "9,7,5,c,T,C;6,11,3,s", "--baseline", "3m,cublas-3m",
+                                      "--time-cap", "0.05", "--format", "json",
+                                      "--db", f"sqlite:///{tmp_path / 'none.db'}"])
+    assert result.exit_code == 0, result.output
+    rows = {(r["precision"], r["contender"]): r for r in json.loads(result.stdout)["rows"]}
+    three = rows[("c", "3m")]
+    assert three["verified"] is True and three["skipped"] is None and three["time_ms"] > 0
+    assert three["config"].startswith("3 x ")
+    assert "complex" in rows[("s", "3m")]["skipped"]
+    assert rows[("c", "cublas-3m")]["skipped"]   # no CUDA device here: skipped with the reason

@@ -19,7 +19,8 @@ from gemmtune.cli.base import (cli, db_option, device_option, emit, format_optio
               help="Cube sizes M = N = K to measure (default 1024,2048,4096).")
 @shapes_option
 @click.option("--baseline", "baselines", default="numpy", show_default=True, metavar="B1,B2,...",
-              help="numpy, torch, cupy, clblast and/or config:NAME=VALUE,... (';' separates several configs).")
+              help="numpy, torch, cupy, clblast, 3m, cublas-3m and/or config:NAME=VALUE,... (';' separates several "
+                   "configs; 3m and cublas-3m: the 3M complex products, c and z).")
 @click.option("--clblast", "clblast", default=None, metavar="PATH",
               help="CLBlast's library for --baseline clblast (default: $GEMMTUNE_CLBLAST, else found by name).")
 @db_option
