@@ -260,3 +260,35 @@ def test_the_kernels_built_apart_go_to_the_timing_worker_as_binaries_on_the_gpu(
                  STAGE=1, BKFAST=0, PIPE=7, PADL=2, MMA=2, STREAMK=2)
     problem = Problem(1031, 517, 263, "T", "T")   # A transposed, B copied: both kernels of pad.cl
     helpers_round_trip(gpu.index, queue, resolve_config(given, gpu, get_precision("z")), "z", problem)
+
+
+@pytest.mark.parametrize("code", ["c", "z"])
+@pytest.mark.parametrize("ta, tb", [("N", "N"), ("C", "T")])
+def test_the_3m_product_on_the_gpu(queue, tmp_path, code, ta, tb):
+    """complex_algorithm="3m" on the GPU's real families (the s and d defaults of a large and an
+    odd shape), on views with offsets, against numpy normwise (3M's accuracy is normwise)."""
+    import pyopencl.array as cla
+
+    from gemmtune.compute import Gemm
+
+    prec = get_precision(code)
+    rng = np.random.default_rng()
+    gemm = Gemm(queue, code, db=f"sqlite:///{tmp_path / 'none.db'}", complex_algorithm="3m")
+    op = {"N": lambda x: x, "T": lambda x: x.T, "C": lambda x: x.conj().T}
+    eps = np.finfo(np.float32 if code == "c" else np.float64).eps
+    for m, n, k in ((1024, 768, 1536), (333, 517, 129)):
+        a_shape, b_shape = ((m, k) if ta == "N" else (k, m)), ((k, n) if tb == "N" else (n, k))
+        big = [uniform((r + 2, c + 3), prec.dtype, rng) for r, c in (a_shape, b_shape, (m, n))]
+        big[2][1:1 + m, 3:3 + n] = np.nan   # beta is 0: c's view is never read
+        d = [cla.to_device(queue, x) for x in big]
+        a, b = d[0][1:1 + a_shape[0], 2:2 + a_shape[1]], d[1][2:2 + b_shape[0], 1:1 + b_shape[1]]
+        gemm(a, b, d[2][1:1 + m, 3:3 + n], alpha=0.5 + 2j, trans_a=ta, trans_b=tb)
+        wide = [x.astype(np.complex128) for x in big]
+        ref = ((0.5 + 2j) * op[ta](wide[0][1:1 + a_shape[0], 2:2 + a_shape[1]])
+               @ op[tb](wide[1][2:2 + b_shape[0], 1:1 + b_shape[1]]))
+        got = d[2].get()
+        assert np.isfinite(got[1:1 + m, 3:3 + n]).all()
+        assert np.linalg.norm(got[1:1 + m, 3:3 + n] - ref) <= 8 * (k + 2) * eps * np.linalg.norm(ref)
+        outside = np.ones(big[2].shape, bool)
+        outside[1:1 + m, 3:3 + n] = False
+        assert np.array_equal(got[outside], big[2][outside])
