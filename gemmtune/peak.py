@@ -34,7 +34,7 @@ from gemmtune.model import BANDWIDTH, nominal_peaks
 from gemmtune.precision import PRECISIONS, Precision, get_precision
 from gemmtune.resources import load_kernel_source
 from gemmtune.space import require_precision
-from gemmtune.store import Store, database_url, probe
+from gemmtune.store import Store, database_url, probe, writing
 from gemmtune.timing import TimingPolicy, enough
 from gemmtune.urls import shown
 
@@ -227,8 +227,9 @@ def run_peak(device: str | int | None = None, precisions: str | None = None, db:
     if save:
         store = Store(url)
         try:
-            created = store.save_peaks(info.key, info.name, {p.quantity: p.value for p in peaks})
-            store.save_device(info)
+            with writing(url):   # a full disk or a server gone: one error, not a driver's traceback
+                created = store.save_peaks(info.key, info.name, {p.quantity: p.value for p in peaks})
+                store.save_device(info)
         finally:
             store.close()
     return PeakRun(info, peaks, shown(url), created)

@@ -320,6 +320,16 @@ def test_a_full_disk_stops_the_search_with_one_error_and_keeps_the_rows(tmp_path
             subprocess.run(["umount", "-l", str(where)], check=True)
 
 
+def test_peak_on_a_failing_database_is_one_error(tmp_path, monkeypatch):
+    def full(*args, **kwargs):
+        raise sa.exc.OperationalError("INSERT INTO peaks", {}, sqlite3.OperationalError("database or disk is full"))
+
+    monkeypatch.setattr(Store, "save_peaks", full)
+    result = invoke(["peak", "--db", f"sqlite:///{tmp_path / 'p.db'}", "--precision", "s", "--iterations", "64",
+                     "--copy-mib", "1", "--time-cap", "0.02"], code=2)
+    assert "database or disk is full" in result.stderr
+
+
 # ---------------------------------------------------------------- another application's database
 
 @pytest.mark.parametrize("table", ["results", "peaks", "devices", "claims"])
