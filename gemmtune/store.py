@@ -119,8 +119,9 @@ def sqlite_file(url: str, parsed: sa.engine.URL) -> SqliteFile:
     database = parsed.database or ""
     if str(query.get("uri", "")).lower() not in _TRUE:
         if others:
+            given = "&".join(f"{k}={query[k]}" for k in others)
             raise GemmtuneError(f"database URL {shown(url)!r}: SQLite ignores {', '.join(others)} without uri=true; "
-                                f"write it as sqlite:///file:PATH?{'&'.join(f'{k}={query[k]}' for k in others)}&uri=true")
+                                f"write it as sqlite:///file:PATH?{given}&uri=true")
         return SqliteFile(None if database in ("", ":memory:") else Path(database))
     if not database.startswith("file:"):
         raise GemmtuneError(f"database URL {shown(url)!r}: with uri=true SQLite opens the database as a URI, "

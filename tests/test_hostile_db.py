@@ -306,7 +306,8 @@ def test_a_full_disk_stops_the_search_with_one_error_and_keeps_the_rows(tmp_path
             (where / "filler").write_bytes(b"\0" * (free - 96 * 1024))
         else:
             def full(*args, **kwargs):
-                raise sa.exc.OperationalError("INSERT INTO results", {}, sqlite3.OperationalError("database or disk is full"))
+                raise sa.exc.OperationalError("INSERT INTO results", {},
+                                              sqlite3.OperationalError("database or disk is full"))
             monkeypatch.setattr(Store, "add", full)
         result = invoke([*search, "--size", "24", "--trials", "4", "--study", "second"], code=2)
         assert "database or disk is full" in result.stderr and str(where) in result.stderr

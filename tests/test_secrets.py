@@ -195,7 +195,8 @@ FORMS = {
     "no-scheme": f"tuner:{SECRET}@127.0.0.1:1/gemmtune",
     "keyword-value": f"host=127.0.0.1 port=1 user=tuner password={SECRET} dbname=gemmtune",
     "keyword-value-quoted": f"host=127.0.0.1 user=tuner password='{SECRET}' dbname=gemmtune",
-    "unencoded": f"postgresql://tuner:{SECRET[:-1]}@127.0.0.1:1/gemmtune",   # SQLAlchemy takes x9+q@127.0.0.1 as the host
+    # SQLAlchemy takes x9+q@127.0.0.1 for the host
+    "unencoded": f"postgresql://tuner:{SECRET[:-1]}@127.0.0.1:1/gemmtune",
 }
 
 
