@@ -37,19 +37,34 @@ def load_kernel_source(name: str, base: Path | None = None) -> str:
 
     OpenCL compilers can resolve includes themselves with ``-I``, but inlining keeps a build
     independent of where the package lives and gives drivers one self-contained source.
+    An include resolves to a file in the first file's directory or the shipped kernels'; one
+    outside them (``"/dev/zero"``, ``"../../etc/passwd"``) or one that includes itself, at any
+    remove, is a GemmtuneError naming the chain of files.
     """
-    seen: set[str] = set()
+    from gemmtune.errors import GemmtuneError
+    from gemmtune.inputs import read_text
 
-    def inline(ref: Traversable) -> str:
-        seen.add(ref.name)
-        here = Path(str(ref)).parent
+    first = Path(str(kernel_file(name, base))).resolve()
+    roots = (Path(str(kernels_dir())).resolve(), first.parent)
+    done: set[Path] = set()
+
+    def inline(path: Path, chain: tuple[Path, ...]) -> str:
+        done.add(path)
+        chain = (*chain, path)
 
         def include(match: re.Match) -> str:
-            name = match.group(1)
-            if name in seen:
-                return f"// {name}: already included"
-            return inline(kernel_file(name, here))
+            wanted = match.group(1)
+            ref = Path(str(kernel_file(wanted, path.parent))).resolve()
+            if not any(ref.is_relative_to(root) for root in roots):
+                raise GemmtuneError(f"kernel source {path}: #include \"{wanted}\" is outside {roots[1]} and "
+                                    "the shipped kernels")
+            if ref in chain:
+                raise GemmtuneError(f"kernel source {first}: includes itself "
+                                    f"({' -> '.join(p.name for p in (*chain, ref))})")
+            if ref in done:   # a diamond, common.cl through pad.cl and directly
+                return f"// {wanted}: already included"
+            return inline(ref, chain)
 
-        return _INCLUDE.sub(include, ref.read_text(encoding="utf-8"))
+        return _INCLUDE.sub(include, read_text(path, "kernel source"))
 
-    return inline(kernel_file(name, base))
+    return inline(first, ())

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import csv
 import io
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.inputs import parse_toml, read_text
 from gemmtune.precision import PRECISIONS
 
 COLUMNS = ("m", "n", "k", "precision", "trans_a", "trans_b")
@@ -83,23 +83,26 @@ def parse_inline(text: str) -> list[Shape]:
 def _parse_csv(text: str, origin: str) -> list[Shape]:
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     reader = csv.DictReader(io.StringIO("\n".join(lines)))
-    header = [h.strip().lower() for h in (reader.fieldnames or [])]
-    if not {"m", "n", "k"} <= set(header):
-        raise GemmtuneError(f"shapes file {origin}: the header must name m, n and k (got {', '.join(header) or 'nothing'})")
-    reader.fieldnames = header
-    shapes = []
-    for i, row in enumerate(reader, 2):
-        if None in row:
-            raise GemmtuneError(f"shapes file {origin}, row {i}: more fields than the header names")
-        shapes.append(_shape({k: v for k, v in row.items() if v is not None}, f"shapes file {origin}, row {i}"))
+    try:
+        header = [h.strip().lower() for h in (reader.fieldnames or [])]
+        if not {"m", "n", "k"} <= set(header):
+            raise GemmtuneError(f"shapes file {origin}: the header must name m, n and k (got {', '.join(header) or 'nothing'})")
+        twice = sorted({h for h in header if header.count(h) > 1})
+        if twice:   # DictReader would keep the last column of the name, silently
+            raise GemmtuneError(f"shapes file {origin}: the header names {twice[0]} twice")
+        reader.fieldnames = header
+        shapes = []
+        for i, row in enumerate(reader, 2):
+            if None in row:
+                raise GemmtuneError(f"shapes file {origin}, row {i}: more fields than the header names")
+            shapes.append(_shape({k: v for k, v in row.items() if v is not None}, f"shapes file {origin}, row {i}"))
+    except csv.Error as e:   # a field longer than csv.field_size_limit(), a NUL byte
+        raise GemmtuneError(f"shapes file {origin}, line {reader.line_num}: not valid CSV ({e})") from None
     return shapes
 
 
 def _parse_toml(text: str, origin: str) -> list[Shape]:
-    try:
-        table = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise GemmtuneError(f"shapes file {origin}: not valid TOML ({e})") from None
+    table = parse_toml(text, f"shapes file {origin}")
     rows = table.get("shape")
     if set(table) != {"shape"} or not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise GemmtuneError(f"shapes file {origin}: expected [[shape]] tables with m, n, k and nothing else")
@@ -111,10 +114,7 @@ def load_shapes(spec: str) -> list[Shape]:
     are dropped (first kept); an empty set is an error."""
     path = Path(spec)
     if spec.lower().endswith((".csv", ".toml")) or (path.suffix and path.exists()):
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise GemmtuneError(f"cannot read shapes file {spec}: {getattr(e, 'strerror', None) or e}") from None
+        text = read_text(path, "shapes file")
         shapes = _parse_toml(text, spec) if spec.lower().endswith(".toml") else _parse_csv(text, spec)
     else:
         shapes = parse_inline(spec)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES, Constraint, Family, kernel_parameters
 from gemmtune.info import DeviceInfo
+from gemmtune.inputs import parse_toml, read_text
 from gemmtune.precision import Precision
 from gemmtune.resources import configs_dir, load_kernel_source
 
@@ -271,10 +271,7 @@ def _value_list(name: str, value, family: Family, where: str) -> list[int]:
 
 
 def parse_space(text: str, origin: str, base: Path | None = None) -> Space:
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise GemmtuneError(f"space file {origin} is not valid TOML: {e}") from None
+    doc = parse_toml(text, f"space file {origin}")
     if not doc:
         raise GemmtuneError(f"space file {origin} names no kernel family (known: {', '.join(FAMILIES)})")
     families = []
@@ -339,11 +336,7 @@ def load_space(path: str | Path | None = None, device=None) -> Space:
     if path is None:
         return _shipped(shipped_space_file(device))
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise GemmtuneError(f"cannot read space file {path}: {getattr(e, 'strerror', None) or e}") from None
-    return parse_space(text, str(path), path.parent)
+    return parse_space(read_text(path, "space file"), str(path), path.parent)
 
 
 @lru_cache(maxsize=1)
