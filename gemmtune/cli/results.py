@@ -8,7 +8,8 @@ import functools
 import click
 
 from gemmtune import strategies
-from gemmtune.cli.base import cli, db_option, emit, format_option
+from gemmtune.cli.base import MAX_COUNT, BoundedFloat, BoundedInt, cli, db_option, emit, format_option
+from gemmtune.shapes import MAX_DIM
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import PRECISIONS
 
@@ -21,7 +22,7 @@ def result_filters(f):
     Not device_option/precision_option/shape_options: those default to device 0, precision s
     and 1024³, while these must default to everything stored.
     """
-    dims = click.IntRange(min=1)
+    dims = BoundedInt(1, MAX_DIM)
 
     @click.option("--device", default=None, metavar="N|P:D|NAME",
                   help="Only this device: an index or P:D of this machine, or any part of a device "
@@ -46,7 +47,7 @@ def result_filters(f):
 @result_filters
 @db_option
 @format_option("table", "csv", "json", "markdown")
-@click.option("--top", type=click.IntRange(min=1), default=None,
+@click.option("--top", type=BoundedInt(1, MAX_COUNT), default=None,
               help="Show the TOP best configurations of each shape instead of the summary.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
               help="Also plot best-so-far GFLOP/s per search and best GFLOP/s against size "
@@ -122,6 +123,8 @@ def export(filters, db, fmt, output):
 
 # ---------------------------------------------------------------- replay
 
+MAX_REPLAYS = 10_000   # replays per sampler, and model seeds: each costs a search's proposals
+
 @cli.command()
 @db_option
 @click.option("--study", required=True, help="The exhaustive (grid) study to replay.")
@@ -130,11 +133,11 @@ def export(filters, db, fmt, output):
                    f"{', '.join(strategies.names('replay'))} (tpe-seeded: TPE after the model's best predictions; "
                    "learned: the cost model trained on the device's results at other problems in the database; "
                    "optuna-tpe, optuna-cmaes: Optuna's samplers as they come).")
-@click.option("--seeds", type=click.IntRange(min=1), default=20, show_default=True,
+@click.option("--seeds", type=BoundedInt(1, MAX_REPLAYS), default=20, show_default=True,
               help="Replays per sampler, with sampler seeds 0 .. SEEDS-1.")
-@click.option("--target", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
+@click.option("--target", type=BoundedFloat(0, 1, min_open=True), default=0.95, show_default=True,
               help="Stop at a measured trial reaching this fraction of the study's best GFLOP/s.")
-@click.option("--model-seeds", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--model-seeds", type=BoundedInt(1, MAX_REPLAYS), default=10, show_default=True,
               help="Configurations tpe-seeded measures first: the model's best predictions, one per "
                    "distinct prediction.")
 @click.option("--device-info", type=click.Path(dir_okay=False), default=None, metavar="FILE.json",

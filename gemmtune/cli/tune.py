@@ -9,10 +9,12 @@ import sys
 import click
 
 from gemmtune import strategies
-from gemmtune.cli.base import (DEFAULT_TIMEOUT, cli, db_option, device_option, emit, format_option,
-                               precision_option, shape_options, shapes_option, space_option, workload)
+from gemmtune.cli.base import (DEFAULT_TIMEOUT, MAX_COUNT, BoundedFloat, BoundedInt, cli, db_option, device_option,
+                               emit, format_option, precision_option, seconds_type, shape_options, shapes_option,
+                               space_option, workload)
 from gemmtune.config_text import parse_config
 from gemmtune.errors import GemmtuneError
+from gemmtune.inputs import SEED_MAX
 from gemmtune.precision import get_precision
 
 
@@ -192,7 +194,7 @@ def verify(device, precision, shape, config_text, alpha, beta, trans_a, trans_b,
     """Run one configuration on random data and check it against numpy in double precision."""
     from gemmtune.verify import check_scalars
 
-    config = parse_config(config_text) if config_text else None
+    config = parse_config(config_text) if config_text is not None else None
     # As verify_config does, before OpenCL starts: a scalar the precision cannot hold (1e300 in
     # single) would otherwise fail the check as if the kernel were wrong.
     check_scalars(get_precision(precision), alpha, beta)
@@ -309,34 +311,34 @@ def print_summary(d: dict) -> None:
                    "other models get studies of their own. Default: $GEMMTUNE_DEVICE, else 0.")
 @precision_option
 @shape_options
-@click.option("--trials", type=int, default=None,
+@click.option("--trials", type=BoundedInt(1, MAX_COUNT), default=None,
               help="New trials to measure (default: as many as --timeout allows; with --shapes and no "
                    "--timeout, 30 per problem; with --sampler grid, the whole space).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--timeout", type=seconds_type(), default=None,
               help=f"Stop starting trials after this many seconds (default {DEFAULT_TIMEOUT:g} for one problem "
                    "when --trials is not given either, and not with --sampler grid; trials in flight then "
                    "finish).")
-@click.option("--trial-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
+@click.option("--trial-timeout", type=seconds_type(), default=120.0,
               show_default=True, help="Seconds one trial (build, verify, time) may take.")
 @click.option("--sampler", type=click.Choice(strategies.names("search")), default=strategies.DEFAULT, show_default=True,
               help="What chooses the trials after the seeds: learned (a cost model fitted to the device's results "
                    "at other shapes, and TPE), tpe, random, or grid (every valid configuration).")
-@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=None, help="Seed of the sampler (0 to 2**32 - 1).")
+@click.option("--seed", type=BoundedInt(0, SEED_MAX), default=None, help="Seed of the sampler (0 to 2**32 - 1).")
 @db_option
 @click.option("--study", default=None, help="Study name (default: from device, precision and shape).")
 @space_option
-@click.option("--time-cap", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
+@click.option("--time-cap", type=seconds_type(), default=2.0, show_default=True,
               help="Seconds of timing per configuration once it has 6 samples.")
 @click.option("--jobs", type=int, default=None,
               help="Compiler processes building ahead of the device (default: one per spare core; "
                    "0: build on the timing worker, one candidate at a time); more than the cores this "
                    "process may run on is refused.")
-@click.option("--early-stop", type=click.FloatRange(min=0, max=1, max_open=True), default=0.5, show_default=True,
+@click.option("--early-stop", type=BoundedFloat(0, 1, max_open=True), default=0.5, show_default=True,
               help="Stop timing a candidate once its speed is surely below this fraction of the best "
                    "(status slow); 0 disables.")
 @click.option("--no-seed", is_flag=True,
               help="Do not measure the performance model's 10 best-predicted configurations first.")
-@click.option("--heartbeat-grace", "grace", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--heartbeat-grace", "grace", type=seconds_type(1), default=60.0, show_default=True,
               help="Seconds a trial of another search process may go without a heartbeat before it is "
                    "failed and recorded as lost (its process or machine died).")
 @shapes_option
@@ -345,8 +347,6 @@ def print_summary(d: dict) -> None:
 def search(device, precision, shape, trials, timeout, trial_timeout, sampler, seed, db, study,
            space_file, time_cap, jobs, early_stop, no_seed, grace, shapes_spec, quiet, fmt):
     """Search the valid space with Optuna; build, verify and time each trial; record every result."""
-    if trials is not None and trials < 1:
-        raise GemmtuneError(f"--trials must be at least 1, got {trials}")
     shapes = None
     if shapes_spec is not None:
         given = [f"--{p}" for p in ("m", "n", "k", "size")
