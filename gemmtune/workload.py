@@ -11,15 +11,17 @@ performance model's picks and the sampler: tilings carry over between neighbouri
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from gemmtune.errors import GemmtuneError
 from gemmtune.shapes import Shape
 from gemmtune.tuned import nearby_configs as tuned_nearby
 
 NEARBY = 5           # configurations of the nearest tuned problems measured first
-MIN_SECONDS = 5.0    # a problem gets at least this much of the budget, or is left for a later run
+MIN_SECONDS = 5.0    # a problem after the first gets at least this much of the budget, or is left for a later run
 FIRST_SHARE = 0.4    # of a time budget, spread evenly over the problems first
 GAIN_FLOOR = 0.05    # the least weight a problem's first pass earns it in the second
 
@@ -53,6 +55,8 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     from gemmtune.precision import get_precision
     from gemmtune.store import database_url
 
+    if req.timeout is not None and not 0 < req.timeout < math.inf:   # nan is neither
+        raise GemmtuneError(f"a workload's timeout must be a positive number of seconds, got {req.timeout!r}")
     url = database_url(req.db)
     dev = resolve_device(req.device)
     deadline = None if req.timeout is None else time.monotonic() + req.timeout
@@ -79,14 +83,18 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     two_passes = (deadline is not None and len(shapes) > 1
                   and FIRST_SHARE * req.timeout / len(shapes) >= MIN_SECONDS)
     first_end = time.monotonic() + FIRST_SHARE * req.timeout if two_passes else deadline
+    # A budget below the minimum is the first problem's whole share: it is searched, however briefly.
+    least = None if deadline is None else min(MIN_SECONDS, req.timeout)
     with searching.Workers(req, [(precisions[s], s.m, s.n, s.k) for s in shapes]) as workers:
         for i, shape in enumerate(shapes):
             seconds = None
             if deadline is not None:
                 # Searches overrun their share a little (trials in flight finish): a late problem
-                # still gets its minimum while the whole budget has it.
-                seconds = max((first_end - time.monotonic()) / (len(shapes) - i), MIN_SECONDS)
-                if time.monotonic() + seconds > deadline:
+                # still gets its minimum while the whole budget has it. The first problem always
+                # runs, though starting the workers took part of the budget.
+                now = time.monotonic()
+                seconds = max((first_end - now) / (len(shapes) - i), least)
+                if i and now + seconds > deadline:
                     return list(found.values()), shapes[i:]
             if not search(workers, i + 1, len(shapes), shape, seconds):
                 return list(found.values()), shapes[i + 1:]

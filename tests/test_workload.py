@@ -118,17 +118,88 @@ def test_search_shapes_tunes_each_problem_in_its_own_study_and_resumes(tmp_path)
     assert len(rows(db)) == len(first) + 4
 
 
-@pytest.mark.usefixtures("no_tuned_results")
 def test_search_shapes_with_too_small_a_budget_says_what_is_left(tmp_path, monkeypatch):
+    """The first problem takes the whole budget when it is below a problem's minimum; the
+    command says which problems the budget left."""
     from gemmtune import workload
 
-    space = tmp_path / "s.toml"
-    space.write_text(SPACE)
     monkeypatch.setattr(workload, "MIN_SECONDS", 1e9)   # no problem can get its share
-    result = search("--space", str(space), "--db", f"sqlite:///{tmp_path / 'w.db'}", "--timeout", "30",
-                    "--shapes", "24,24,24;16,16,16")
-    assert "The budget ran out before 2 problem(s): s24x24x24, s16x16x16" in result.stderr
-    assert not (tmp_path / "w.db").exists() or rows(tmp_path / "w.db") == []
+    clock, given = [0.0], []
+
+    def fake_search(req, progress=None):
+        given.append(((req.m, req.n, req.k), req.timeout))
+        clock[0] += req.timeout
+        return []
+
+    fake_workers(monkeypatch, fake_search, clock)
+    result = search("--db", f"sqlite:///{tmp_path / 'w.db'}", "--timeout", "30", "--shapes", "24,24,24;16,16,16")
+    assert given == [((24, 24, 24), 30.0)]
+    assert "The budget ran out before 1 problem(s): s16x16x16" in result.stderr
+
+
+def ticking(clock: list[float], step: float = 1e-3):
+    """A monotonic clock that moves on at every reading, as the real one does between two calls."""
+    def read() -> float:
+        clock[0] += step
+        return clock[0]
+    return read
+
+
+@pytest.mark.parametrize("timeout, start, expected", [
+    (20.0, 3.0, [pytest.approx(17.0, abs=0.01)]),   # the budget less the workers' start
+    (3.0, 0.0, [3.0]),                               # below the minimum: the whole of it
+    (4.0, 6.0, [4.0]),                               # the workers' start took it all: still searched
+])
+def test_a_single_problem_workload_is_searched_whatever_its_budget(monkeypatch, timeout, start, expected):
+    """`search --shapes m,n,k --timeout T` searched nothing: the last problem of a single pass
+    was given the time to the deadline, then compared with a later reading of the clock."""
+    from gemmtune import workload
+    from gemmtune.search import SearchRequest
+
+    clock, given = [0.0], []
+
+    def fake_search(req, progress=None):
+        given.append(req.timeout)
+        clock[0] += req.timeout
+        return [Found(1, req.timeout, Counter(), 1.0)]
+
+    fake_workers(monkeypatch, fake_search, clock, start=start)
+    monkeypatch.setattr(workload.time, "monotonic", ticking(clock))
+    summaries, left = workload.run_workload(SearchRequest(device=0, timeout=timeout, trials=None), [Shape(8, 8, 8)])
+    assert given == expected and left == [] and len(summaries) == 1
+
+
+def test_the_last_problem_of_a_single_pass_gets_what_is_left(monkeypatch):
+    """Three problems, 12 s (one pass: 40% of it is less than a minimum each): 5 s, 5 s, then the
+    2 s left are below the minimum and the third waits for a later run; with 15.1 s each gets a third."""
+    from gemmtune import workload
+    from gemmtune.search import SearchRequest
+
+    clock, given = [0.0], []
+
+    def fake_search(req, progress=None):
+        given.append((req.m, req.timeout))
+        clock[0] += req.timeout
+        return [Found(1, req.timeout, Counter(), 1.0)]
+
+    fake_workers(monkeypatch, fake_search, clock)
+    monkeypatch.setattr(workload.time, "monotonic", ticking(clock, 1e-6))
+    shapes = [Shape(i, i, i) for i in (1, 2, 3)]
+    _, left = workload.run_workload(SearchRequest(device=0, timeout=12.0, trials=None), shapes)
+    assert [g[0] for g in given] == [1, 2] and left == shapes[2:]
+    given.clear()
+    _, left = workload.run_workload(SearchRequest(device=0, timeout=15.1, trials=None), shapes)
+    assert [g[0] for g in given] == [1, 2, 3] and left == []
+    assert [g[1] for g in given] == pytest.approx([15.1 / 3] * 3, abs=1e-3)
+
+
+@pytest.mark.parametrize("timeout", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_workload_refuses_a_budget_that_is_not_a_positive_number(timeout):
+    from gemmtune import workload
+    from gemmtune.search import SearchRequest
+
+    with pytest.raises(GemmtuneError, match="timeout must be a positive number"):
+        workload.run_workload(SearchRequest(device=0, timeout=timeout, trials=None), [Shape(8, 8, 8)])
 
 
 @pytest.mark.parametrize("extra, match", [
@@ -152,8 +223,9 @@ class Found:
     stopped_by: str = "timeout"
 
 
-def fake_workers(monkeypatch, search, clock, opened=None):
-    """The workload's Workers replaced by ``search`` (req -> summaries) and its clock by ``clock``."""
+def fake_workers(monkeypatch, search, clock, opened=None, start: float = 0.0):
+    """The workload's Workers replaced by ``search`` (req -> summaries) and its clock by ``clock``;
+    starting them takes ``start`` seconds."""
     from gemmtune import search as search_module
     from gemmtune import workload
 
@@ -163,6 +235,7 @@ def fake_workers(monkeypatch, search, clock, opened=None):
                 opened.append([p[1:] for p in problems])
 
         def __enter__(self):
+            clock[0] += start
             return self
 
         def __exit__(self, *exc):
