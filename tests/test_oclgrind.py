@@ -41,7 +41,7 @@ OPS = ["".join(pair) for pair in itertools.product("NTC", repeat=2)]
 # to be cut into parts by the families that cut it.
 SHAPES = [(1, 1, 1), (7, 13, 5), (17, 3, 11), (33, 17, 9), (1, 19, 4), (6, 1, 23), (5, 3, 133)]
 # The padded families' main kernels read an operand in place only where it is packed, of tile
-# multiples and in the kernel's own layout: these shapes, NN and NT, reach that path too.
+# multiples and in the kernel's own layout: these shapes, packed, NN and NT, reach that path too.
 WHOLE_TILES = [(16, 16, 16), (32, 32, 16)]
 
 # Configurations per family, small and valid on Oclgrind's device (32 KiB of local memory, 1024
@@ -100,12 +100,13 @@ def oclgrind() -> str:
     return found
 
 
-def case(kernel: str, code: str, config: dict, shape, ops: str, number: int) -> dict:
+def case(kernel: str, code: str, config: dict, shape, ops: str, number: int, packed=False) -> dict:
     """One GEMM, the ``number``-th: views (leading dimensions above the rows, and offsets where
-    the family reads views) on every other one, beta 0 (C poisoned) on two of three."""
-    views = FAMILIES[kernel].takes_views
-    pad = [(2, 1, 3), (0, 0, 0)][number % 2]
-    offsets = (5, 1, 2) if views and number % 2 == 0 else (0, 0, 0)
+    the family reads views) on every other one unless ``packed``, beta 0 (C poisoned) on two of
+    three."""
+    views = number % 2 == 0 and not packed
+    pad = (2, 1, 3) if views else (0, 0, 0)
+    offsets = (5, 1, 2) if views and FAMILIES[kernel].takes_views else (0, 0, 0)
     m, n, k = shape
     return dict(id=f"{kernel}-{code}-{json.dumps(config, separators=(',', '='))}-{m}x{n}x{k}-{ops}-{number}",
                 kernel=kernel, precision=code, config=config, m=m, n=n, k=k, ops=ops, pad=pad, offsets=offsets,
@@ -122,10 +123,10 @@ def cases(kernel: str, code: str) -> list[dict]:
         shapes = SHAPES + (WHOLE_TILES if not FAMILIES[kernel].takes_views else [])
         for i, shape in enumerate(shapes):
             for j in range(2):
-                ops = OPS[(2 * i + j + c) % len(OPS)]
-                if shape in WHOLE_TILES:
-                    ops = "NT" if j else "NN"
-                out.append(case(kernel, code, config, shape, ops, len(out)))
+                if shape in WHOLE_TILES:   # packed, as the kernel reads them: no preparation pass
+                    out.append(case(kernel, code, config, shape, "NT" if j else "NN", len(out), packed=True))
+                else:
+                    out.append(case(kernel, code, config, shape, OPS[(2 * i + j + c) % len(OPS)], len(out)))
     return out
 
 
@@ -187,6 +188,8 @@ def test_every_kernel_runs_clean_under_oclgrind(kernel, code):
     assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
     launched = {name for o in outcomes.values() for name in o["launches"]}
     assert {name for family, name in KERNELS if family == kernel} <= launched
+    if not FAMILIES[kernel].takes_views:   # the product on the caller's operands, unprepared
+        assert any(not {"pad_copy", "pad_transpose"} & set(o["launches"]) for o in outcomes.values())
 
 
 def planted(tmp_path: Path, old: str, new: str) -> Path:
