@@ -301,7 +301,8 @@ def _info(index: int, pi: int, di: int, platform: cl.Platform, d: cl.Device, pro
     )
 
 
-def _all() -> list[tuple[DeviceInfo, cl.Device]]:
+def _enumerated() -> list[tuple[int, int, int, cl.Platform, cl.Device]]:
+    """Every device with its flat index, platform index and index within its platform."""
     found = []
     for pi, platform in enumerate(_platforms()):
         try:
@@ -309,8 +310,12 @@ def _all() -> list[tuple[DeviceInfo, cl.Device]]:
         except cl.Error:
             continue  # a platform with no usable device
         for di, d in enumerate(devices):
-            found.append((_info(len(found), pi, di, platform, d), d))
+            found.append((len(found), pi, di, platform, d))
     return found
+
+
+def _all() -> list[tuple[DeviceInfo, cl.Device]]:
+    return [(_info(*entry), entry[-1]) for entry in _enumerated()]
 
 
 def list_devices() -> list[DeviceInfo]:
@@ -348,18 +353,18 @@ def device_specs(spec: str | int | None = None) -> list[str]:
 def open_device(spec: str | int | None = None) -> tuple[DeviceInfo, cl.Device]:
     """The device named by ``spec``: a flat index ``N`` or ``P:D`` (platform : device)."""
     spec = device_spec(spec)
-    found = _all()
+    found = _enumerated()   # described (its compiler probed) only for the device chosen
     if not found:
         raise GemmtuneError(NO_PLATFORM)
-    listing = "; ".join(f"{i.index} = {i.platform_index}:{i.device_index} {i.name}" for i, _ in found)
+    listing = "; ".join(f"{index} = {pi}:{di} {d.name.strip()}" for index, pi, di, _, d in found)
     m = re.fullmatch(r"(\d+)(?::(\d+))?", spec)
     if not m:
         raise GemmtuneError(f"bad device {spec!r}: give an index N or P:D (devices: {listing})")
-    for info, dev in found:
-        if (m.group(2) is None and info.index == int(m.group(1))) or (
-            m.group(2) is not None and (info.platform_index, info.device_index) == (int(m.group(1)), int(m.group(2)))
+    for index, pi, di, platform, dev in found:
+        if (m.group(2) is None and index == int(m.group(1))) or (
+            m.group(2) is not None and (pi, di) == (int(m.group(1)), int(m.group(2)))
         ):
-            return info, dev
+            return _info(index, pi, di, platform, dev), dev
     raise GemmtuneError(f"no device {spec} (devices: {listing})")
 
 

@@ -127,8 +127,14 @@ def test_space_count_of_the_shipped_space_is_quick_and_small():
              "print(out.strip(), time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     count, seconds, peak_kib = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
                                               text=True).stdout.split()
+    # What the drivers take (Intel's runtime about 90 MiB once loaded), from a process that
+    # opens the device and counts nothing
+    opened = ("import resource, subprocess, sys; subprocess.run([sys.executable, '-c', "
+              "'from gemmtune.device import open_device; open_device(0)'], check=True); "
+              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    drivers_kib = int(subprocess.run([sys.executable, "-c", opened], check=True, capture_output=True, text=True).stdout)
     assert int(count) == expected > 1_000_000
-    assert int(peak_kib) < 200 * 1024, "the count should not hold the configurations"
+    assert int(peak_kib) - drivers_kib < 80 * 1024, "the count should not hold the configurations"
     # Listing them took a minute; counting, 2-3 s (the bound leaves room for a busy machine).
     assert float(seconds) < 30
 
