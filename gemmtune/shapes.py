@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+from reprlib import repr as shown   # values in messages, cut short: a field may be 128 KiB
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,7 @@ class Shape:
 def _shape(values: dict, where: str) -> Shape:
     unknown = sorted(set(values) - set(COLUMNS))
     if unknown:
-        raise GemmtuneError(f"{where}: unknown column {unknown[0]!r} (known: {', '.join(COLUMNS)})")
+        raise GemmtuneError(f"{where}: unknown column {shown(unknown[0])} (known: {', '.join(COLUMNS)})")
     dims = []
     for name in ("m", "n", "k"):
         value = values.get(name)
@@ -53,18 +54,18 @@ def _shape(values: dict, where: str) -> Shape:
                 raise ValueError
             number = value if isinstance(value, int) else int(str(value).strip())
         except ValueError:
-            raise GemmtuneError(f"{where}: {name} must be a whole number, got {str(value)!r}") from None
+            raise GemmtuneError(f"{where}: {name} must be a whole number, got {shown(str(value))}") from None
         if not 1 <= number <= MAX_DIM:
-            raise GemmtuneError(f"{where}: {name} must be between 1 and {MAX_DIM}, got {value!r}")
+            raise GemmtuneError(f"{where}: {name} must be between 1 and {MAX_DIM}, got {shown(value)}")
         dims.append(number)
     precision = str(values.get("precision") or "").strip().lower() or None
     if precision is not None and precision not in PRECISIONS:
-        raise GemmtuneError(f"{where}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise GemmtuneError(f"{where}: precision must be one of {', '.join(PRECISIONS)}, got {shown(precision)}")
     ops = []
     for name in ("trans_a", "trans_b"):
         op = str(values.get(name) or "N").strip().upper()
         if op not in ("N", "T", "C"):
-            raise GemmtuneError(f"{where}: {name} must be N, T or C, got {values.get(name)!r}")
+            raise GemmtuneError(f"{where}: {name} must be N, T or C, got {shown(values.get(name))}")
         ops.append(op)
     return Shape(*dims, precision, *ops)
 
@@ -75,8 +76,8 @@ def parse_inline(text: str) -> list[Shape]:
     for i, item in enumerate(filter(None, (part.strip() for part in text.split(";"))), 1):
         fields = [f.strip() for f in item.split(",")]
         if not 3 <= len(fields) <= len(COLUMNS):
-            raise GemmtuneError(f"--shapes item {i} ({item!r}): expected m,n,k[,precision[,trans_a[,trans_b]]]")
-        shapes.append(_shape(dict(zip(COLUMNS, fields)), f"--shapes item {i} ({item!r})"))
+            raise GemmtuneError(f"--shapes item {i} ({shown(item)}): expected m,n,k[,precision[,trans_a[,trans_b]]]")
+        shapes.append(_shape(dict(zip(COLUMNS, fields)), f"--shapes item {i} ({shown(item)})"))
     return shapes
 
 
@@ -86,10 +87,10 @@ def _parse_csv(text: str, origin: str) -> list[Shape]:
     try:
         header = [h.strip().lower() for h in (reader.fieldnames or [])]
         if not {"m", "n", "k"} <= set(header):
-            raise GemmtuneError(f"shapes file {origin}: the header must name m, n and k (got {', '.join(header) or 'nothing'})")
+            raise GemmtuneError(f"shapes file {origin}: the header must name m, n and k (got {shown(', '.join(header)) if header else 'nothing'})")
         twice = sorted({h for h in header if header.count(h) > 1})
         if twice:   # DictReader would keep the last column of the name, silently
-            raise GemmtuneError(f"shapes file {origin}: the header names {twice[0]} twice")
+            raise GemmtuneError(f"shapes file {origin}: the header names {shown(twice[0])} twice")
         reader.fieldnames = header
         shapes = []
         for i, row in enumerate(reader, 2):
@@ -120,7 +121,7 @@ def load_shapes(spec: str) -> list[Shape]:
         shapes = parse_inline(spec)
     shapes = list(dict.fromkeys(shapes))
     if not shapes:
-        raise GemmtuneError(f"--shapes {spec!r} names no problem")
+        raise GemmtuneError(f"--shapes {shown(spec)} names no problem")
     if len(shapes) > MAX_SHAPES:
-        raise GemmtuneError(f"--shapes {spec!r} names {len(shapes)} problems; at most {MAX_SHAPES}")
+        raise GemmtuneError(f"--shapes {shown(spec)} names {len(shapes)} problems; at most {MAX_SHAPES}")
     return shapes

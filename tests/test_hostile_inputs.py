@@ -80,10 +80,13 @@ def test_csv_fields_past_the_csv_limit_and_duplicate_columns_are_refused(tmp_pat
     error(["search", "--shapes", str(wide), "--db", db], "shapes file", "not valid CSV", "field larger")
     twice = tmp_path / "twice.csv"
     twice.write_text("m,n,k,m\n16,16,16,32\n")
-    error(["bench", "--shapes", str(twice), "--db", db], "shapes file", "names m twice")
+    error(["bench", "--shapes", str(twice), "--db", db], "shapes file", "names 'm' twice")
+    long = tmp_path / "long.csv"   # within the csv limit: the message shows the value cut short
+    long.write_text("m,n,k\n16,16," + "9x" * (60 * 1024) + "\n")
+    assert len(error(["bench", "--shapes", str(long), "--db", db], "row 2: k must be a whole number")) < 200
     spaced = tmp_path / "spaced.csv"
     spaced.write_text("m, n, k, N\n16,16,16,N\n")   # the same column however spelt
-    with pytest.raises(GemmtuneError, match="names n twice"):
+    with pytest.raises(GemmtuneError, match="names 'n' twice"):
         load_shapes(str(spaced))
 
 

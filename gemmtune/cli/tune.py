@@ -62,7 +62,8 @@ LISTED = 100_000   # configurations `space` lists without --limit
 @format_option("table", "json", "csv")
 @click.option("--count", is_flag=True, help="Print only the number of valid configurations.")
 @click.option("--explain", is_flag=True, help="Show how many configurations each constraint removed.")
-@click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N", help="List the first N valid "
+# --limit's bound: space.MAX_POINTS, more than any space has
+@click.option("--limit", type=BoundedInt(0, 2**30), default=None, metavar="N", help="List the first N valid "
               f"configurations (0: all). Without it, more than {LISTED:,} are refused before anything is written.")
 def space(device, precision, shape, space_file, fmt, count, explain, limit):
     """Enumerate the valid kernel configurations for a device, precision and shape."""
