@@ -43,7 +43,8 @@ def read_text(path: str | Path, what: str, limit: int | None = None) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise GemmtuneError(f"cannot read {what} {path}: not UTF-8 text (byte {e.start} is {data[e.start]:#04x})") from None
+        raise GemmtuneError(f"cannot read {what} {path}: not UTF-8 text "
+                            f"(byte {e.start} is {data[e.start]:#04x})") from None
 
 
 def parse_toml(text: str, what: str) -> dict:

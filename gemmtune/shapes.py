@@ -87,7 +87,8 @@ def _parse_csv(text: str, origin: str) -> list[Shape]:
     try:
         header = [h.strip().lower() for h in (reader.fieldnames or [])]
         if not {"m", "n", "k"} <= set(header):
-            raise GemmtuneError(f"shapes file {origin}: the header must name m, n and k (got {shown(', '.join(header)) if header else 'nothing'})")
+            got = shown(", ".join(header)) if header else "nothing"
+            raise GemmtuneError(f"shapes file {origin}: the header must name m, n and k (got {got})")
         twice = sorted({h for h in header if header.count(h) > 1})
         if twice:   # DictReader would keep the last column of the name, silently
             raise GemmtuneError(f"shapes file {origin}: the header names {shown(twice[0])} twice")
