@@ -25,6 +25,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.operands import check_device_memory
 from gemmtune.precision import Precision, get_precision
 
 ALGORITHMS = ("standard", "3m")
@@ -104,8 +105,6 @@ class Complex3M:
         key = (a_shape, b_shape, c_shape)
         found = self._scratch.get(key)
         if found is None:
-            from gemmtune.compute import check_device_memory
-
             item = self.real_dtype.itemsize
             check_device_memory(self.real.info, f"the 3m product's parts in precision {self.precision.code}",
                                 {f"{part} of {name}": item * int(np.prod(shape))

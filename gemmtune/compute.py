@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import numbers
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Mapping, NamedTuple
+from typing import Mapping
 
 import numpy as np
 import pyopencl as cl
@@ -17,11 +16,14 @@ from gemmtune.device import device_spec, list_devices, open_device
 from gemmtune.info import DeviceInfo
 from gemmtune.defaults import default_config
 from gemmtune.families import FAMILIES
-from gemmtune.kernels import GemmOperation, normalize_op
-from gemmtune.launch import INDEX_LIMIT, Problem
+from gemmtune.kernels import GemmOperation
+from gemmtune.launch import Problem
 from gemmtune.complex3m import Complex3M, check_algorithm
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
-from gemmtune.precision import Precision, get_precision, precision_of
+from gemmtune.operands import (BufferFacts, check_device_memory, check_host_memory, host_operand, op_flag,
+                               operand_precision, out_of_memory, out_of_memory_as_error, overlap, product_shape,
+                               view)
+from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config, check_config, load_space, make_config, require_precision, shipped_families
 from gemmtune.tuned import best_config
 from gemmtune.verify import Check, Reference, check_scalars, compare, random_matrix
@@ -89,97 +91,6 @@ def operation(dev: OpenDevice, config: Config, source: str, prec: Precision, m: 
     return op
 
 
-_OUT_OF_MEMORY = {cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE, cl.status_code.OUT_OF_RESOURCES,
-                  cl.status_code.OUT_OF_HOST_MEMORY}
-
-
-def out_of_memory(e: Exception, what: str) -> GemmtuneError | None:
-    """``e`` as GemmtuneError naming ``what`` ran out of memory, if it says an allocation failed,
-    on the device (drivers may allocate lazily, so at an enqueue too) or on the host."""
-    if isinstance(e, cl.Error) and e.code in _OUT_OF_MEMORY:
-        return GemmtuneError(f"{what}: the device ran out of memory ({e.routine}: {cl.status_code.to_string(e.code)})")
-    if isinstance(e, MemoryError):
-        return GemmtuneError(f"{what}: the host ran out of memory ({e})")
-    return None
-
-
-@contextlib.contextmanager
-def out_of_memory_as_error(what: str):
-    try:
-        yield
-    except (cl.Error, MemoryError) as e:
-        error = out_of_memory(e, what)
-        if error is None:
-            raise
-        raise error from None
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
-
-
-def check_device_memory(info: DeviceInfo, what: str, buffers: Mapping[str, int]) -> None:
-    """GemmtuneError, before anything is allocated, where ``buffers`` (name: bytes) do not fit
-    the device: together in its global memory, each in its largest allocation."""
-    total = sum(buffers.values())
-    if total > info.global_mem_bytes:
-        sizes = ", ".join(f"{name} {_size(size)}" for name, size in buffers.items() if size)
-        raise GemmtuneError(f"{what} needs {_size(total)} of device memory ({sizes}), more than "
-                            f"the {_size(info.global_mem_bytes)} of device {info.index}")
-    name, largest = max(buffers.items(), key=lambda item: item[1], default=("", 0))
-    if info.max_alloc_bytes and largest > info.max_alloc_bytes:
-        raise GemmtuneError(f"{what} needs a buffer of {_size(largest)} for {name}, more than device "
-                            f"{info.index} allows in one allocation ({_size(info.max_alloc_bytes)})")
-
-
-def check_host_memory(what: str, needs: Mapping[str, int]) -> None:
-    """GemmtuneError where ``needs`` (name: bytes) exceed the memory the host can give now."""
-    free = inputs.available_host_bytes()
-    total = sum(needs.values())
-    if free is not None and total > free:
-        sizes = ", ".join(f"{name} {_size(size)}" for name, size in needs.items() if size)
-        raise GemmtuneError(f"{what} needs {_size(total)} of host memory ({sizes}), more than the {_size(free)} "
-                            f"available")
-
-
-def _op_flag(name: str, flag) -> str:
-    try:
-        return normalize_op(flag)
-    except ValueError as e:
-        raise OperandError(f"{name}: {e}") from None
-
-
-def _op_shape(x, flag: str) -> tuple[int, int]:
-    return x.shape if flag == "N" else x.shape[::-1]
-
-
-def _product_shape(a, b, c, ta: str, tb: str) -> tuple[int, int, int]:
-    """M, N, K of op(a) op(b) into c (row-major), or OperandError where they disagree."""
-    (m, ka), (kb, n) = _op_shape(a, ta), _op_shape(b, tb)
-    if ka != kb:
-        raise OperandError(f"op(a) is {m}x{ka} but op(b) is {kb}x{n}: inner dimensions differ")
-    if c is not None and c.shape != (m, n):
-        raise OperandError(f"c must be {m}x{n}, got {'x'.join(map(str, c.shape))}")
-    return m, n, ka
-
-
-def _host_operand(name: str, x) -> np.ndarray:
-    try:
-        x = np.asarray(x)
-    except (ValueError, TypeError) as e:   # ragged nested lists, objects numpy cannot take
-        raise OperandError(f"{name} is not an array numpy can take: {e}") from None
-    if x.ndim != 2:
-        raise OperandError(f"{name} must be 2-D, got {x.ndim}-D")
-    return x
-
-
-def _precision_of(dtype) -> Precision:
-    try:
-        return precision_of(dtype)
-    except ValueError as e:
-        raise OperandError(str(e)) from None
-
-
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
          config: Mapping | Config | None = None, device=None, db: str | None = None,
          complex_algorithm: str = "standard") -> np.ndarray:
@@ -205,15 +116,15 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     must hold its available memory. An allocation that fails all the same raises GemmtuneError
     too.
     """
-    a, b = _host_operand("a", a), _host_operand("b", b)
-    c = None if c is None else _host_operand("c", c)
+    a, b = host_operand("a", a), host_operand("b", b)
+    c = None if c is None else host_operand("c", c)
     if a.dtype != b.dtype or (c is not None and c.dtype != a.dtype):
         dtypes = ", ".join(str(x.dtype) for x in (a, b, c) if x is not None)
         raise OperandError(f"operands must share one dtype, got {dtypes}")
-    prec = _precision_of(a.dtype)
+    prec = operand_precision(a.dtype)
     check_scalars(prec, alpha, beta)
-    ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
-    m, n, ka = _product_shape(a, b, c, ta, tb)
+    ta, tb = op_flag("trans_a", trans_a), op_flag("trans_b", trans_b)
+    m, n, ka = product_shape(a, b, c, ta, tb)
     algorithm = check_algorithm(complex_algorithm, prec)
     if c is None and beta != 0:
         raise OperandError(f"beta = {beta} needs c: without c, beta must be 0")
@@ -269,7 +180,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
 def _gemm_3m(dev: OpenDevice, a, b, c, alpha, beta, ta, tb, shape, config, db) -> np.ndarray:
     """gemm's 3M product: the operands on the device as arrays, a Gemm of the complex
     precision with complex_algorithm="3m" (its checks and memory estimates), c poisoned at beta 0."""
-    prec = _precision_of(a.dtype)
+    prec = operand_precision(a.dtype)
     queue = dev.queue
     with out_of_memory_as_error(f"the 3m product in precision {prec.code}"):
         da, db_ = cla.to_device(queue, np.ascontiguousarray(a)), cla.to_device(queue, np.ascontiguousarray(b))
@@ -295,7 +206,7 @@ def verify_config(device, prec: Precision | str, m: int, n: int, k: int, *, conf
             raise OperandError(f"{name} must be an integer from 0, got {size!r}")
     inputs.check_seed(seed)
     check_scalars(prec, alpha, beta)
-    ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
+    ta, tb = op_flag("trans_a", trans_a), op_flag("trans_b", trans_b)
     inputs.check_problem(get_device(device).info, prec, m, n, k)
     rng = np.random.default_rng(seed)
     a = random_matrix(prec, (m, k) if ta == "N" else (k, m), rng)
@@ -338,101 +249,6 @@ class EmptyProduct:
             wait_for = None
         events.append(cl.enqueue_copy(self.queue, c, host, wait_for=wait_for, **rect))
         return events
-
-
-class View(NamedTuple):
-    """Where one operand of ``Gemm`` lies: its leading dimension and first element (in elements),
-    its root buffer (a sub-buffer's parent) and its bytes' span [start, end) in that buffer."""
-    ld: int
-    first: int
-    root: int | None
-    start: int
-    end: int
-
-
-class BufferFacts(NamedTuple):
-    """What a view is checked against, fixed for the life of a cl_mem: its size, where it lies
-    in the memory it shares (a sub-buffer's parent and offset in it), and its access flags."""
-    buffer: cl.MemoryObjectHolder
-    size: int
-    root: int
-    base: int
-    flags: int
-
-    @classmethod
-    def of(cls, buffer: cl.MemoryObjectHolder) -> "BufferFacts":
-        parent = buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
-        base = 0 if parent is None else buffer.get_info(cl.mem_info.OFFSET)
-        return cls(buffer, buffer.size, (parent or buffer).int_ptr, base, buffer.get_info(cl.mem_info.FLAGS))
-
-
-# Flags that forbid what the kernels do to each operand's buffer (OpenCL leaves the result
-# undefined): read a and b, write c.
-_FORBIDDEN = {"a": (cl.mem_flags.WRITE_ONLY, "write-only", "read"),
-              "b": (cl.mem_flags.WRITE_ONLY, "write-only", "read"),
-              "c": (cl.mem_flags.READ_ONLY, "read-only", "written")}
-
-
-def _view(name: str, x, prec: Precision, context: cl.Context, known: dict[int, BufferFacts],
-          now: dict[int, BufferFacts]) -> View:
-    """Validate one operand of ``Gemm`` against its buffer, on every call: a cached operation
-    was prepared for shapes and strides, and says nothing of this call's offset or buffer.
-    ``known``: facts of buffers seen before, by id (each holds its buffer, so no other buffer
-    has that id); this one's go into ``now``."""
-    if not isinstance(x, cla.Array):
-        raise OperandTypeError(f"{name} must be a pyopencl.array.Array, got {type(x).__name__}")
-    if x.ndim != 2 or x.dtype != prec.dtype:
-        raise OperandError(f"{name} must be a 2-D {prec.dtype} array, got {x.ndim}-D {x.dtype}")
-    if x.context != context:
-        raise OperandError(f"{name} lives in another OpenCL context than the queue")
-    item = prec.bytes
-    (rows, cols), (row_stride, col_stride) = x.shape, x.strides
-    if rows * cols == 0:
-        return View(max(cols, 1), 0, None, 0, 0)   # nothing read or written, whatever its strides
-    if cols > 1 and col_stride != item:
-        raise OperandError(f"{name}'s elements within a row must be adjacent (strides {x.strides})")
-    if rows > 1 and (row_stride % item or row_stride < cols * item):
-        raise OperandError(f"{name}'s rows must be whole elements apart and not overlap (strides {x.strides})")
-    if x.offset % item:
-        raise OperandError(f"{name}'s offset ({x.offset} bytes) is not a whole number of {item}-byte elements")
-    ld = row_stride // item if rows > 1 else cols
-    first = x.offset // item
-    buffer = x.base_data
-    if not isinstance(buffer, cl.MemoryObjectHolder):
-        raise OperandTypeError(f"{name} must be backed by an OpenCL buffer, got {type(buffer).__name__}")
-    facts = known.get(id(buffer))
-    if facts is None:
-        facts = BufferFacts.of(buffer)
-    now[id(buffer)] = facts
-    flag, made, used = _FORBIDDEN[name]
-    if facts.flags & flag:
-        raise OperandError(f"{name}'s buffer was made {made}, and {name} is {used}")
-    # The last element's end, from the strides the kernels use: rows ld apart, elements adjacent.
-    end = x.offset + ((rows - 1) * ld + cols) * item
-    if end > facts.size:
-        raise OperandError(f"{name} ({rows}x{cols}, strides {x.strides}, offset {x.offset} bytes) ends at byte "
-                           f"{end}, beyond its buffer's {facts.size} bytes")
-    if end // item > INDEX_LIMIT:
-        raise OperandError(f"{name} ends at element {end // item} of its buffer; the kernels index at most "
-                           f"{INDEX_LIMIT}")
-    return View(ld, first, facts.root, facts.base + x.offset, facts.base + end)
-
-
-class _Addresses:
-    """A view's element addresses as numpy's array interface (at a fictitious base, never
-    read), so that np.shares_memory decides exactly whether two strided views meet."""
-
-    def __init__(self, view: View, shape: tuple[int, int], dtype: np.dtype):
-        self.__array_interface__ = {"version": 3, "typestr": dtype.str, "shape": shape,
-                                    "data": ((1 << 40) + view.start, True),
-                                    "strides": (view.ld * dtype.itemsize, dtype.itemsize)}
-
-
-def _overlap(x: View, x_shape, y: View, y_shape, dtype: np.dtype) -> bool:
-    if x.root is None or x.root != y.root or x.end <= y.start or y.end <= x.start:
-        return False
-    return bool(np.shares_memory(np.asarray(_Addresses(x, x_shape, dtype)),
-                                 np.asarray(_Addresses(y, y_shape, dtype))))
 
 
 class Gemm:
@@ -490,7 +306,7 @@ class Gemm:
         """The prepared column-major operation for these (validated) operands' shapes, leading
         dimensions ``lds`` and op flags."""
         lda, ldb, ldc = lds
-        m, n, ka = _product_shape(a, b, c, trans_a, trans_b)
+        m, n, ka = product_shape(a, b, c, trans_a, trans_b)
         if min(m, n, ka) == 0:
             return EmptyProduct(self.queue, self.precision, m, n, ldc)
         # Same row-major to column-major swap as gemm: b is A, a is B, m and n exchanged.
@@ -520,18 +336,18 @@ class Gemm:
         # Facts of the last call's buffers only (as the operation binds them): more would keep
         # the memory of arrays the caller has dropped.
         known, now = self._buffers, {}
-        va, vb, vc = (_view(name, x, prec, context, known, now) for name, x in (("a", a), ("b", b), ("c", c)))
+        va, vb, vc = (view(name, x, prec, context, known, now) for name, x in (("a", a), ("b", b), ("c", c)))
         self._buffers = now
         for name, x, vx in (("a", a, va), ("b", b, vb)):   # a and b, only read, may share memory
-            if _overlap(vc, c.shape, vx, x.shape, prec.dtype):
+            if overlap(vc, c.shape, vx, x.shape, prec.dtype):
                 raise OperandError(f"c shares elements with {name} in one buffer: the kernels would read "
                                    f"{name} where they have already written c")
         scalars = (type(alpha), alpha, type(beta), beta)   # types first: an array never meets ==
         if scalars != self._scalars:
             check_scalars(prec, alpha, beta)
             self._scalars = scalars
-        ta, tb = _op_flag("trans_a", trans_a), _op_flag("trans_b", trans_b)
-        if self.complex3m is not None and min(_product_shape(a, b, c, ta, tb)) > 0:
+        ta, tb = op_flag("trans_a", trans_a), op_flag("trans_b", trans_b)
+        if self.complex3m is not None and min(product_shape(a, b, c, ta, tb)) > 0:
             events = self.complex3m(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
             self.last_operation, self.last_events = self.complex3m.real.last_operation, events
             return c

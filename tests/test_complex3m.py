@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 import pytest
 

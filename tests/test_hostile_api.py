@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, 
 from helpers_foundation import DTYPES  # noqa: E402
 
 import gemmtune  # noqa: E402
-from gemmtune import compute  # noqa: E402
+from gemmtune import compute, inputs  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.device import open_device  # noqa: E402
 from gemmtune.errors import GemmtuneError, OperandError  # noqa: E402
@@ -278,7 +278,7 @@ def test_gemm_estimates_memory_before_allocating(monkeypatch, no_buffers):
 
 def test_gemm_estimates_host_memory_before_allocating(monkeypatch, no_buffers):
     """The result, contiguous copies of strided operands and, on a CPU device, its buffers."""
-    monkeypatch.setattr(compute.inputs, "available_host_bytes", lambda: 2**20)
+    monkeypatch.setattr(inputs, "available_host_bytes", lambda: 2**20)
     x = np.ones((256, 256), np.float32)   # 256 KiB
     assert compute.get_device(0).info.type == "CPU"
     with pytest.raises(GemmtuneError, match=r"256x256 times 256x256 in precision s needs 2\.2 MiB of host memory "
