@@ -34,7 +34,8 @@ from gemmtune.model import BANDWIDTH, nominal_peaks
 from gemmtune.precision import PRECISIONS, Precision, get_precision
 from gemmtune.resources import load_kernel_source
 from gemmtune.space import require_precision
-from gemmtune.store import Store, database_url, probe, writing
+from gemmtune.connect import writing
+from gemmtune.store import Store, database_url, probe
 from gemmtune.timing import TimingPolicy, enough
 from gemmtune.urls import shown
 

@@ -272,7 +272,7 @@ def _completed_trials(url: str, study: str):
     import optuna
     from optuna.exceptions import StorageInternalError
 
-    from gemmtune.store import read_only_url
+    from gemmtune.connect import read_only_url
 
     complete = optuna.trial.TrialState.COMPLETE
     readable = read_only_url(url)

@@ -22,7 +22,8 @@ from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
 from gemmtune.space import Space, load_space
 from gemmtune.valid import ValidConfigs
-from gemmtune.store import Store, database_url, probe, writing
+from gemmtune.connect import writing
+from gemmtune.store import Store, database_url, probe
 from gemmtune.strategies import STRATEGIES, make_strategy
 
 

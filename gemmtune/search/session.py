@@ -36,7 +36,7 @@ from gemmtune.search.candidates import Unmeasured
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.optuna_adapter import BatchedStorage, one_read, trial_id
 from gemmtune.space import Config, config_key
-from gemmtune.store import fast_sqlite
+from gemmtune.connect import fast_sqlite
 from gemmtune.strategies import ASK, Strategy
 from gemmtune.urls import db_error, shown
 
