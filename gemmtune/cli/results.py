@@ -59,6 +59,7 @@ def result_filters(f):
 def report(filters, db, fmt, top, plot_file, importance, with_model):
     """Show the best configurations found, per device, precision and shape."""
     from gemmtune import report as rp
+    from gemmtune.importance import add_importance
 
     if plot_file:
         from gemmtune.output import STDOUT, writable
@@ -80,7 +81,7 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
         for note in notes:
             click.echo(note, err=True)
     if importance:
-        frame, notes = rp.add_importance(frame, found.url)
+        frame, notes = add_importance(frame, found.url)
         for note in notes:
             click.echo(note, err=True)
     click.echo(rp.render(frame, fmt), nl=False)
