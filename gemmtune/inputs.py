@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.info import DeviceInfo
+from gemmtune.info import DeviceInfo, host_cores
 from gemmtune.precision import Precision
 
 SEED_MAX = 2**32 - 1   # numpy's and Optuna's samplers take seeds 0 .. 2**32 - 1
@@ -132,3 +132,14 @@ def check_problem(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, host
         raise GemmtuneError(f"{m}x{n}x{k} in precision {prec.code} needs about "
                             f"{host_bytes(prec, m, n, k) / 2**30:.1f} GiB of host memory to check, more than "
                             f"the {free / 2**30:.1f} GiB available")
+
+
+def check_jobs(jobs: int | None) -> None:
+    """Processes working side by side (``--jobs``: a search's compilers, a replay's): 0 up to one
+    per core this process may run on (``info.host_cores``: its affinity, cpusets and taskset
+    included), refused above. Each keeps a core busy, so more only share the cores: --jobs 1000
+    started a thousand compiler processes and a load average of 76."""
+    most = host_cores()
+    if jobs is not None and not 0 <= jobs <= most:
+        raise GemmtuneError(f"--jobs must be from 0 to {most}, the cores this process may run on "
+                            f"(a process per core at most), got {jobs}")

@@ -21,7 +21,8 @@ import time
 from collections import deque
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.info import DeviceInfo, host_cores
+from gemmtune.info import DeviceInfo
+from gemmtune.inputs import check_jobs
 from gemmtune.jobs import Built, BuildJob, Job, Outcome, StopAbove  # noqa: F401 - the search imports them from here
 from gemmtune.compiler import compiler_main
 from gemmtune.worker import worker_main
@@ -40,17 +41,6 @@ def die_with_parent(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
-
-
-def check_jobs(jobs: int | None) -> None:
-    """Processes working side by side (``--jobs``: a search's compilers, a replay's): 0 up to one
-    per core this process may run on (``info.host_cores``: its affinity, cpusets and taskset
-    included), refused above. Each keeps a core busy, so more only share the cores: --jobs 1000
-    started a thousand compiler processes and a load average of 76."""
-    most = host_cores()
-    if jobs is not None and not 0 <= jobs <= most:
-        raise GemmtuneError(f"--jobs must be from 0 to {most}, the cores this process may run on "
-                            f"(a process per core at most), got {jobs}")
 
 
 def _child(main, conn, device, parent, *args) -> None:

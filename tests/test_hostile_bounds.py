@@ -12,7 +12,6 @@ import json
 import re
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -211,7 +210,8 @@ def test_no_child_outlives_a_search_killed_outright(tmp_path):
 
 def test_jobs_beyond_the_cores_are_refused_before_any_process_starts(tmp_path):
     from gemmtune.info import host_cores
-    from gemmtune.runner import Compilers, check_jobs
+    from gemmtune.inputs import check_jobs
+    from gemmtune.runner import Compilers
     from gemmtune.search import SearchRequest, run_search
 
     most = host_cores()

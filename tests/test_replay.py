@@ -161,6 +161,8 @@ def test_seeds_replayed_in_several_processes_count_as_in_one(tmp_path, monkeypat
             super().__init__(workers, **kw)
 
     monkeypatch.setattr(rp, "ProcessPoolExecutor", Pool)
+    # --jobs is capped at the cores this process may run on; three processes even on two cores.
+    monkeypatch.setattr("gemmtune.inputs.host_cores", lambda: 4)
     db = tmp_path / "j.db"
     landscape(db, lambda c: float(c.params["TSM"] * c.params["TSN"] + 3 * c.params["TSK"]))
     url = f"sqlite:///{db}"

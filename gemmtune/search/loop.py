@@ -16,7 +16,8 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.info import core_plan, host_cores
 from gemmtune.inputs import check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
-from gemmtune.runner import Compilers, Runner, check_jobs
+from gemmtune.inputs import check_jobs
+from gemmtune.runner import Compilers, Runner
 from gemmtune.search.lane import Lane
 from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
