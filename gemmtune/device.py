@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import sys
 import tempfile
 import warnings
@@ -53,10 +54,13 @@ def _vendor_dirs() -> list[Path]:
 def register_pip_runtimes() -> Path | None:
     """Set $OCL_ICD_VENDORS to a directory of the system's ICD files and one naming the pip-installed
     Intel runtime (see above); the directory, or None where nothing was done. An ICD file of the
-    system that names libintelocl already (a system-wide install, the wheel's own placeholder)
-    leaves Intel's runtime to the system."""
-    if not sys.platform.startswith("linux") or os.environ.get("OCL_ICD_VENDORS"):
+    system that names an existing libintelocl (a system-wide install) leaves Intel's runtime to
+    the system; one that names a missing one (the wheel's placeholder path) is left out."""
+    given = os.environ.get("OCL_ICD_VENDORS")
+    if not sys.platform.startswith("linux") or (given and not _made_here(given)):
         return None
+    if given and (Path(given) / INTEL_ICD).is_file():
+        return Path(given)   # a parent process registered it
     library = pip_intel_opencl()
     if library is None:
         return None
@@ -67,32 +71,61 @@ def register_pip_runtimes() -> Path | None:
                 icds.setdefault(f.name, f.read_text(encoding="utf-8", errors="replace").strip())
         except OSError:
             continue
-    if any("libintelocl" in text and Path(text).is_file() or text == str(library) for text in icds.values()):
+    if any(("libintelocl" in text and Path(text).is_file()) or text == str(library) for text in icds.values()):
         return None
     icds = {name: text for name, text in icds.items() if "libintelocl" not in text}
-    icds["zz-gemmtune-intel-cpu.icd"] = str(library)   # after the system's: their indices stay
-    digest = hashlib.sha256(repr(sorted(icds.items())).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gemmtune" / "opencl-vendors"
-    for parent in (cache, None):
-        try:
-            target = parent / digest if parent else Path(tempfile.mkdtemp(prefix="gemmtune-opencl-vendors-"))
-            if not (target / "zz-gemmtune-intel-cpu.icd").is_file():
-                parent and parent.mkdir(parents=True, exist_ok=True)
-                staging = Path(tempfile.mkdtemp(dir=parent)) if parent else target
-                for name, text in icds.items():
-                    (staging / name).write_text(text + "\n", encoding="utf-8")
-                if staging != target:
-                    try:
-                        staging.rename(target)
-                    except OSError:   # another process made it first: the same files
-                        for f in staging.iterdir():
-                            f.unlink()
-                        staging.rmdir()
-            os.environ["OCL_ICD_VENDORS"] = str(target)
-            return target
-        except OSError:
-            continue
-    return None
+    icds[INTEL_ICD] = str(library)   # sorts after the system's: their devices keep their indices
+    target = _vendors_dir(icds)
+    if target is not None:
+        os.environ["OCL_ICD_VENDORS"] = str(target)
+    return target
+
+
+INTEL_ICD = "zz-gemmtune-intel-cpu.icd"
+
+
+def _cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gemmtune" / "opencl-vendors"
+
+
+def _made_here(folder: str) -> bool:
+    """Whether a vendors directory is one ``register_pip_runtimes`` makes (a process inherits it;
+    one removed since, as by a cleaned cache, is made again)."""
+    return Path(folder).parent == _cache() or Path(folder).name.startswith(TEMPORARY_VENDORS)
+
+
+TEMPORARY_VENDORS = "gemmtune-opencl-vendors-"
+
+
+def _write(folder: Path, icds: dict[str, str]) -> None:
+    for name, text in icds.items():
+        (folder / name).write_text(text + "\n", encoding="utf-8")
+
+
+def _vendors_dir(icds: dict[str, str]) -> Path | None:
+    """A directory of ICD files (name: contents): in the user's cache, named by its contents and
+    renamed into place whole, so that processes starting together share one; a temporary one
+    where the cache cannot be written; None where neither can."""
+    cache = _cache()
+    target = cache / hashlib.sha256(repr(sorted(icds.items())).encode()).hexdigest()[:16]
+    try:
+        if not (target / INTEL_ICD).is_file():
+            cache.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=cache))
+            _write(staging, icds)
+            try:
+                staging.rename(target)
+            except OSError:   # another process made it first, with the same files
+                shutil.rmtree(staging, ignore_errors=True)
+        return target
+    except OSError:
+        pass
+    try:
+        target = Path(tempfile.mkdtemp(prefix=TEMPORARY_VENDORS))
+        _write(target, icds)
+        return target
+    except OSError:
+        return None
 
 
 register_pip_runtimes()

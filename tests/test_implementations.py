@@ -263,7 +263,7 @@ def _platforms(env: dict) -> list[str]:
     return out.stdout.split("\n")
 
 
-def test_intel_runtime_is_found_beside_the_systems_drivers_and_can_be_turned_off():
+def test_intel_runtime_is_found_beside_the_systems_drivers_and_can_be_turned_off(tmp_path):
     from gemmtune.device import pip_intel_opencl
 
     if pip_intel_opencl() is None:
@@ -276,6 +276,12 @@ def test_intel_runtime_is_found_beside_the_systems_drivers_and_can_be_turned_off
     # Intel's after the drivers of the system's vendors directory: their indices do not move
     assert found.index("Intel(R) OpenCL") > found.index("Portable Computing Language")
     assert "Intel(R) OpenCL" not in _platforms({**base, "GEMMTUNE_INTEL_OPENCL": "0"})
+    # where gemmtune's cache cannot be written, a temporary directory serves
+    (tmp_path / "gemmtune").write_text("a file where the cache's directory would be")
+    assert _platforms({**base, "XDG_CACHE_HOME": str(tmp_path)}) == found
+    # a vendors directory a parent made and something removed since is made again
+    made = {**base, "OCL_ICD_VENDORS": str(Path(os.environ["OCL_ICD_VENDORS"]).parent / "0000000000000000")}
+    assert _platforms(made) == found
     # a library that is not there breaks nothing
     assert _platforms({**base, "GEMMTUNE_INTEL_OPENCL": "/nonexistent/libintelocl.so"}) == \
         _platforms({**base, "GEMMTUNE_INTEL_OPENCL": "0"})
