@@ -57,6 +57,11 @@ def sqlite_file(url: str, parsed: sa.engine.URL) -> SqliteFile:
                       options.get("mode") == "ro" or options.get("immutable", "").lower() in _TRUE)
 
 
+def sqlite_path(url: str, parsed: sa.engine.URL) -> Path | None:
+    """The file a URL's database is kept in: None for a server's or one in memory."""
+    return sqlite_file(url, parsed).path if parsed.get_backend_name() == "sqlite" else None
+
+
 def check_url(url: str, create: bool = True) -> sa.engine.URL:
     """Parse a URL and, for SQLite, make sure the file can be created (or, with ``create``
     False, read), without creating it."""
@@ -127,7 +132,7 @@ def read_only_url(url: str) -> str | sa.engine.URL:
     """``url`` as a reader opens it: a SQLite file as SQLAlchemy's URI form with ``mode=ro``
     (its other URI parameters kept); any other URL as given."""
     parsed = sa.engine.make_url(url)
-    path = sqlite_file(url, parsed).path if parsed.get_backend_name() == "sqlite" else None
+    path = sqlite_path(url, parsed)
     if path is None:
         return url
     keep = {k: v for k, v in parsed.query.items() if k in _PYSQLITE_KEYS}

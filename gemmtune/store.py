@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 import pandas as pd
 import sqlalchemy as sa
 
-from gemmtune.connect import check_url, fast_sqlite, lock_file, open_engine, open_error, plain_journal, sqlite_file
+from gemmtune.connect import check_url, fast_sqlite, lock_file, open_engine, open_error, plain_journal, sqlite_path
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
 from gemmtune.rows import device_of, peak_of
@@ -139,7 +139,71 @@ def _open_tables(engine: sa.engine.Engine, create: bool, url: str) -> None:
             time.sleep(0.5 * (attempt + 1))
 
 
-class Store:
+class DeviceRows:
+    """The rows that describe devices rather than trials: the peaks ``gemmtune peak`` measured
+    and what ``gemmtune devices`` said of each (for the model, from anywhere). A shared database
+    may hold any row: one that is not a peak or a description is skipped and counted in
+    ``skipped``. Part of ``Store``, whose engine and reads it uses."""
+
+    @property
+    def skipped(self) -> Counter:
+        """Why rows of ``devices`` and ``peaks`` read so far were skipped: reason -> rows (each row
+        once, however often it was read)."""
+        return Counter(self._skipped.values())
+
+    def save_peaks(self, device: str, device_name: str, values: dict[str, float]) -> str:
+        """Append one measurement run of peaks (``values``: precision -> GFLOP/s and
+        ``"bandwidth"`` -> GB/s) in one transaction; returns its ``created_at``."""
+        from gemmtune import __version__
+
+        created = _now()
+        rows = [dict(device=device, device_name=device_name, precision=what, value=float(value),
+                     unit="GB/s" if what == "bandwidth" else "GFLOP/s", created_at=created,
+                     gemmtune_version=__version__) for what, value in values.items()]
+        with self.engine.begin() as conn:
+            conn.execute(peaks.insert(), rows)
+        return created
+
+    def latest_peaks(self, device: str) -> dict[str, float]:
+        """The latest measured value of each quantity for a device key: precision -> GFLOP/s,
+        ``"bandwidth"`` -> GB/s. Empty when nothing was measured (or there is no ``peaks`` table).
+        A row that is not a peak (``rows.peak_of``) is skipped and counted in ``skipped``."""
+        query = sa.select(peaks.c.id, peaks.c.precision, peaks.c.value).where(peaks.c.device == device) \
+            .order_by(peaks.c.created_at, peaks.c.id)
+        found = {}
+        for row_id, what, value in self._read(peaks, lambda conn: conn.execute(query).all()) or ():   # later rows win
+            value = peak_of(what, value)
+            if isinstance(value, str):
+                self._skipped["peaks", row_id] = value
+            else:
+                found[what] = value
+        return found
+
+    def save_device(self, info: DeviceInfo) -> None:
+        """Describe a device key once, so the model can be applied to its results from anywhere."""
+        row = dict(device=info.key, device_name=info.name, info=json.dumps(info.to_json()), created_at=_now())
+        try:
+            with self.engine.begin() as conn:
+                if conn.execute(sa.select(devices.c.device).where(devices.c.device == info.key)).first() is None:
+                    conn.execute(devices.insert().values(**row))
+        except sa.exc.IntegrityError:
+            pass  # another process described it first
+
+    def device_info(self, key: str) -> DeviceInfo | None:
+        """The description ``save_device`` stored for a device key; None for none, or for one
+        that is not a description gemmtune wrote (counted in ``skipped``)."""
+        text = self._read(devices, lambda conn: conn.execute(
+            sa.select(devices.c.info).where(devices.c.device == key)).scalar())
+        if text is None:
+            return None
+        info = device_of(text)
+        if isinstance(info, str):
+            self._skipped["devices", key] = info
+            return None
+        return info
+
+
+class Store(DeviceRows):
     """Read and append rows of the ``results`` table. Each append is its own transaction."""
 
     def __init__(self, url: str | None = None, create: bool = True):
@@ -149,7 +213,7 @@ class Store:
         self.shown = shown(self.url)   # the URL as messages and files give it: no password
         parsed = check_url(self.url, create)
         self.exists = True
-        path = sqlite_file(self.url, parsed).path if parsed.get_backend_name() == "sqlite" else None
+        path = sqlite_path(self.url, parsed)
         if not create and path is not None:
             # Connecting would create the file.
             self.exists = path.exists()
@@ -165,12 +229,6 @@ class Store:
             _open_tables(self.engine, create, self.url)
         except (sa.exc.SQLAlchemyError, ModuleNotFoundError) as e:
             raise open_error(e, self.url) from None
-
-    @property
-    def skipped(self) -> Counter:
-        """Why rows of ``devices`` and ``peaks`` read so far were skipped: reason -> rows (each row
-        once, however often it was read)."""
-        return Counter(self._skipped.values())
 
     def add(self, **row) -> int:
         from gemmtune import __version__
@@ -192,22 +250,31 @@ class Store:
         exist yet; GemmtuneError when it cannot be read (e.g. a file that is not SQLite).
         """
         names = [c.name for c in results.columns]
-        try:
-            if self.engine is None or not sa.inspect(self.engine).has_table(results.name):
-                return pd.DataFrame(columns=names)
+
+        def read(conn) -> pd.DataFrame:
             # A database written by an earlier version, opened read-only, may lack the newest
             # columns: they read as empty.
             if self._columns is None:
-                self._columns = {c["name"] for c in sa.inspect(self.engine).get_columns(results.name)}
+                self._columns = {c["name"] for c in sa.inspect(conn).get_columns(results.name)}
             query = sa.select(*(results.c[name] for name in names if name in self._columns))
             if after_id is not None:
                 query = query.where(results.c.id > after_id)
             for column, value in filters.items():
                 if value is not None:
                     query = query.where(results.c[column] == value)
+            return pd.read_sql(query.order_by(results.c.id), conn)
+
+        frame = self._read(results, read)
+        return pd.DataFrame(columns=names) if frame is None else frame.reindex(columns=names)
+
+    def _read(self, table: sa.Table, read):
+        """``read(connection)``'s answer; None where the database or ``table`` does not exist
+        (yet); GemmtuneError where the database cannot be read (a file that is not SQLite, say)."""
+        try:
+            if self.engine is None or not sa.inspect(self.engine).has_table(table.name):
+                return None
             with self.engine.connect() as conn:
-                frame = pd.read_sql(query.order_by(results.c.id), conn)
-            return frame.reindex(columns=names)
+                return read(conn)
         except sa.exc.SQLAlchemyError as e:
             raise GemmtuneError(f"cannot read database {self.shown}: {db_error(e, self.url)}") from None
 
@@ -219,76 +286,12 @@ class Store:
             rows = conn.execute(query).mappings().all()
         return dict(rows[0]) if rows else None
 
-    def save_peaks(self, device: str, device_name: str, values: dict[str, float]) -> str:
-        """Append one measurement run of peaks (``values``: precision -> GFLOP/s and
-        ``"bandwidth"`` -> GB/s) in one transaction; returns its ``created_at``."""
-        from gemmtune import __version__
-
-        created = _now()
-        rows = [dict(device=device, device_name=device_name, precision=what, value=float(value),
-                     unit="GB/s" if what == "bandwidth" else "GFLOP/s", created_at=created,
-                     gemmtune_version=__version__) for what, value in values.items()]
-        with self.engine.begin() as conn:
-            conn.execute(peaks.insert(), rows)
-        return created
-
-    def latest_peaks(self, device: str) -> dict[str, float]:
-        """The latest measured value of each quantity for a device key: precision -> GFLOP/s,
-        ``"bandwidth"`` -> GB/s. Empty when nothing was measured (or there is no ``peaks`` table).
-        A row that is not a peak (``rows.peak_of``) is skipped and counted in ``skipped``."""
-        try:
-            if self.engine is None or not sa.inspect(self.engine).has_table(peaks.name):
-                return {}
-            query = sa.select(peaks.c.id, peaks.c.precision, peaks.c.value).where(peaks.c.device == device) \
-                .order_by(peaks.c.created_at, peaks.c.id)
-            with self.engine.connect() as conn:
-                stored = conn.execute(query).all()
-        except sa.exc.SQLAlchemyError as e:
-            raise GemmtuneError(f"cannot read database {self.shown}: {db_error(e, self.url)}") from None
-        found = {}
-        for row_id, what, value in stored:   # later rows win
-            value = peak_of(what, value)
-            if isinstance(value, str):
-                self._skipped["peaks", row_id] = value
-            else:
-                found[what] = value
-        return found
-
     def lock(self):
         """For a SQLite file, an exclusive lock on it for one search (an open file; close it to
         release); None for a server database. Several processes writing one SQLite file lock
         each other out or lose Optuna trials, so a second search on the same file is refused."""
-        parsed = sa.engine.make_url(self.url)
-        path = sqlite_file(self.url, parsed).path if parsed.get_backend_name() == "sqlite" else None
+        path = sqlite_path(self.url, sa.engine.make_url(self.url))
         return None if path is None else lock_file(str(path))
-
-    def save_device(self, info: DeviceInfo) -> None:
-        """Describe a device key once, so the model can be applied to its results from anywhere."""
-        row = dict(device=info.key, device_name=info.name, info=json.dumps(info.to_json()), created_at=_now())
-        try:
-            with self.engine.begin() as conn:
-                if conn.execute(sa.select(devices.c.device).where(devices.c.device == info.key)).first() is None:
-                    conn.execute(devices.insert().values(**row))
-        except sa.exc.IntegrityError:
-            pass  # another process described it first
-
-    def device_info(self, key: str) -> DeviceInfo | None:
-        """The description ``save_device`` stored for a device key; None for none, or for one
-        that is not a description gemmtune wrote (counted in ``skipped``)."""
-        try:
-            if self.engine is None or not sa.inspect(self.engine).has_table(devices.name):
-                return None
-            with self.engine.connect() as conn:
-                text = conn.execute(sa.select(devices.c.info).where(devices.c.device == key)).scalar()
-        except sa.exc.SQLAlchemyError as e:
-            raise GemmtuneError(f"cannot read database {self.shown}: {db_error(e, self.url)}") from None
-        if text is None:
-            return None
-        info = device_of(text)
-        if isinstance(info, str):
-            self._skipped["devices", key] = info
-            return None
-        return info
 
     def claim(self, study: str, config: str, trial: int) -> bool:
         """Take ``config`` (a canonical text key) in ``study`` for ``trial``: True for the first
@@ -322,7 +325,7 @@ def probe(url: str, lock: bool = False, create: bool = True):
     nothing; with ``create`` False (a command that only reads) opens it read-only."""
     parsed = check_url(url, create)
     sqlite = parsed.get_backend_name() == "sqlite"
-    path = sqlite_file(url, parsed).path if sqlite else None
+    path = sqlite_path(url, parsed)
     if sqlite and (path is None or not path.exists()):
         return None   # a new file: nothing to check, and no other search can hold it yet
     try:
