@@ -149,7 +149,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
            else resolve_config(config, dev.info, prec))
     ctx, queue = dev.context, dev.queue
     plan = FAMILIES[cfg.kernel].plan(cfg.params, prec, Problem(n, m, ka, tb, ta), queue.device,
-                                     queue.device.max_compute_units)
+                                     dev.info.compute_units)
     buffers = {**operands, **{s.name: s.nbytes for s in plan.scratch}}
     check_device_memory(dev.info, what, buffers)
     # On the host: the result, contiguous copies of strided operands and, where the device is
@@ -320,7 +320,7 @@ class Gemm:
             cfg = default_config(self.info, self.precision, (n, m, ka), views=True)
         what = f"{'x'.join(map(str, a.shape))} times {'x'.join(map(str, b.shape))} in precision {self.precision.code}"
         plan = FAMILIES[cfg.kernel].plan(cfg.params, self.precision, problem, self.queue.device,
-                                         self.queue.device.max_compute_units)
+                                         self.info.compute_units)
         scratch = {s.name: s.nbytes for s in plan.scratch}
         check_device_memory(self.info, what, scratch)
         if self.info.type == "CPU":   # the device's memory is the host's

@@ -125,6 +125,33 @@ def test_model_space_seeds_and_defaults_on_a_device_reporting_zeros(kind, tmp_pa
     assert PeakSizes().madd_items(dev) > 0 and PeakSizes().copy_bytes(dev) > 0
 
 
+def test_stream_k_plans_on_a_driver_reporting_zero_compute_units(monkeypatch):
+    """gemm and Gemm split stream-K's last tiles over the judged compute units, not the reported
+    0 (which made the split divide by zero)."""
+    import pyopencl as cl
+    import pyopencl.array as cla
+
+    import gemmtune
+    from gemmtune.device import open_device
+
+    monkeypatch.setattr(cl.Device, "max_compute_units", property(lambda self: 0))
+    config = dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=6, PADL=0, UNROLL=1,
+                  BKFAST=0, WARPM=0, STAGE=1, STREAMK=1, TRANSPOSEX=8, TRANSPOSEY=8)
+    rng = np.random.default_rng(11)
+    m, n, k = 11, 16 * 7 - 3, 35      # row-major: the column-major problem is 109 x 11, 7 tiles of M
+    a, b = uniform((m, k), np.float32, rng), uniform((k, n), np.float32, rng)
+    value, scale = numpy_product(a, b, None, 1.0, 0.0, "N", "N")
+    tolerance = worst_case_tolerance(np.float32, k, scale)
+    got = gemmtune.gemm(a, b, np.full((m, n), np.nan, np.float32), config=config, device=0)
+    np.testing.assert_allclose(got, value, rtol=0, atol=tolerance)
+    _, cl_dev = open_device(0)
+    context = cl.Context([cl_dev])
+    queue = cl.CommandQueue(context)
+    c = cla.to_device(queue, np.full((m, n), np.nan, np.float32))
+    gemmtune.Gemm(queue, "s", config=config)(cla.to_device(queue, a), cla.to_device(queue, b), c)
+    np.testing.assert_allclose(c.get(), value, rtol=0, atol=tolerance)
+
+
 def test_report_with_a_stored_description_of_zeros(tmp_path, add_result):
     dev = make_device(type="CPU", name="Zero CPU", platform="Zero", driver_version="0")
     db = tmp_path / "r.db"
