@@ -53,6 +53,7 @@ class Constraint:
 # of zero, and verify never returned. A parameter a family does not declare (one of a custom
 # source's own) ranges over UNDECLARED.
 FLAG = (0, 1)
+MODE = (0, 64)          # a mode or a count whose meaningful values a constraint names
 TILE = (1, 4096)        # tile sides, work-items along a dimension, K's chunks and parts
 WIDTH = (1, 256)        # vector widths, unroll factors, results per work-item
 PADDING = (0, 64)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemmtune.families.base import (FIXUP, FLAG, PADDING, TILE, WIDTH, Constraint, Params, _safe, register_budget,
+from gemmtune.families.base import (FIXUP, MODE, PADDING, TILE, WIDTH, Constraint, Params, _safe, register_budget,
                                     work_group_fits, part_defines, work_per_item)
 from gemmtune.families.padded import TRANSPOSE_FITS, TRANSPOSE_RANGES, Padded
 from gemmtune.info import DeviceInfo
@@ -217,8 +217,8 @@ XGEMM_RT = RegisterTiled(
                    _rt_matrix),
     ),
     ranges={"MWG": TILE, "NWG": TILE, "KWG": TILE, "MDIMC": TILE, "NDIMC": TILE, "VWG": (1, 16), "VLM": WIDTH,
-            "VLN": WIDTH, "PIPE": (0, 7), "PADL": PADDING, "UNROLL": WIDTH, "BKFAST": (0, 2), "WARPM": (0, 32),
-            "STAGE": FLAG, "MMA": (0, 2), "STREAMK": (0, 64), "BANDM": (0, TILE[1]), **TRANSPOSE_RANGES},
+            "VLN": WIDTH, "PIPE": MODE, "PADL": PADDING, "UNROLL": WIDTH, "BKFAST": (0, 2), "WARPM": (0, TILE[1]),
+            "STAGE": MODE, "MMA": MODE, "STREAMK": (0, 64), "BANDM": (0, TILE[1]), **TRANSPOSE_RANGES},
 )
 
 
