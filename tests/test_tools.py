@@ -467,3 +467,24 @@ def _fails_with_one_error_line(tool: str, db: Path, args: list[str]) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stdout == "" and not db.exists()
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+
+@pytest.mark.usefixtures("no_tuned_results")
+def test_complex3m_accuracy_shows_3m_losing_a_small_imaginary_part():
+    def errors(ratio: str) -> dict[str, tuple[float, float]]:
+        out = run("tools/complex3m_accuracy.py", "--size", "96", "--precision", "z", "--ratio", ratio)
+        found = re.findall(r"(standard|3m)  real part (\S+)  imaginary part (\S+)  componentwise (\S+)", out)
+        assert len(found) == 2, out
+        return {name: (float(real), float(imag)) for name, real, imag, _ in found}
+
+    even, skewed = errors("1"), errors("1e-6")
+    # As large imaginary as real parts: both products are accurate to a few units of double.
+    assert max(max(e) for e in even.values()) < 1e-13
+    # Imaginary parts a millionth of the real ones: 3M's T3 - T1 - T2 cancels, the standard
+    # product's imaginary part does not; the real parts stay alike.
+    assert skewed["3m"][1] > 1e3 * skewed["standard"][1] and skewed["standard"][1] < 1e-13
+    assert skewed["3m"][0] < 1e-13
+    bad = subprocess.run([sys.executable, "tools/complex3m_accuracy.py", "--ratio", "nan"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and len(bad.stderr.splitlines()) == 1
