@@ -291,7 +291,7 @@ def _platforms(env: dict) -> list[str]:
 
 
 def test_intel_runtime_is_found_beside_the_systems_drivers_and_can_be_turned_off(tmp_path):
-    from gemmtune.device import pip_intel_opencl
+    from gemmtune.icd import pip_intel_opencl
 
     if pip_intel_opencl() is None:
         if os.environ.get("CI") == "true" or "intel" in os.environ.get("GEMMTUNE_TEST_IMPLEMENTATIONS", ""):
