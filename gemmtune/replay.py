@@ -59,6 +59,7 @@ from gemmtune import learned, model
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
 from gemmtune.inputs import check_jobs
+from gemmtune.runner import die_with_parent
 # A landscape is what a replay searches: its callers load and describe one through this module.
 from gemmtune.landscape import Landscape, device_for, load_landscape, nearby_configs, other_studies  # noqa: F401
 from gemmtune.search.proposals import Proposals
@@ -233,7 +234,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
         # Spawned: fork would copy this process's threads (a fit's, Optuna's) mid-step. What the tasks
         # share goes to each process once; the landscape's rules (functions) do not pickle: it is loaded.
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_share,
-                                 initargs=((land.url, land.study, land.space_file), args)) as pool:
+                                 initargs=((land.url, land.study, land.space_file), args, os.getpid())) as pool:
             counts = [f.result() for f in [pool.submit(_shared_trials, *task) for task in tasks]]
     for (sampler, chosen), trials in zip(tasks, counts):
         per_seed = result.trials.setdefault(sampler, [None] * seeds)
@@ -250,8 +251,9 @@ def _trials(land: Landscape, sampler: str, chosen: Sequence[int], args: tuple) -
 _SHARED: tuple = ()   # in a process of ``replay``: the landscape and ``_trials``' args
 
 
-def _share(source: tuple, args: tuple) -> None:
+def _share(source: tuple, args: tuple, parent: int) -> None:
     global _SHARED
+    die_with_parent(parent)   # a replay killed outright takes its pool with it
     _SHARED = (load_landscape(*source), args)
 
 

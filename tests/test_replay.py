@@ -552,3 +552,38 @@ def test_a_device_description_file_gives_the_named_device_or_its_only_one(tmp_pa
         read_device_info(two, "C GPU")
     with pytest.raises(GemmtuneError, match="describes 2 devices, not one"):
         read_device_info(two)
+
+
+def test_a_replay_killed_outright_takes_its_processes_with_it(tmp_path):
+    """--jobs 2 replays in a pool of spawned processes; SIGKILL of the replay leaves none of them."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from test_hostile_bounds import _children, _command, descendants
+
+    db = tmp_path / "k.db"
+    landscape(db, lambda c: float(c.params["TSM"] * c.params["TSN"] + 3 * c.params["TSK"]))
+    replay = subprocess.Popen([sys.executable, "-m", "gemmtune", "replay", "--db", f"sqlite:///{db}",
+                               "--study", "synthetic", "--seeds", "10000", "--target", "1", "--samplers", "random",
+                               "--jobs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline, pool = time.monotonic() + 120, set()
+        while len(pool) < 2 and replay.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)   # the pool's two workers (spawned: their command line names multiprocessing)
+            pool = {pid for pid in descendants(replay.pid) if b"multiprocessing" in _command(pid)}
+        assert len(pool) >= 2, (descendants(replay.pid), replay.poll())
+        time.sleep(2)   # past their initializer, into the replays
+        os.kill(replay.pid, signal.SIGKILL)
+        replay.wait(10)
+        deadline = time.monotonic() + 10
+        while (alive := pool & set(_children())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive, {pid: _command(pid)[:200] for pid in alive}
+    finally:
+        if replay.poll() is None:
+            replay.kill()
+        replay.wait()
+        replay.stderr.close()
