@@ -232,3 +232,27 @@ def test_output_to_a_full_disk_is_one_error_line(tmp_path, args):
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     assert done.stderr == "Error: cannot write the output: No space left on device\n", done.stderr
+
+
+@pytest.mark.parametrize("field, value", [("timeout", float("nan")), ("timeout", float("inf")), ("timeout", -1.0),
+                                          ("trial_timeout", float("nan")), ("grace", float("nan")),
+                                          ("grace", float("inf")), ("early_stop", float("nan"))])
+def test_the_library_refuses_what_the_options_bound(tmp_path, field, value):
+    from gemmtune.errors import GemmtuneError
+    from gemmtune.search import SearchRequest, run_search
+
+    req = SearchRequest(device=0, m=8, n=8, k=8, trials=1, db=f"sqlite:///{tmp_path / 'r.db'}", **{field: value})
+    with pytest.raises(GemmtuneError, match="must be"):
+        run_search(req)
+    assert not (tmp_path / "r.db").exists()   # refused before anything opened
+
+
+def test_the_library_refuses_a_time_cap_that_is_not_a_number(tmp_path):
+    from gemmtune.errors import GemmtuneError
+    from gemmtune.search import SearchRequest, run_search
+    from gemmtune.timing import TimingPolicy
+
+    req = SearchRequest(device=0, m=8, n=8, k=8, trials=1, db=f"sqlite:///{tmp_path / 'r.db'}",
+                        policy=TimingPolicy(max_seconds=float("nan")))
+    with pytest.raises(GemmtuneError, match="--time-cap"):
+        run_search(req)

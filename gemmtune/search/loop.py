@@ -5,6 +5,7 @@ pipeline builds and measures them (``pipeline``), and every measured trial becom
 
 from __future__ import annotations
 
+import math
 import signal
 import socket
 import threading
@@ -36,8 +37,14 @@ def check_request(req: SearchRequest) -> None:
     if req.early_stop is not None and not 0 <= req.early_stop < 1:
         raise GemmtuneError(f"--early-stop must be in [0, 1), got {req.early_stop}")
     check_jobs(req.jobs)
-    if req.grace < 1:
-        raise GemmtuneError(f"--heartbeat-grace must be at least 1 second, got {req.grace:g}")
+    # What the command line's option types bound, for the library's callers too (nan fails
+    # every comparison, so each bound is asked as what must hold).
+    for name, value in (("--timeout", req.timeout), ("--trial-timeout", req.trial_timeout),
+                        ("--time-cap", req.policy.max_seconds)):
+        if value is not None and not 0 < value < math.inf:
+            raise GemmtuneError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    if not 1 <= req.grace < math.inf:
+        raise GemmtuneError(f"--heartbeat-grace must be at least 1 second and finite, got {req.grace!r}")
     check_seed(req.seed)
     check_study_name(req.study)
 
