@@ -114,7 +114,9 @@ def test_study_names_outside_the_safe_set_are_refused_before_anything_is_written
     db = tmp_path / "new.db"
     result = invoke(["search", "--db", f"sqlite:///{db}", "--study", study, "--size", "16", "--trials", "1"], code=2)
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: bad study name"), result.stderr
+    # An empty value is refused as every option's is (not taken for "no name given").
+    expected = "Error: Invalid value for '--study': empty" if study == "" else "Error: bad study name"
+    assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
     assert not db.exists()
 
 
