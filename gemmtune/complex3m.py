@@ -25,7 +25,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.operands import check_device_memory
+from gemmtune.operands import View, check_device_memory
 from gemmtune.precision import Precision, get_precision
 
 ALGORITHMS = ("standard", "3m")
@@ -120,34 +120,33 @@ class Complex3M:
             self._scratch.move_to_end(key)
         return found
 
-    def _enqueue_split(self, x, parts, conj: bool, wait) -> cl.Event:
+    def _enqueue_split(self, x, view: View, parts, conj: bool, wait) -> cl.Event:
         rows, cols = x.shape
-        item = x.dtype.itemsize
-        ld = x.strides[0] // item if rows > 1 else max(cols, 1)
         real = self.real_dtype.type
-        self._split.set_args(x.base_data, np.int32(x.offset // item), np.int32(ld), np.int32(cols),
+        self._split.set_args(x.base_data, np.int32(view.first), np.int32(view.ld), np.int32(cols),
                              real(-1 if conj else 1), *(p.data for p in parts))
         return cl.enqueue_nd_range_kernel(self.queue, self._split, (cols, rows), None, wait_for=wait)
 
-    def __call__(self, a, b, c, *, alpha=1.0, beta=0.0, trans_a="N", trans_b="N") -> list[cl.Event]:
-        """Enqueue the product on validated, non-empty operands (``Gemm`` checks them); its events."""
+    def __call__(self, a, b, c, views: tuple[View, View, View], *, alpha=1.0, beta=0.0, trans_a="N",
+                 trans_b="N") -> list[cl.Event]:
+        """Enqueue the product on validated, non-empty operands (``Gemm`` checks them, and
+        ``views`` is where its checks found them); its events."""
         (ar_, ai_, as_), (br_, bi_, bs_), (t1, t2, t3) = self._buffers(a.shape, b.shape, c.shape)
         real_op = {"N": False, "T": True, "C": True}
         wait_a = [*a.events] or None
         wait_b = [*b.events] or None
         # The queue is in order (as Gemm requires): the scratch arrays carry no events of their own.
-        events = [self._enqueue_split(a, (ar_, ai_, as_), trans_a == "C", wait_a),
-                  self._enqueue_split(b, (br_, bi_, bs_), trans_b == "C", wait_b)]
+        va, vb, vc = views
+        events = [self._enqueue_split(a, va, (ar_, ai_, as_), trans_a == "C", wait_a),
+                  self._enqueue_split(b, vb, (br_, bi_, bs_), trans_b == "C", wait_b)]
         for x, y, t in ((ar_, br_, t1), (ai_, bi_, t2), (as_, bs_, t3)):
             self.real(x, y, t, trans_a=real_op[trans_a], trans_b=real_op[trans_b])
             events += self.real.last_events
         alpha, beta = complex(alpha), complex(beta)
         rows, cols = c.shape
-        item = c.dtype.itemsize
-        ldc = c.strides[0] // item if rows > 1 else max(cols, 1)
         real = self.real_dtype.type
-        self._combine.set_args(t1.data, t2.data, t3.data, np.int32(cols), c.base_data, np.int32(c.offset // item),
-                               np.int32(ldc), real(alpha.real), real(alpha.imag), real(beta.real), real(beta.imag),
+        self._combine.set_args(t1.data, t2.data, t3.data, np.int32(cols), c.base_data, np.int32(vc.first),
+                               np.int32(vc.ld), real(alpha.real), real(alpha.imag), real(beta.real), real(beta.imag),
                                np.int32(beta != 0))
         for t in (t1, t2, t3):
             del t.events[:]

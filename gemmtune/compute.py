@@ -348,7 +348,7 @@ class Gemm:
             self._scalars = scalars
         ta, tb = op_flag("trans_a", trans_a), op_flag("trans_b", trans_b)
         if self.complex3m is not None and min(product_shape(a, b, c, ta, tb)) > 0:
-            events = self.complex3m(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
+            events = self.complex3m(a, b, c, (va, vb, vc), alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
             self.last_operation, self.last_events = self.complex3m.real.last_operation, events
             return c
         views = bool(va.first or vb.first or vc.first)
