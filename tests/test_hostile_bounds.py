@@ -174,6 +174,17 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def assert_none_outlive(process: subprocess.Popen, children: set[int]) -> None:
+    """Kill ``process`` outright (SIGKILL: no handler of its own runs) and assert that none of
+    ``children`` is alive 10 s later."""
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(10)
+    deadline = time.monotonic() + 10
+    while (alive := children & set(_children())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive, {pid: _command(pid)[:200] for pid in alive}
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the search forks its counter on Linux only")
 def test_no_child_outlives_a_search_killed_outright(tmp_path):
     # A product of 2^30 points, which the forked counter counts for minutes while the search runs
@@ -193,12 +204,7 @@ def test_no_child_outlives_a_search_killed_outright(tmp_path):
             seen = descendants(search.pid)
             forked = {pid for pid in seen if _command(pid) == _command(search.pid)}
         assert forked and len(seen) >= 3, (seen, search.poll())
-        os.kill(search.pid, signal.SIGKILL)
-        search.wait(10)
-        deadline = time.monotonic() + 10
-        while (alive := seen & set(_children())) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not alive, {pid: _command(pid)[:200] for pid in alive}
+        assert_none_outlive(search, seen)
     finally:
         if search.poll() is None:
             search.kill()

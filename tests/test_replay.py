@@ -556,13 +556,11 @@ def test_a_device_description_file_gives_the_named_device_or_its_only_one(tmp_pa
 
 def test_a_replay_killed_outright_takes_its_processes_with_it(tmp_path):
     """--jobs 2 replays in a pool of spawned processes; SIGKILL of the replay leaves none of them."""
-    import os
-    import signal
     import subprocess
     import sys
     import time
 
-    from test_hostile_bounds import _children, _command, descendants
+    from test_hostile_bounds import _command, assert_none_outlive, descendants
 
     db = tmp_path / "k.db"
     landscape(db, lambda c: float(c.params["TSM"] * c.params["TSN"] + 3 * c.params["TSK"]))
@@ -576,12 +574,7 @@ def test_a_replay_killed_outright_takes_its_processes_with_it(tmp_path):
             pool = {pid for pid in descendants(replay.pid) if b"multiprocessing" in _command(pid)}
         assert len(pool) >= 2, (descendants(replay.pid), replay.poll())
         time.sleep(2)   # past their initializer, into the replays
-        os.kill(replay.pid, signal.SIGKILL)
-        replay.wait(10)
-        deadline = time.monotonic() + 10
-        while (alive := pool & set(_children())) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not alive, {pid: _command(pid)[:200] for pid in alive}
+        assert_none_outlive(replay, pool)
     finally:
         if replay.poll() is None:
             replay.kill()
