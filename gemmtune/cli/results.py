@@ -96,21 +96,35 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
 @cli.command()
 @result_filters
 @db_option
-@format_option("json", "header")
-@click.option("-o", "--output", default="-", show_default=True, type=click.Path(dir_okay=False, allow_dash=True),
-              help="File to write (whole or not at all; a link or other non-regular file is refused); - for stdout.")
+@format_option("json", "header", "c")
+@click.option("-o", "--output", default="-", show_default=True, type=click.Path(allow_dash=True),
+              help="File to write (whole or not at all; a link or other non-regular file is refused); - for stdout. "
+                   "With --format c: the directory the library's files go into (made if missing).")
 def export(filters, db, fmt, output):
-    """Write the best configuration per device, precision and shape as JSON or a C header."""
+    """Write the best configuration per device, precision and shape as JSON, a C header, or a C
+    library (--format c: gemmtune.h, gemmtune.c and CMakeLists.txt in the -o directory)."""
     from gemmtune import export as ex
     from gemmtune.output import STDOUT, writable
     from gemmtune.report import load
 
-    if output != STDOUT:
-        writable(output)  # refused before the database is read
+    if fmt == "c":
+        from gemmtune import clib
+
+        if output == STDOUT:
+            raise GemmtuneError("--format c writes a directory of files (gemmtune.h, gemmtune.c, CMakeLists.txt): "
+                                "give -o DIR")
+        clib.check_directory(output)   # refused before the database is read
+    elif output != STDOUT:
+        writable(output)
     found = load(db, filters)
     if found.skipped_note():
         click.echo(found.skipped_note(), err=True)
     entries = ex.best_entries(found.rows)
+    if fmt == "c":
+        clib.write(clib.generate(entries, found.devices, found.shown), output)
+        if not entries:
+            click.echo(found.nothing_message() + " Exported the shipped defaults only.", err=True)
+        return 0
     text = ex.to_json(entries, found.shown) if fmt == "json" else ex.to_header(entries, found.shown)
     if not entries:
         click.echo(found.nothing_message() + " Exported "

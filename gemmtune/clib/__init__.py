@@ -1,0 +1,245 @@
+"""``gemmtune export --format c``: a self-contained C library (``gemmtune.h``, ``gemmtune.c``,
+``CMakeLists.txt``) that runs the tuned configurations from C and C++ (docs/c.md).
+
+What is data here is emitted as data: the kernel sources with their includes inlined, the
+configurations, the tuned problems per device name and precision, the shipped defaults per
+shape class (repaired for each described device as ``default_config`` repairs them), and the
+constants the plans read. What a family computes per problem (``Family.plan``) is ported once to
+C in ``gemmtune_impl.c``; tests/test_clib.py compares its plans with Python's, so that the two
+cannot drift apart unnoticed. Selection happens at run time from the device's name, never from
+its driver version or compiler macros.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from gemmtune.defaults import (AVX2_TABLE, LONG_K, MEDIUM_VOLUME, SKINNY, SMALL_VOLUME, TINY_VOLUME, class_entry,
+                               default_config, shape_class, shipped_defaults)
+from gemmtune.errors import GemmtuneError
+from gemmtune.families import COPY_PER_ITEM, COPY_TILES, FAMILIES, IDLE_WORTH_SHARING, cpu, direct, thin
+from gemmtune.info import DeviceInfo
+from gemmtune.kernels import BUILD_OPTIONS
+from gemmtune.launch import INDEX_LIMIT
+from gemmtune.precision import PRECISIONS
+from gemmtune.resources import load_kernel_source
+from gemmtune.space import RESERVED
+from gemmtune.tuned import OTHER_OPS
+
+FILES = ("gemmtune.h", "gemmtune.c", "CMakeLists.txt")
+# The C port of each family's plan (gemmtune_impl.c): a family without one cannot be exported.
+KINDS = {"xgemm_cpu": "GT_CPU", "xgemm_direct": "GT_DIRECT", "xgemm_thin": "GT_THIN", "xgemm_k5": "GT_K5",
+         "xgemm_rt": "GT_RT"}
+DEVICE_TYPES = ("CPU", "GPU", "OTHER")   # gemmtune_impl.c's GT_TYPE_*
+# defaults.toml's table of a device of each type that was not described: a CPU's compiler may
+# target 256-bit vectors, on which the AVX-512 table's blocks spill (CPU-256's run on both)
+TYPE_TABLES = {"CPU": AVX2_TABLE, "GPU": "GPU", "OTHER": "OTHER"}
+CLASSES = ("tiny", "small", "medium", "large", "skinny_m", "skinny_n", "vector")
+# a problem of each class, for default_config, which takes a shape
+EXAMPLES = {"tiny": (1, 1, 1), "small": (64, 64, 65), "medium": (1024, 1024, 1024), "large": (2048, 2048, 1024),
+            "skinny_m": (1, 2, 1024), "skinny_n": (2, 1, 1024), "vector": (1, 1024, 1024)}
+
+
+def parameters(family) -> list[str]:
+    """The family's tunable parameters, in its source's order (PRECISION is the build's own)."""
+    return [name for name in family.defaults if name not in RESERVED]
+
+
+def template(name: str) -> str:
+    return (files("gemmtune.clib") / name).read_text(encoding="utf-8")
+
+
+def c_string(text: str) -> str:
+    """``text`` as a C string literal: printable ASCII as itself except ``\\``, ``"`` and ``?``
+    (no trigraph can form), every other byte (newlines, UTF-8) as an octal escape."""
+    out = []
+    for byte in text.encode("utf-8"):
+        ch = chr(byte)
+        out.append("\\" + ch if ch in '\\"?' else ch if 32 <= byte < 127 else f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def comment(text) -> str:
+    """``text`` for inside a ``/* */`` comment: printable ASCII without ``\\`` and ``?``, and no
+    ``*/`` or ``/*`` (export.comment_text's rule)."""
+    from gemmtune.export import comment_text
+
+    return comment_text(text)
+
+
+class _Emitter:
+    def __init__(self):
+        self.configs: dict[tuple, int] = {}
+        self.config_lines: list[str] = []
+
+    def config(self, config) -> int:
+        family = FAMILIES[config.kernel]
+        names = parameters(family)
+        if set(config.params) != set(names):
+            raise GemmtuneError(f"cannot export a configuration of {config.kernel} with parameters "
+                                f"{sorted(config.params)}: the family's are {sorted(names)}")
+        values = tuple(int(config.params[name]) for name in names)
+        key = (config.kernel, values)
+        if key not in self.configs:
+            index = self.configs[key] = len(self.configs)
+            self.config_lines.append(f"static const int gt_values_{index}[] = {{{', '.join(map(str, values))}}};")
+        return self.configs[key]
+
+
+def _families() -> tuple[list[str], dict[str, int]]:
+    lines, order = [], {}
+    rows = []
+    for i, (name, family) in enumerate(FAMILIES.items()):
+        if name not in KINDS:
+            raise GemmtuneError(f"family {name} has no C plan in gemmtune_impl.c")
+        order[name] = i
+        source = load_kernel_source(family.source_file).splitlines(keepends=True)
+        lines.append(f"static const char *const gt_source_{i}[] = {{")
+        lines += [f"  {c_string(line)}," for line in source]
+        lines.append("};")
+        params = parameters(family)
+        lines.append(f"static const char *const gt_params_{i}[] = {{{', '.join(c_string(p) for p in params)}}};")
+        lines.append(f"static const int gt_defaults_{i}[] = {{{', '.join(str(family.defaults[p]) for p in params)}}};")
+        tile = ", ".join(c_string(p) for p in family.tile_params)
+        rows.append(f"  {{{c_string(name)}, {KINDS[name]}, {int(family.takes_views)}, gt_source_{i}, {len(source)}, "
+                    f"{len(params)}, gt_params_{i}, gt_defaults_{i}, {{{tile}}}}},")
+    return [*lines, "static const gt_family gt_families[] = {", *rows, "};"], order
+
+
+def _defaults(emit: _Emitter, found_of, views_of) -> list[list[int]]:
+    """[precision][class] -> configuration index (-1: none)."""
+    table = []
+    for prec in PRECISIONS.values():
+        row = []
+        for cls in CLASSES:
+            try:
+                row.append(emit.config(views_of(prec, cls)) if views_of else emit.config(found_of(prec, cls)))
+            except GemmtuneError:   # a precision the device cannot do, nothing valid there
+                row.append(-1)
+        table.append(row)
+    return table
+
+
+def _brace(table) -> str:
+    return "{" + ", ".join(_brace(x) if isinstance(x, (list, tuple)) else str(x) for x in table) + "}"
+
+
+def generate(entries: list[dict], devices: dict[str, DeviceInfo | None], database: str) -> dict[str, str]:
+    """The library's files by name. ``entries``: ``export.best_entries`` of the results;
+    ``devices``: the stored description of each device key (None where there is none)."""
+    from gemmtune import __version__
+    from gemmtune.tuned import shipped_config
+
+    for cls, shape in EXAMPLES.items():
+        assert shape_class(*shape) == cls, (cls, shape)
+    emit = _Emitter()
+    family_lines, family_index = _families()
+    # Devices by name: keys that differ in the driver version alone are one device here.
+    names: dict[str, dict] = {}
+    for e in entries:
+        info = devices.get(e["device"])
+        device = names.setdefault(e["device_name"], {"info": None, "rows": {}})
+        device["info"] = device["info"] or info
+        config = shipped_config(e["kernel"], e["params"])
+        prec = PRECISIONS[e["precision"]]
+        if config is None or (info is not None and FAMILIES[config.kernel].broken(config.params, info, prec)):
+            continue
+        key = (e["m"], e["n"], e["k"], e["ops"])
+        best = device["rows"].setdefault(e["precision"], {})
+        if key not in best or e["gflops"] > best[key][1]:
+            best[key] = (config, e["gflops"])
+    tuned_lines, device_lines = [], []
+    for name, device in sorted(names.items()):
+        spans = []
+        for code in PRECISIONS:
+            rows = sorted(device["rows"].get(code, {}).items(), key=lambda item: -item[1][1])  # best first
+            first = len(tuned_lines)
+            for (m, n, k, ops), (config, _) in rows:
+                tuned_lines.append(f"  {{{m}, {n}, {k}, '{ops[0]}', '{ops[1]}', {emit.config(config)}}},")
+            spans.append((first, len(tuned_lines)))
+        info = device["info"]
+        if info is None:
+            defaults = views = [[-1] * len(CLASSES) for _ in PRECISIONS]
+        else:
+            defaults = _defaults(emit, lambda prec, cls: default_config(info, prec, EXAMPLES[cls]), None)
+            views = _defaults(emit, None, lambda prec, cls: default_config(info, prec, EXAMPLES[cls], views=True))
+        device_lines.append(f"  /* {comment(name)} */")
+        device_lines.append(f"  {{{c_string(name)}, {_brace(spans)}, {_brace(defaults)}, {_brace(views)}}},")
+    type_defaults, type_views = [], []
+    for device_type in DEVICE_TYPES:
+        found = {code: shipped_defaults(TYPE_TABLES[device_type], prec) for code, prec in PRECISIONS.items()}
+
+        def views_entry(prec, cls, found=found):
+            config = class_entry(found[prec.code], cls)
+            return config if FAMILIES[config.kernel].takes_views else class_entry(found[prec.code], "views")
+
+        type_defaults.append(_defaults(emit, lambda prec, cls, found=found: class_entry(found[prec.code], cls), None))
+        type_views.append(_defaults(emit, None, views_entry))
+    configs = sorted(emit.configs.items(), key=lambda item: item[1])
+    defines = [f"#define GT_VERSION {c_string(__version__)}",
+               f"#define GT_NCLASSES {len(CLASSES)}",
+               *(f"#define GT_CLASS_{cls.upper()} {i}" for i, cls in enumerate(CLASSES)),
+               f"#define GT_TINY_VOLUME {TINY_VOLUME}.0", f"#define GT_SMALL_VOLUME {SMALL_VOLUME}.0",
+               f"#define GT_MEDIUM_VOLUME {MEDIUM_VOLUME}.0", f"#define GT_SKINNY {SKINNY}",
+               f"#define GT_LONG_K {LONG_K}", f"#define GT_OTHER_OPS {OTHER_OPS!r}",
+               f"#define GT_BUILD_OPTIONS {c_string(' '.join(BUILD_OPTIONS))}",
+               f"#define GT_COPY_PER_ITEM {COPY_PER_ITEM}", f"#define GT_PACK_WG {cpu.PACK_WG}",
+               f"#define GT_DIRECT_PARTS_BYTES {direct.PARTS_BYTES}LL",
+               f"#define GT_THIN_PARTS_BYTES {thin.PARTS_BYTES}LL", f"#define GT_RESIDENT_GROUPS {thin.RESIDENT_GROUPS}",
+               f"#define GT_SHORTEST_PART {thin.SHORTEST_PART}", f"#define GT_SUM_GROUP {thin.SUM_GROUP}",
+               f"#define GT_IDLE_WORTH_SHARING {IDLE_WORTH_SHARING!r}", f"#define GT_INDEX_LIMIT {INDEX_LIMIT}LL",
+               f"#define GT_NCOPY_TILES {len(COPY_TILES)}", f"#define GT_NFAMILIES {len(FAMILIES)}",
+               f"#define GT_NDEVICES {len(device_lines) // 2}"]
+    data = [
+        *family_lines,
+        f"static const int gt_copy_tiles[][2] = {_brace(COPY_TILES)};",
+        *emit.config_lines,
+        "static const gt_config gt_configs[] = {",
+        *(f"  {{{family_index[kernel]}, gt_values_{i}}},  /* {kernel} */" for (kernel, _), i in configs),
+        "};",
+        "/* the tuned problems of each device and precision, best first (tuned.py's order for ties) */",
+        "static const gt_tuned gt_tuned_rows[] = {", *tuned_lines, "  {0, 0, 0, 'N', 'N', -1}  /* end */", "};",
+        "static const gt_device gt_devices[] = {", *device_lines,
+        f"  {{\"\", {{{{0, 0}}}}, {{{{-1}}}}, {{{{-1}}}}}}  /* end */", "};",
+        f"/* the defaults of a device not described here, by type ({', '.join(DEVICE_TYPES)}), precision and class */",
+        f"static const int gt_type_defaults[3][4][GT_NCLASSES] = {_brace(type_defaults)};",
+        f"static const int gt_type_views[3][4][GT_NCLASSES] = {_brace(type_views)};",
+    ]
+    impl = template("gemmtune_impl.c")
+    if "/* @DATA@ */" not in impl:
+        raise GemmtuneError("gemmtune_impl.c lacks its data marker")
+    head, tail = impl.split("/* @DATA@ */")
+    what = (f"/* gemmtune {comment(__version__)}: exported from {comment(database)} by gemmtune export --format c.\n"
+            f" * Devices: {comment(', '.join(sorted(names)) or 'none tuned')}. */\n")
+    source = what + "\n".join(defines) + "\n" + head + "\n".join(data) + "\n" + tail
+    return {"gemmtune.h": template("gemmtune.h"), "gemmtune.c": source, "CMakeLists.txt": template("CMakeLists.txt")}
+
+
+def check_directory(directory: str | Path) -> None:
+    """Refuse, before any work, a ``directory`` that is something else, or whose library files
+    ``write_file`` could not replace."""
+    from gemmtune.output import writable
+
+    directory = Path(directory)
+    if directory.is_symlink():
+        raise GemmtuneError(f"cannot write into {directory}: it is a symbolic link, and gemmtune writes no file "
+                            "through a link: name the directory itself")
+    if directory.exists() and not directory.is_dir():
+        raise GemmtuneError(f"{directory} is not a directory: export --format c writes its files into one")
+    for name in FILES:
+        writable(directory / name)
+
+
+def write(library: dict[str, str], directory: str | Path) -> None:
+    """Write the library's files into ``directory`` (made if missing), each whole or not at all."""
+    from gemmtune.output import write_file
+
+    check_directory(directory)
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GemmtuneError(f"cannot make directory {directory}: {e.strerror or e}") from None
+    for name in FILES:
+        write_file(directory / name, library[name])

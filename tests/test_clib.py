@@ -1,0 +1,449 @@
+"""gemmtune export --format c: the generated C library, compiled with the system's C compiler
+against the ICD loader and driven through ctypes with pyopencl's context, queue and buffers;
+its plans compared with the families' Python plans; its selection with best_config's."""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pyopencl as cl
+import pytest
+from click.testing import CliRunner
+
+from gemmtune import clib
+from gemmtune.cli import cli
+from gemmtune.db.store import Store
+from gemmtune.defaults import default_config
+from gemmtune.device import open_device
+from gemmtune.export import best_entries
+from gemmtune.families import FAMILIES
+from gemmtune.info import DeviceInfo
+from gemmtune.kernels import build_options, defines
+from gemmtune.launch import CALL_ARGUMENTS, Problem
+from gemmtune.precision import PRECISIONS
+from gemmtune.space import Config, Space, make_config, shipped_families
+from gemmtune.tuned import best_config, clear_cache
+from gemmtune.valid import sample_valid
+from gemmtune.verify import Reference, compare, random_matrix
+
+CC = shutil.which("cc") or shutil.which("gcc")
+pytestmark = pytest.mark.skipif(CC is None, reason="needs a C compiler")
+WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+ROW, COL = 101, 102
+OPS = {"N": 111, "T": 112, "C": 113}
+HERE = Path(__file__).parent
+
+
+# ---------------------------------------------------------------- ctypes view of gemmtune.h
+
+class Arg(C.Structure):
+    _fields_ = [("kind", C.c_int), ("value", C.c_int64)]
+
+
+class Launch(C.Structure):
+    _fields_ = [("kernel", C.c_char * 32), ("gemm", C.c_int), ("dims", C.c_int), ("global_size", C.c_size_t * 3),
+                ("local_size", C.c_size_t * 3), ("nargs", C.c_int), ("args", Arg * 24), ("defines", C.c_char * 256)]
+
+
+class Scratch(C.Structure):
+    _fields_ = [("name", C.c_char * 16), ("nbytes", C.c_size_t), ("rows", C.c_int), ("cols", C.c_int),
+                ("table", C.POINTER(C.c_int))]
+
+
+class Plan(C.Structure):
+    _fields_ = [("family", C.c_char * 16), ("source", C.c_char * 8), ("shape", C.c_int64 * 3), ("nparams", C.c_int),
+                ("param_names", C.c_char_p * 40), ("param_values", C.c_int * 40), ("options", C.c_char * 1024),
+                ("nscratch", C.c_int), ("scratch", Scratch * 5), ("nlaunches", C.c_int), ("launches", Launch * 4)]
+
+
+class Facts(C.Structure):
+    _fields_ = [("max_work_group_size", C.c_size_t), ("max_work_item_sizes", C.c_size_t * 3),
+                ("compute_units", C.c_int64)]
+
+
+class Float2(C.Structure):
+    _fields_ = [("x", C.c_float), ("y", C.c_float)]
+
+
+class Double2(C.Structure):
+    _fields_ = [("x", C.c_double), ("y", C.c_double)]
+
+
+SCALARS = {"s": C.c_float, "d": C.c_double, "c": Float2, "z": Double2}
+
+
+def load(path: Path) -> C.CDLL:
+    lib = C.CDLL(str(path))
+    i64, vp = C.c_int64, C.c_void_p
+    for code, scalar in SCALARS.items():
+        f = getattr(lib, f"gemmtune_{code}gemm")
+        f.argtypes = [vp, vp, C.c_int, C.c_int, C.c_int, i64, i64, i64, scalar, vp, i64, i64, vp, i64, i64, scalar,
+                      vp, i64, i64, C.POINTER(vp)]
+    lib.gemmtune_create.argtypes = [vp, vp, C.POINTER(vp)]
+    lib.gemmtune_release.argtypes = [vp]
+    lib.gemmtune_last_error.argtypes = [vp]
+    lib.gemmtune_last_error.restype = C.c_char_p
+    lib.gemmtune_status_message.restype = C.c_char_p
+    lib.gemmtune_plan.argtypes = [vp, C.c_char, C.c_int, C.c_int, i64, i64, i64, i64, i64, i64, C.c_int,
+                                  C.POINTER(Plan)]
+    lib.gemmtune_plan_config.argtypes = [C.c_char_p, C.c_int, C.POINTER(C.c_char_p), C.POINTER(C.c_int),
+                                         C.POINTER(Facts), C.c_char, C.c_int, C.c_int, i64, i64, i64, i64, i64, i64,
+                                         C.c_int, C.POINTER(Plan)]
+    lib.gemmtune_plan_release.argtypes = [C.POINTER(Plan)]
+    return lib
+
+
+def compile_library(directory: Path) -> Path:
+    out = directory / "libgemmtune.so"
+    subprocess.run([CC, *WARNINGS, "-O2", "-fPIC", "-shared", str(directory / "gemmtune.c"), "-o", str(out),
+                    "-lOpenCL", "-lm"], check=True, capture_output=True, text=True)
+    return out
+
+
+# ---------------------------------------------------------------- what the library is made from
+
+def cfg(kernel: str, **params) -> Config:
+    return make_config(shipped_families(), kernel, params)
+
+
+RT = dict(MWG=8, NWG=8, KWG=4, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=0, PADL=0, UNROLL=1, BKFAST=0, WARPM=0,
+          STAGE=1, MMA=0, BANDM=0, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=1)
+# Per family (column-major problems): a configuration with every pass its plan can have (packing,
+# padding and transposes, K cut into parts and summed, stream-K's pieces and fixup)
+CASES = [
+    ("s", (37, 29, 41, "N", "T"), cfg("xgemm_cpu", VW=8, MV=1, NR=4, KU=2, NB=1, KC=0, WGS=1, ORDER=1, PACKA=1,
+                                       PACKB=1)),
+    ("c", (13, 11, 9, "C", "N"), cfg("xgemm_cpu", VW=8, MV=1, NR=2, KU=1, NB=1, KC=0, WGS=2, ORDER=0, PACKA=1,
+                                      PACKB=0)),
+    ("z", (17, 13, 40, "T", "C"), cfg("xgemm_direct", MWG=8, NWG=8, KWG=4, MDIMC=4, NDIMC=4, PADL=0, KSPLIT=3)),
+    ("d", (3, 67, 131, "N", "T"), cfg("xgemm_thin", WGS=16, WPT=2, KU=2, RB=2, KSPLIT=4)),
+    ("d", (71, 5, 97, "C", "N"), cfg("xgemm_thin", WGS=8, WPT=1, KU=1, RB=1, KSPLIT=1)),
+    *(("c", (19, 21, 17, ta, tb), cfg("xgemm_k5", TSM=8, TSN=8, TSK=4, WPTN=2, PAD=1, TRANSPOSEX=8, TRANSPOSEY=8,
+                                        TRANSPOSEW=1)) for ta in "NTC" for tb in "NTC"),
+    ("s", (23, 19, 29, "T", "N"), cfg("xgemm_rt", **{**RT, "BKFAST": 1})),
+]
+STREAM_K = cfg("xgemm_rt", **{**RT, "STREAMK": 1})
+DEVICES = (0, 1)
+
+
+def stream_k_case(info: DeviceInfo) -> tuple:
+    """A d problem whose plan on this device cuts its last tiles into pieces summed by xgemm_fixup."""
+    for n in range(9, 200, 8):
+        problem = Problem(21, n, 37, "N", "C")
+        plan = FAMILIES["xgemm_rt"].plan(STREAM_K.params, PRECISIONS["d"], problem, info, info.compute_units)
+        if any(launch.kernel == "xgemm_fixup" for launch in plan.launches):
+            return "d", (21, n, 37, "N", "C"), STREAM_K
+    raise AssertionError("no problem splits on this device")
+
+
+class Opened:
+    def __init__(self, index: int):
+        self.info, self.device = open_device(index)
+        self.context = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.context)
+
+
+def add_row(store: Store, info: DeviceInfo, prec: str, problem, config: Config, gflops: float) -> None:
+    m, n, k, ta, tb = problem
+    store.add(study="clib", trial=0, device=info.key, device_name=info.name, precision=prec, m=m, n=n, k=k,
+              trans_a=ta, trans_b=tb, kernel=config.kernel, params=dict(config.params), status="ok", gflops=gflops,
+              time_ms=1.0, kernel_time_ms=0.9, ci_low_ms=0.95, ci_high_ms=1.05, min_ms=0.9, repeats=3,
+              samples_ms=[1.0, 1.0, 1.0], compile_s=0.1, trial_s=0.5, baseline=False)
+
+
+@pytest.fixture(scope="module")
+def opened():
+    return {index: Opened(index) for index in DEVICES}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, opened):
+    """The results database (CASES tuned on device 0, one s problem on device 1, both described),
+    the library exported from it by the command line, and the library compiled."""
+    where = tmp_path_factory.mktemp("clib")
+    db = f"sqlite:///{where / 'results.db'}"
+    store = Store(db)
+    try:
+        zero = opened[0].info
+        for index in DEVICES:
+            store.save_device(opened[index].info)
+        for i, (prec, problem, config) in enumerate([*CASES, stream_k_case(zero)]):
+            assert FAMILIES[config.kernel].broken(config.params, zero, PRECISIONS[prec]) is None, config
+            add_row(store, zero, prec, problem, config, 100.0 + i)
+        # a worse row of the first problem, which is not the one chosen
+        add_row(store, zero, CASES[0][0], CASES[0][1], cfg("xgemm_cpu"), 1.0)
+        # Intel's runtime: one s problem tuned (the nearest of every other), d, c and z not at all
+        one = opened[1].info
+        add_row(store, one, "s", (64, 64, 64, "N", "N"), default_config(one, PRECISIONS["s"], (64, 64, 64)), 50.0)
+    finally:
+        store.close()
+    out = where / "lib"
+    result = CliRunner().invoke(cli, ["export", "--db", db, "--format", "c", "-o", str(out)])
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return db, out, load(compile_library(out))
+
+
+@pytest.fixture(scope="module")
+def handles(built, opened):
+    _, _, lib = built
+    made = {}
+    for index, dev in opened.items():
+        handle = C.c_void_p()
+        assert lib.gemmtune_create(dev.context.int_ptr, dev.device.int_ptr, C.byref(handle)) == 0
+        made[index] = handle
+    yield made
+    for handle in made.values():
+        assert lib.gemmtune_release(handle) == 0
+
+
+# ---------------------------------------------------------------- calls
+
+def scalar(prec: str, value: complex):
+    return SCALARS[prec](value.real, value.imag) if prec in "cz" else SCALARS[prec](value.real)
+
+
+class Operand:
+    """A matrix (its numpy value) stored in a device buffer as BLAS stores it: at ``offset``, its
+    rows (column-major) or columns (row-major) ``ld`` apart, the rest of the buffer random."""
+
+    def __init__(self, ctx, prec, value: np.ndarray, layout: int, offset: int, extra: int, rng):
+        rows, cols = value.shape
+        self.ld = max(1, rows if layout == COL else cols) + extra   # BLAS: at least 1
+        self.offset, self.layout, self.shape = offset, layout, value.shape
+        lines = cols if layout == COL else rows
+        self.host = random_matrix(PRECISIONS[prec], (offset + self.ld * max(lines, 1),), rng)
+        self.view()[...] = value
+        self.buffer = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=self.host)
+
+    def view(self, host=None):
+        host = self.host if host is None else host
+        rows, cols = self.shape
+        lines, length = (cols, rows) if self.layout == COL else (rows, cols)
+        block = host[self.offset:self.offset + self.ld * lines].reshape(lines, self.ld)[:, :length]
+        return block.T if self.layout == COL else block
+
+
+def run_case(lib, handle, dev: Opened, prec: str, problem, layout: int, offsets=(0, 0, 0), extra=(0, 0, 0),
+             alpha=1.5 - 0.5j, beta=0.0, seed=0):
+    """One call for the column-major ``problem``, in ``layout`` (row-major: the same problem as
+    C^T = op(B)^T op(A)^T); the result checked against numpy and nothing outside C's view written."""
+    m, n, k, ta, tb = problem
+    if layout == ROW:   # the row-major call whose column-major problem this is
+        m, n, ta, tb = n, m, tb, ta
+    p = PRECISIONS[prec]
+    alpha, beta = (alpha, beta) if p.is_complex else (alpha.real, beta.real)
+    rng = np.random.default_rng(seed)
+    a = random_matrix(p, (m, k) if ta == "N" else (k, m), rng)
+    b = random_matrix(p, (k, n) if tb == "N" else (n, k), rng)
+    c = random_matrix(p, (m, n), rng) if beta != 0 else np.full((m, n), p.nan)
+    ops = [Operand(dev.context, prec, x, layout, off, ex, rng) for x, off, ex in zip((a, b, c), offsets, extra)]
+    before = ops[2].host.copy()
+    event = C.c_void_p()
+    status = getattr(lib, f"gemmtune_{prec}gemm")(
+        handle, dev.queue.int_ptr, layout, OPS[ta], OPS[tb], m, n, k, scalar(prec, alpha),
+        ops[0].buffer.int_ptr, ops[0].offset, ops[0].ld, ops[1].buffer.int_ptr, ops[1].offset, ops[1].ld,
+        scalar(prec, beta), ops[2].buffer.int_ptr, ops[2].offset, ops[2].ld, C.byref(event))
+    assert status == 0, (lib.gemmtune_status_message(status), lib.gemmtune_last_error(handle))
+    after = np.empty_like(ops[2].host)
+    cl.enqueue_copy(dev.queue, after, ops[2].buffer)
+    dev.queue.finish()
+    if event.value:
+        cl.Event.from_int_ptr(event.value, retain=False)   # released with the Python object
+    outside = np.ones(after.shape, bool)
+    ops[2].view(outside)[...] = False
+    np.testing.assert_array_equal(after[outside], before[outside])
+    check = compare(ops[2].view(after), Reference.compute(p, a, b, c, alpha, beta, ta, tb), p)
+    assert check.passed, (prec, problem, layout, check)
+
+
+def plan_of(lib, handle, prec: str, problem, views=False) -> tuple[str, dict, str]:
+    m, n, k, ta, tb = problem
+    plan = Plan()
+    lda, ldb = (m if ta == "N" else k), (k if tb == "N" else n)
+    status = lib.gemmtune_plan(handle, prec.encode(), OPS[ta], OPS[tb], m, n, k, lda, ldb, m, int(views),
+                               C.byref(plan))
+    assert status == 0, lib.gemmtune_status_message(status)
+    try:
+        params = {plan.param_names[i].decode(): plan.param_values[i] for i in range(plan.nparams)}
+        return plan.family.decode(), params, plan.source.decode()
+    finally:
+        lib.gemmtune_plan_release(C.byref(plan))
+
+
+@pytest.mark.parametrize("case", range(len(CASES) + 1))
+def test_every_family_computes_what_numpy_does(built, handles, opened, case):
+    """Each tuned case on PoCL, selected as tuned, in both layouts; at views where the family reads
+    them, leading dimensions beyond the rows everywhere, beta 0 (C poisoned) and not."""
+    _, _, lib = built
+    dev = opened[0]
+    prec, problem, config = CASES[case] if case < len(CASES) else stream_k_case(dev.info)
+    assert plan_of(lib, handles[0], prec, problem) == (config.kernel, dict(config.params), "tuned")
+    views = FAMILIES[config.kernel].takes_views
+    offsets = (3, 5, 7) if views else (0, 0, 0)
+    run_case(lib, handles[0], dev, prec, problem, COL, offsets, (2, 0, 3), seed=case)
+    run_case(lib, handles[0], dev, prec, problem, ROW, offsets, (0, 4, 1), beta=0.5 + 2j, seed=case)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("prec, problem", [("s", (1, 37, 23, "N", "N")), ("d", (29, 1, 31, "T", "C")),
+                                           ("c", (31, 7, 1, "C", "T")), ("z", (5, 3, 11, "N", "C"))])
+def test_untuned_problems_take_the_nearest_or_the_default(built, handles, opened, device, prec, problem):
+    """best_config's choice for problems not tuned (the nearest, or the default where nothing of the
+    precision is), M or N of 1
+    and K of 1 among them, with views and without."""
+    db, _, lib = built
+    dev = opened[device]
+    clear_cache()
+    expected = best_config(*problem[:3], prec, device=dev.info, db=db, trans_a=problem[3], trans_b=problem[4])
+    assert plan_of(lib, handles[device], prec, problem) == (expected.kernel, expected.params, expected.source)
+    views = expected.config if FAMILIES[expected.kernel].takes_views else default_config(
+        dev.info, PRECISIONS[prec], problem[:3], views=True)
+    assert plan_of(lib, handles[device], prec, problem, views=True)[:2] == (views.kernel, views.params)
+    run_case(lib, handles[device], dev, prec, problem, ROW, (1, 2, 3), (1, 1, 1), beta=-1 + 0.5j, seed=device)
+    run_case(lib, handles[device], dev, prec, problem, COL, seed=device + 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_k_zero_scales_c_and_m_or_n_zero_does_nothing(built, handles, opened, device):
+    _, _, lib = built
+    dev = opened[device]
+    for prec in "sz":
+        run_case(lib, handles[device], dev, prec, (5, 7, 0, "N", "T"), COL, (2, 0, 1), (0, 0, 2))   # zeros
+        run_case(lib, handles[device], dev, prec, (5, 7, 0, "C", "N"), ROW, (0, 0, 3), beta=2 - 1j)
+    c = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 64)
+    event = C.c_void_p()
+    assert lib.gemmtune_sgemm(handles[device], dev.queue.int_ptr, COL, OPS["N"], OPS["N"], 0, 3, 2, 1.0, None, 0, 1,
+                              None, 0, 2, 0.0, c.int_ptr, 0, 1, C.byref(event)) == 0
+    assert event.value   # a marker, for a caller that waits on it
+    cl.Event.from_int_ptr(event.value, retain=False).wait()
+
+
+def test_bad_arguments_are_statuses(built, handles, opened):
+    _, _, lib = built
+    dev, handle = opened[0], handles[0]
+    buf = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 4 * 100)
+
+    def call(h=handle, layout=COL, ta=OPS["N"], tb=OPS["N"], m=4, n=4, k=4, a=buf, lda=4, b=buf, ldb=4, c=buf,
+             ldc=4, offset=0):
+        return lib.gemmtune_sgemm(h, dev.queue.int_ptr, layout, ta, tb, m, n, k, 1.0, a and a.int_ptr, offset, lda,
+                                  b and b.int_ptr, 0, ldb, 0.0, c and c.int_ptr, 0, ldc, None)
+
+    expected = {-1: call(h=None), -2: call(layout=7), -3: call(ta=0), -4: call(m=-1), -5: call(lda=3),
+                -6: call(a=None)}
+    assert expected == {status: status for status in expected}
+    assert call(ldc=3, layout=ROW) == -5 and call(k=-2) == -4 and call(offset=-1) == -4
+    assert call(k=30, ldb=30) == -6                        # B's 30 x 4 run past the buffer's 100 elements
+    assert call(m=10, n=11, lda=10, ldc=10) == -6          # C runs past its buffer
+    assert call(m=1 << 20, n=1 << 12, lda=1 << 20, ldc=1 << 20, k=1) == -7   # past what an int indexes
+    messages = [lib.gemmtune_status_message(status) for status in range(-13, 1)]
+    assert len(set(messages)) == 14 and lib.gemmtune_status_message(-14) == b"unknown status" not in messages
+    out = C.c_void_p()
+    assert lib.gemmtune_create(None, None, C.byref(out)) == -1 and not out.value
+    assert lib.gemmtune_create(dev.context.int_ptr, dev.device.int_ptr, None) == -13
+    assert lib.gemmtune_release(None) == -1
+    assert lib.gemmtune_last_error(None) == b"no handle"
+
+
+# ---------------------------------------------------------------- the plans, against Python's
+
+def fake(name: str, device_type: str, units: int, group: int, items: tuple) -> DeviceInfo:
+    return DeviceInfo(index=0, platform_index=0, device_index=0, platform="Fake", name=name, vendor="Fake",
+                      type=device_type, opencl_version="OpenCL 3.0", driver_version="1", compute_units=units,
+                      max_clock_mhz=1000, global_mem_bytes=1 << 36, local_mem_bytes=1 << 16,
+                      max_work_group_size=group, max_work_item_sizes=items, double_precision=True)
+
+
+FAKES = (fake("many units", "GPU", 132, 1024, (1024, 1024, 64)), fake("host", "CPU", 2, 4096, (4096, 4096, 4096)),
+         fake("small groups", "OTHER", 3, 64, (64, 64, 64)))
+
+
+def python_plan(config: Config, prec, problem: Problem, dev: DeviceInfo) -> dict:
+    plan = FAMILIES[config.kernel].plan(config.params, prec, problem, dev, dev.compute_units)
+    return {"options": " ".join(build_options(defines(config, prec, problem))),
+            "scratch": [(s.name, 0 if s.table is not None else s.nbytes,
+                         [list(row) for row in s.table] if s.table is not None else None) for s in plan.scratch],
+            "launches": [(l.kernel, l.gemm, list(l.global_size), list(l.local_size), list(l.args),
+                          " ".join(f"{k}={v}" for k, v in l.defines or ())) for l in plan.launches]}
+
+
+def c_plan(lib, config: Config, prec, problem: Problem, dev: DeviceInfo) -> dict | int:
+    names = list(config.params)
+    facts = Facts(dev.max_work_group_size, (C.c_size_t * 3)(*dev.max_work_item_sizes[:3]), dev.compute_units)
+    plan = Plan()
+    status = lib.gemmtune_plan_config(config.kernel.encode(), len(names), (C.c_char_p * len(names))(
+        *(n.encode() for n in names)), (C.c_int * len(names))(*config.params.values()), C.byref(facts),
+        prec.code.encode(), OPS[problem.trans_a], OPS[problem.trans_b], problem.m, problem.n, problem.k, problem.lda,
+        problem.ldb, problem.ldc, int(problem.views), C.byref(plan))
+    if status:
+        return status
+    try:
+        scratch = [plan.scratch[i] for i in range(plan.nscratch)]
+        names = [s.name.decode() for s in scratch]
+
+        def arg(a):
+            return a.value if a.kind == 0 else names[a.value] if a.kind == 1 else CALL_ARGUMENTS[a.value]
+
+        launches = [plan.launches[i] for i in range(plan.nlaunches)]
+        return {"options": plan.options.decode(),
+                "scratch": [(s.name.decode(), 0 if s.table else s.nbytes,
+                             [s.table[r * s.cols:(r + 1) * s.cols] for r in range(s.rows)] if s.table else None)
+                            for s in scratch],
+                "launches": [(l.kernel.decode(), bool(l.gemm), list(l.global_size[:l.dims]),
+                              list(l.local_size[:l.dims]), [arg(a) for a in l.args[:l.nargs]], l.defines.decode())
+                             for l in launches]}
+    finally:
+        lib.gemmtune_plan_release(C.byref(plan))
+
+
+def problems(rng: random.Random, count: int):
+    for _ in range(count):
+        big = rng.random() < 0.3
+        m, n, k = (rng.choice((rng.randint(1, 40), rng.randint(100, 3000) if big else rng.randint(41, 300)))
+                   for _ in range(3))
+        ta, tb = rng.choice("NTC"), rng.choice("NTC")
+        lda = (m if ta == "N" else k) + rng.choice((0, 0, rng.randint(1, 9)))
+        ldb = (k if tb == "N" else n) + rng.choice((0, 0, rng.randint(1, 9)))
+        yield Problem(m, n, k, ta, tb, lda, ldb, m + rng.choice((0, 0, 5)), rng.random() < 0.3)
+
+
+def test_plans_are_pythons(built):
+    """Every family's plan from C (kernels, sizes, arguments, build defines, scratch buffers and
+    tables) is the one Family.plan makes, over valid configurations drawn on three devices (one
+    with 132 compute units, where stream-K cuts tiles) and problems of every op, odd shapes,
+    leading dimensions and views."""
+    *_, lib = built
+    rng = random.Random(7)
+    seen: dict[str, int] = {}
+    space = shipped_families()
+    for dev in FAKES:
+        for prec in PRECISIONS.values():
+            for fs in space.families:
+                for config in sample_valid(Space([fs]), dev, prec, 6, rng):
+                    for problem in problems(rng, 4):
+                        ours = c_plan(lib, config, prec, problem, dev)
+                        if problem.views and not FAMILIES[config.kernel].takes_views:
+                            assert ours == -9   # the padded families read operands from offset 0 only
+                            with pytest.raises(ValueError):
+                                FAMILIES[config.kernel].plan(config.params, prec, problem, dev, dev.compute_units)
+                            continue
+                        assert ours == python_plan(config, prec, problem, dev), (dev.name, prec.code, config, problem)
+                        for launch in ours["launches"]:
+                            seen[launch[0]] = seen.get(launch[0], 0) + 1
+    # every kernel a plan can enqueue was compared
+    assert set(seen) >= {"xgemm", "xgemm_pack_a", "xgemm_pack_b", "xgemm_direct", "xgemm_direct_sum", "xgemm_thin",
+                         "xgemm_thin_sum", "pad_copy", "pad_transpose", "xgemm_fixup"}, seen
+
+
+def test_plan_config_refuses_what_is_not_a_configuration(built):
+    *_, lib = built
+    dev = FAKES[0]
+    good = cfg("xgemm_direct")
+    assert c_plan(lib, Config.of("xgemm_nope", {}), PRECISIONS["s"], Problem(4, 4, 4), dev) == -9
+    assert c_plan(lib, Config.of("xgemm_direct", {**good.params, "NOPE": 1}), PRECISIONS["s"], Problem(4, 4, 4), dev) == -9
+    assert c_plan(lib, good, PRECISIONS["s"], Problem(4, 4, 4, lda=3), dev) == -5
