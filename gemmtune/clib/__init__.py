@@ -243,3 +243,67 @@ def write(library: dict[str, str], directory: str | Path) -> None:
         raise GemmtuneError(f"cannot make directory {directory}: {e.strerror or e}") from None
     for name in FILES:
         write_file(directory / name, library[name])
+
+
+# ---------------------------------------------------------------- docs/kernels.md's launches
+
+LAUNCH_DOCS = ("<!-- launches: written by gemmtune.clib.write_launch_docs from the families' plans; "
+               "tests/test_clib.py checks it -->", "<!-- end of launches -->")
+# Per family: a configuration (changes to the kernel's defaults) and a column-major problem whose
+# plan has every pass the family can enqueue, on a device of 4 compute units and groups of 256.
+LAUNCH_EXAMPLES = {
+    "xgemm_cpu": ({"PACKA": 1, "PACKB": 1, "ORDER": 1}, ("s", 37, 29, 41, "T", "N")),
+    "xgemm_direct": ({"KSPLIT": 2}, ("s", 37, 29, 41, "T", "C")),
+    "xgemm_thin": ({"KSPLIT": 4}, ("s", 3, 67, 300, "N", "T")),
+    "xgemm_k5": ({}, ("s", 37, 29, 41, "T", "T")),
+    "xgemm_rt": ({"STREAMK": 1}, ("s", 61, 29, 41, "N", "N")),
+}
+
+
+def launch_docs() -> str:
+    """Markdown: each family's launches for an example problem, from ``Family.plan`` itself."""
+    from gemmtune.launch import Problem
+    from gemmtune.space import make_config, shipped_families
+
+    dev = DeviceInfo(index=0, platform_index=0, device_index=0, platform="example", name="example", vendor="example",
+                     type="GPU", opencl_version="OpenCL 3.0", driver_version="1", compute_units=4, max_clock_mhz=1000,
+                     global_mem_bytes=1 << 32, local_mem_bytes=1 << 16, max_work_group_size=256,
+                     max_work_item_sizes=(256, 256, 64), double_precision=True)
+    out = [LAUNCH_DOCS[0], "",
+           "What each family enqueues for one problem, as `Family.plan` makes it (and the exported C library's "
+           "`gemmtune_plan` returns it for any problem): in order, each kernel with its program (*own*: the "
+           "configuration's build; else a build of the family's source with these defines alone, shared by every "
+           "configuration that has them), global and local size, and arguments (`int` values, the call's "
+           "operands, offsets and scalars, and scratch buffers). Shown for s on a device of 4 compute units and "
+           "work-groups of up to 256; every size and argument follows the problem.", ""]
+    for name, (changes, (code, m, n, k, ta, tb)) in LAUNCH_EXAMPLES.items():
+        config = make_config(shipped_families(), name, changes)
+        prec = PRECISIONS[code]
+        problem = Problem(m, n, k, ta, tb)
+        plan = FAMILIES[name].plan(config.params, prec, problem, dev, dev.compute_units)
+        out += [f"### `{name}`", "",
+                f"{', '.join(f'{key}={value}' for key, value in config.items)}; C ({m} x {n}) ← "
+                f"op(A) · op(B) with K = {k}, op(A) = {ta}, op(B) = {tb}, packed leading dimensions.", "",
+                "| kernel | program | global | local | arguments |", "|---|---|---|---|---|"]
+        for launch in plan.launches:
+            program = " ".join(f"{d}={v}" for d, v in launch.defines) if launch.defines else "*own*"
+            out.append(f"| `{launch.kernel}` | {program} | {' x '.join(map(str, launch.global_size))} | "
+                       f"{' x '.join(map(str, launch.local_size))} | {', '.join(map(str, launch.args))} |")
+        scratch = ", ".join(f"{s.name} ({len(s.table)} x 4 ints)" if s.table is not None
+                            else f"{s.name} ({s.nbytes} bytes)" for s in plan.scratch)
+        out += ["", f"Scratch buffers: {scratch or 'none'}.", ""]
+    return "\n".join([*out, LAUNCH_DOCS[1]]) + "\n"
+
+
+def write_launch_docs(path: str | Path) -> None:
+    """Put ``launch_docs()`` into the markdown file at ``path``, in place of what stands between
+    its markers (at the end where it has none)."""
+    from gemmtune.output import write_file
+
+    text = Path(path).read_text(encoding="utf-8")
+    start, end = text.find(LAUNCH_DOCS[0]), text.find(LAUNCH_DOCS[1])
+    if start < 0 or end < 0:
+        text = text.rstrip("\n") + "\n\n## Host launches, generated\n\n" + launch_docs()
+    else:
+        text = text[:start] + launch_docs() + text[end + len(LAUNCH_DOCS[1]) + 1:]
+    write_file(path, text)
