@@ -360,9 +360,8 @@ def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None,
 
     from gemmtune import clblast as clblast_lib
     from gemmtune.compute import get_device
-
+    from gemmtune.db.store import database_url, probe
     from gemmtune.inputs import check_problem
-    from gemmtune.store import database_url, probe
 
     if clblast is not None and "clblast" not in baselines:
         raise GemmtuneError(f"--clblast {clblast} names CLBlast's library, but the baselines do not include clblast")

@@ -42,7 +42,7 @@ from gemmtune.output import write_file
 from gemmtune.precision import PRECISIONS
 from gemmtune.space import shipped_families
 from gemmtune.tuned import shipped_config
-from gemmtune.urls import shown
+from gemmtune.db.urls import shown
 
 # defaults.toml's tables besides OTHER, each with what selects it in the header: the device type
 # the includer defines and, for a CPU, the vectors its compiler targets (as

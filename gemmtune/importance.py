@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from gemmtune.db.urls import db_error, shown
 from gemmtune.errors import GemmtuneError
-from gemmtune.urls import db_error, shown
 
 
 def _completed_trials(url: str, study: str):
@@ -23,7 +23,7 @@ def _completed_trials(url: str, study: str):
     import optuna
     from optuna.exceptions import StorageInternalError
 
-    from gemmtune.connect import read_only_url
+    from gemmtune.db.connect import read_only_url
 
     complete = optuna.trial.TrialState.COMPLETE
     readable = read_only_url(url)

@@ -26,18 +26,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyopencl as cl
 
+from gemmtune.db.connect import writing
+from gemmtune.db.store import Store, database_url, probe
+from gemmtune.db.urls import shown
 from gemmtune.device import open_device
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
 from gemmtune.kernels import BUILD_OPTIONS
-from gemmtune.model import BANDWIDTH, nominal_peaks
+from gemmtune.models.analytic import BANDWIDTH, nominal_peaks
 from gemmtune.precision import PRECISIONS, Precision, get_precision
 from gemmtune.resources import load_kernel_source
 from gemmtune.space import require_precision
-from gemmtune.connect import writing
-from gemmtune.store import Store, database_url, probe
 from gemmtune.timing import TimingPolicy, enough
-from gemmtune.urls import shown
 
 CHAINS = 16            # must match the CHAINS the kernel is built with
 LOCAL_SIZE = 256       # work-items per work-group of both kernels (or the device's maximum)

@@ -1,6 +1,6 @@
 """``gemmtune report``: what the searches found, from gemmtune's ``results`` table.
 
-Only the ``results`` table is read with SQL (through ``gemmtune.store``); parameter importances
+Only the ``results`` table is read with SQL (through ``gemmtune.db.store``); parameter importances
 come from Optuna's own API. Each view is a pandas DataFrame with structured cells (``params``
 and ``failed`` are dicts), which ``render`` turns into a table, CSV, JSON or Markdown.
 """
@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from gemmtune.db.store import Store, database_url
+from gemmtune.db.urls import shown
 from gemmtune.errors import GemmtuneError
 from gemmtune.importance import importance_text
 from gemmtune.output import cells
-from gemmtune.store import Store, database_url
-from gemmtune.urls import shown
 from gemmtune.timing import is_tie
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -50,7 +50,9 @@ class Filters:
         if self.device is not None:
             spec = str(self.device).strip()
             if _DEVICE_SPEC.fullmatch(spec):
-                from gemmtune.device import resolve_device  # OpenCL only for a device of this machine
+                from gemmtune.device import (
+                    resolve_device,  # OpenCL only for a device of this machine
+                )
 
                 keep &= rows.device == resolve_device(spec).key
             else:
@@ -73,12 +75,12 @@ class Results:
     filters: Filters
     peaks: dict = field(default_factory=dict)     # device key -> measured peaks (Store.latest_peaks)
     devices: dict = field(default_factory=dict)   # device key -> DeviceInfo stored by search or peak
-    skipped: Counter = field(default_factory=Counter)   # why rows were left out (gemmtune.rows) -> count
+    skipped: Counter = field(default_factory=Counter)   # why rows were left out (gemmtune.db.rows) -> count
     stored_skipped: Counter = field(default_factory=Counter)   # the same of devices and peaks rows (Store.skipped)
 
     def skipped_note(self) -> str | None:
         """A line for each table saying how many rows were skipped and why; None when none were."""
-        from gemmtune.rows import Screened, skipped_note
+        from gemmtune.db.rows import Screened, skipped_note
 
         lines = [line for line in (Screened(self.rows, self.skipped).note(), skipped_note(self.stored_skipped)) if line]
         return "\n".join(lines) or None
@@ -99,7 +101,7 @@ class Results:
 def load(db: str | None = None, filters: Filters = Filters()) -> Results:
     """Read the ``results`` table without creating or changing anything; GemmtuneError when
     the database cannot be opened or read."""
-    from gemmtune.rows import screen
+    from gemmtune.db.rows import screen
 
     store = Store(database_url(db), create=False)
     try:
@@ -214,7 +216,9 @@ def describe_device(found: Results, key: str):
     if found.devices.get(key) is not None:
         return found.devices[key]
     try:
-        from gemmtune.device import list_devices  # OpenCL only for a device this database never described
+        from gemmtune.device import (
+            list_devices,  # OpenCL only for a device this database never described
+        )
 
         return next((d for d in list_devices() if d.key == key), None)
     except GemmtuneError:
@@ -226,10 +230,10 @@ def add_model(frame: pd.DataFrame, found: Results) -> tuple[pd.DataFrame, list[s
     configuration and ``model_spearman``, the rank correlation of predicted and measured time
     over all correct configurations of the row's device, precision and shape; and a sentence for
     each device the model cannot be applied to (no description of it anywhere)."""
+    from gemmtune.db.rows import config_of
     from gemmtune.families import FAMILIES
-    from gemmtune.model import predict, spearman
+    from gemmtune.models.analytic import predict, spearman
     from gemmtune.precision import get_precision
-    from gemmtune.rows import config_of
 
     notes, devices, correlation = [], {}, {}
     for key in frame.device.unique():

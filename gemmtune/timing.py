@@ -75,7 +75,7 @@ def enough(samples, spent_s: float, policy: TimingPolicy) -> bool:
 @dataclass(frozen=True)
 class Timing:
     """Samples of one configuration, in milliseconds: per call as a caller pays (see
-    gemmtune.worker), and the device time of its GEMM kernels (no passes) and of the whole operation."""
+    gemmtune.execution.timing_worker), and the device time of its GEMM kernels (no passes) and of the whole operation."""
 
     samples_ms: tuple[float, ...]
     kernel_ms: tuple[float, ...]

@@ -29,13 +29,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from gemmtune.db.urls import DEFAULT_DB, DEFAULT_DB_FILE, database_url
 from gemmtune.defaults import default_config
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config, Space, require_precision, shipped_families
-from gemmtune.urls import DEFAULT_DB, DEFAULT_DB_FILE, database_url
 
 SOURCES = ("tuned", "nearest", "default")
 
@@ -82,7 +82,7 @@ def shipped_config(kernel: str, params: dict, space: Space | None = None) -> Con
     parameter names of the family's source in ``space``, default the shipped one), else None.
     Parameters added to the kernel after the row was written take their defaults
     (``FamilySpace.complete``)."""
-    from gemmtune.rows import config_of
+    from gemmtune.db.rows import config_of
 
     config = config_of(kernel, params, space)
     return None if isinstance(config, str) else config
@@ -132,8 +132,8 @@ def tuned_shapes(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
         # Nothing tuned yet, known without loading SQLAlchemy and pandas: a process's first
         # call on a machine that never searched pays neither import (0.2 s on a laptop).
         return []
-    from gemmtune.rows import screen
-    from gemmtune.store import Store
+    from gemmtune.db.rows import screen
+    from gemmtune.db.store import Store
 
     store = Store(url, create=False)
     try:

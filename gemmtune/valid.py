@@ -253,7 +253,7 @@ ASIDE_WAIT_S = 120
 
 def _count_into(valid: ValidConfigs, send, parent: int) -> None:
     """The forked counter: ``_chunk_counts`` sent as (family position, chunk, valid points)."""
-    from gemmtune.runner import die_with_parent
+    from gemmtune.execution.child import die_with_parent
 
     die_with_parent(parent)   # a count takes seconds to minutes: none without the search
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the search's to handle

@@ -102,7 +102,7 @@ def _fresh_tuned_cache():
 def add_result():
     """``add_result(db, **columns)``: append a hand-made row to ``results`` (an ok row of a
     made-up study by default) and return its id."""
-    from gemmtune.store import Store
+    from gemmtune.db.store import Store
 
     def add(db: Path, **columns) -> int:
         row = dict(study="hand-made", trial=0, device="Test | Fancy GPU 9000 | 1.0", device_name="Fancy GPU 9000",

@@ -439,7 +439,7 @@ def test_a_device_that_builds_nothing_stops_the_search_before_any_trial(tmp_path
 
 
 def test_a_pocl_that_cannot_name_the_processor_is_told_what_to_install():
-    from gemmtune.worker import cannot_build
+    from gemmtune.execution.child import cannot_build
 
     log = ("clBuildProgram failed: BUILD_PROGRAM_FAILURE - clBuildProgram failed: BUILD_PROGRAM_FAILURE\n\n"
            "Build on <pyopencl.Device 'pthread-AMD EPYC' on 'Portable Computing Language'>:\n\n"

@@ -1,4 +1,4 @@
-"""Breeding the cost model's best configurations (``gemmtune.evolve``) where a sample of the
+"""Breeding the cost model's best configurations (``gemmtune.models.breeding``) where a sample of the
 space would hold them only by luck: the module alone, and the search's seeds."""
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_replay import gpu, landscape  # noqa: E402
 
-from gemmtune import evolve, learned  # noqa: E402
+from gemmtune.db.store import Store  # noqa: E402
+from gemmtune.models import (
+    breeding,  # noqa: E402
+    learned,
+)
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.space import Config, parse_space  # noqa: E402
-from gemmtune.store import Store  # noqa: E402
 
 VALUES = {"A": list(range(1, 33)), "B": list(range(1, 33)), "C": [0, 1], "D": [5]}
 
@@ -34,13 +37,13 @@ def test_a_mutant_changes_one_to_three_varied_parameters_to_other_values_of_the_
     start = point()
     changed = []
     for _ in range(300):
-        child = evolve.mutant(start, VALUES, rng)
+        child = breeding.mutant(start, VALUES, rng)
         diff = {k for k in VALUES if child.params[k] != start.params[k]}
-        assert 1 <= len(diff) <= evolve.MOST_CHANGED and "D" not in diff   # D has one value: never changed
+        assert 1 <= len(diff) <= breeding.MOST_CHANGED and "D" not in diff   # D has one value: never changed
         assert all(child.params[k] in VALUES[k] for k in VALUES) and child.kernel == "toy"
         changed.append(len(diff))
     assert set(changed) == {1, 2, 3}
-    assert evolve.mutant(start, {"D": [5]}, rng) == start   # nothing to vary
+    assert breeding.mutant(start, {"D": [5]}, rng) == start   # nothing to vary
 
 
 def test_children_are_valid_distinct_and_neither_parents_nor_known():
@@ -48,10 +51,10 @@ def test_children_are_valid_distinct_and_neither_parents_nor_known():
     parents = [point(), point(A=2)]
     known = {point(A=3), point(B=2)}
     valid = lambda c: c.params["A"] + c.params["B"] <= 9   # noqa: E731
-    kids = evolve.children(parents, lambda kernel: VALUES, valid, rng, each=40, known=known.__contains__)
+    kids = breeding.children(parents, lambda kernel: VALUES, valid, rng, each=40, known=known.__contains__)
     assert kids and len(kids) == len(set(kids)) and len(kids) <= 80
     assert all(valid(c) and c not in parents and c not in known for c in kids)
-    assert not evolve.children(parents, lambda kernel: VALUES, lambda c: False, rng)
+    assert not breeding.children(parents, lambda kernel: VALUES, lambda c: False, rng)
 
 
 def test_breeding_climbs_from_a_poor_sample_to_the_models_best():
@@ -60,12 +63,12 @@ def test_breeding_climbs_from_a_poor_sample_to_the_models_best():
     poor = [c for c in every if c.params["A"] <= 3]   # far from the hill's top, which is A 7
     sample = rng.sample(poor, 10)
     scored = dict(zip(sample, toy_score(sample)))
-    bred = evolve.evolve(toy_score, scored, lambda kernel: VALUES, lambda c: True, rng)
+    bred = breeding.evolve(toy_score, scored, lambda kernel: VALUES, lambda c: True, rng)
     assert point(A=7, B=3, C=1) in bred and bred[point(A=7, B=3, C=1)] == 0.0
     assert not set(bred) & set(sample)
     assert all(bred[c] == toy_score([c])[0] for c in bred)
     # One small generation from the same sample does not get there: the rounds do the climbing.
-    once = evolve.evolve(toy_score, scored, lambda kernel: VALUES, lambda c: True, random.Random(2), rounds=1, each=2)
+    once = breeding.evolve(toy_score, scored, lambda kernel: VALUES, lambda c: True, random.Random(2), rounds=1, each=2)
     assert len(once) <= 20 and max(once.values()) < 0
 
 
@@ -117,7 +120,7 @@ def test_a_searchs_seeds_are_bred_where_the_space_is_larger_than_the_sample(tmp_
         first, parents = seeds(seed)
         assert first[0] == best
         # The bred sample's best, best first, go to the strategy: its first ranking breeds on from them.
-        assert parents[0] == best and len(parents) == min(evolve.PARENTS, len(set(parents)))
+        assert parents[0] == best and len(parents) == min(breeding.PARENTS, len(set(parents)))
         scores = fitted.score(parents, problem)
         assert list(scores) == sorted(scores, reverse=True)
     monkeypatch.setattr(lane, "evolve", lambda *args: {})   # unbred: the model's pick is the sample's best

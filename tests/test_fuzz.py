@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_foundation import TINY_SPACE  # noqa: E402
 
 from gemmtune.cli import cli  # noqa: E402
-from gemmtune.store import Store  # noqa: E402
+from gemmtune.db.store import Store  # noqa: E402
 
 FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

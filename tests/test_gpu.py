@@ -223,12 +223,12 @@ def helpers_round_trip(device_index, queue, config, code: str, problem) -> None:
     binaries of the programs its plan builds apart; a trial from them verifies against numpy."""
     import pyopencl as cl
 
+    from gemmtune.execution.messages import BuildJob, Job
+    from gemmtune.execution.processes import Compilers
+    from gemmtune.execution.timing_worker import _trial
     from gemmtune.families import FAMILIES
-    from gemmtune.jobs import BuildJob, Job
-    from gemmtune.runner import Compilers
     from gemmtune.space import shipped_families
     from gemmtune.timing import TimingPolicy
-    from gemmtune.worker import _trial
 
     prec = get_precision(code)
     source = shipped_families().family(config.kernel).source

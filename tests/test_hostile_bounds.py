@@ -9,8 +9,8 @@ instead of hanging the suite.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +21,15 @@ import pytest
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
-from gemmtune.space import MAX_POINTS, Config, check_config, load_space, make_config, parse_space, shipped_families
+from gemmtune.space import (
+    MAX_POINTS,
+    Config,
+    check_config,
+    load_space,
+    make_config,
+    parse_space,
+    shipped_families,
+)
 
 HUGE = 2**40
 QUICK_S = 60   # far longer than any of these takes when it works; a hang fails at this
@@ -109,7 +117,7 @@ print("refused")
 
 
 def test_recorded_rows_are_held_to_the_same_ranges():
-    from gemmtune.rows import config_of
+    from gemmtune.db.rows import config_of
 
     _, high = FAMILIES["xgemm_cpu"].value_range("KC")
     assert isinstance(config_of("xgemm_cpu", json.dumps({"KC": high})), Config)
@@ -215,9 +223,9 @@ def test_no_child_outlives_a_search_killed_outright(tmp_path):
 # ---------------------------------------------------------------- compiler processes
 
 def test_jobs_beyond_the_cores_are_refused_before_any_process_starts(tmp_path):
+    from gemmtune.execution.processes import Compilers
     from gemmtune.info import host_cores
     from gemmtune.inputs import check_jobs
-    from gemmtune.runner import Compilers
     from gemmtune.search import SearchRequest, run_search
 
     most = host_cores()
@@ -233,7 +241,7 @@ def test_jobs_beyond_the_cores_are_refused_before_any_process_starts(tmp_path):
         run_search(SearchRequest(device="0", precision="s", m=24, n=24, k=24, trials=1, jobs=1000,
                                  db=f"sqlite:///{tmp_path / 'api.db'}"))
     assert descendants(os.getpid()) == before
-    from gemmtune.replay import replay
+    from gemmtune.search.replay import replay
 
     with pytest.raises(GemmtuneError, match=f"--jobs must be from 0 to {most}"):
         replay(None, jobs=1000)   # refused before the landscape is read

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import os
+import random
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +23,14 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
-from helpers_foundation import DTYPES, SMALL_SPACE, make_device, numpy_product, uniform, worst_case_tolerance  # noqa: E402
+from helpers_foundation import (  # noqa: E402
+    DTYPES,
+    SMALL_SPACE,
+    make_device,
+    numpy_product,
+    uniform,
+    worst_case_tolerance,
+)
 
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.info import DeviceInfo  # noqa: E402
@@ -98,8 +105,8 @@ def test_disagreeing_fp64_reports_are_settled_by_a_build(monkeypatch):
 
 @pytest.mark.parametrize("kind", ["CPU", "GPU"])
 def test_model_space_seeds_and_defaults_on_a_device_reporting_zeros(kind, tmp_path):
-    from gemmtune import learned, model
     from gemmtune.defaults import default_config
+    from gemmtune.models import analytic, learned
     from gemmtune.peak import PeakSizes
     from gemmtune.space import load_space
     from gemmtune.valid import ValidConfigs
@@ -116,11 +123,11 @@ def test_model_space_seeds_and_defaults_on_a_device_reporting_zeros(kind, tmp_pa
         # search the whole shipped space)
         defaults = [default_config(dev, prec, (100, 90, 80))] if kind == "CPU" else []
         for config in (*defaults, *valid[:20]):
-            p = model.predict(config, dev, prec, 100, 90, 80)
+            p = analytic.predict(config, dev, prec, 100, 90, 80)
             assert math.isfinite(p.time_s) and p.time_s > 0 and p.gflops > 0
         # stored peaks that are no measurement (0, negative) are not used
-        assert model.resolve_peaks(dev, prec, {code: 0.0, "bandwidth": -1.0}) == model.resolve_peaks(dev, prec)
-        assert model.seeds(valid, dev, prec, 100, 90, 80, count=3)
+        assert analytic.resolve_peaks(dev, prec, {code: 0.0, "bandwidth": -1.0}) == analytic.resolve_peaks(dev, prec)
+        assert analytic.seeds(valid, dev, prec, 100, 90, 80, count=3)
         assert learned.seeds(valid, learned.Problem(dev, prec, 100, 90, 80), count=3)
     assert PeakSizes().madd_items(dev) > 0 and PeakSizes().copy_bytes(dev) > 0
 
@@ -158,7 +165,7 @@ def test_report_with_a_stored_description_of_zeros(tmp_path, add_result):
     add_result(db, device=dev.key, device_name=dev.name, kernel="xgemm_cpu",
                params={"VW": 8, "MV": 1, "NR": 4, "KU": 1, "NB": 1, "KC": 0, "WGS": 1, "ORDER": 0,
                        "PACKA": 1, "PACKB": 0})
-    from gemmtune.store import Store
+    from gemmtune.db.store import Store
 
     store = Store(f"sqlite:///{db}")
     store.save_device(dev)

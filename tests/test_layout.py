@@ -1,5 +1,6 @@
-"""The codebase stays one a newcomer can read: small modules and classes, no import cycles,
-Optuna's private names in one adapter, kernel files of readable size, nothing in results/.
+"""The codebase stays one a newcomer can read: packages in layers that import only downwards, no
+import cycles, Optuna's private names in one adapter, nothing in results/; and, as a smell
+detector, modules, classes and kernel files of readable size.
 
 Each check names the offenders, so a failure says what to split or move.
 """
@@ -13,9 +14,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "gemmtune"
+# Sizes past these are a smell: a module or class holding two concepts, to be split along them
+# (not trimmed by a few lines to pass).
 MODULE_LINES = 400
 CLASS_LINES = 150
 KERNEL_LINES = 400
+
+# The layers, top first, as docs/architecture.md draws them: a module imports (at load or
+# inside a function) only modules of its own layer or lower ones. Each entry names a top-level
+# module or package of gemmtune/.
+LAYERS = [
+    ("commands", {"cli", "__main__"}),
+    ("uses", {"search", "report", "report_plot", "importance", "export", "clib", "bench", "clblast", "cublas3m",
+              "peak", "listing", "compute", "complex3m", "operands"}),
+    ("strategies", {"strategies"}),
+    ("models", {"models", "tuned"}),
+    ("services", {"db", "execution", "valid", "optuna_adapter"}),
+    ("core", {"errors", "precision", "launch", "output", "config_text", "resources", "inputs", "info", "icd",
+              "device", "families", "space", "defaults", "timing", "verify", "shapes", "kernels"}),
+]
 
 
 def modules() -> dict[str, Path]:
@@ -38,6 +55,47 @@ def test_no_module_over_400_lines_and_no_class_over_150():
             if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_LINES:
                 long_classes[f"{name}.{node.name}"] = node.end_lineno - node.lineno + 1
     assert not long_modules and not long_classes, (long_modules, long_classes)
+
+
+def _imports_anywhere(path: Path, known: set[str]) -> set[str]:
+    """The package's modules that the module at ``path`` imports, at load or in a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found & known
+
+
+def _layer(name: str) -> int | None:
+    top = name.split(".")[1] if "." in name else None
+    return next((i for i, (_, tops) in enumerate(LAYERS) if top in tops), None)
+
+
+def test_every_module_has_a_layer():
+    assert not [name for name in modules() if name != "gemmtune" and _layer(name) is None]
+
+
+def test_modules_import_only_their_layer_and_those_below():
+    """The root package (``__version__``, the public names) is everyone's to import."""
+    found = modules()
+    upward = sorted(f"{name} -> {target} ({LAYERS[_layer(name)][0]} -> {LAYERS[_layer(target)][0]})"
+                    for name, path in found.items() if name != "gemmtune"
+                    for target in _imports_anywhere(path, set(found) - {"gemmtune"})
+                    if _layer(target) < _layer(name))
+    assert not upward, upward
+
+
+def test_execution_is_the_searchs_alone():
+    """Worker processes are started by the search; what else forks binds its child to its life
+    as they do (``execution.child``), and nothing else of execution is reached from outside."""
+    found = modules()
+    outside = sorted(f"{name} -> {target}" for name, path in found.items()
+                     if not name.startswith(("gemmtune.execution", "gemmtune.search"))
+                     for target in _imports_anywhere(path, set(found))
+                     if target.startswith("gemmtune.execution") and target != "gemmtune.execution.child")
+    assert not outside, outside
 
 
 def _imports_at_load(name: str, path: Path, known: set[str]) -> set[str]:

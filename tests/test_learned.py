@@ -13,11 +13,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_replay import SYNTHETIC, gpu, k5, landscape, recorded_as  # noqa: E402
 
-from gemmtune import evolve, learned, model, replay as rp  # noqa: E402
+from gemmtune.db.store import Store  # noqa: E402
 from gemmtune.defaults import distance  # noqa: E402
-from gemmtune.model import spearman  # noqa: E402
+from gemmtune.models import (
+    analytic,
+    breeding,  # noqa: E402
+    learned,
+)
+from gemmtune.models.analytic import spearman  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
-from gemmtune.store import Store  # noqa: E402
+from gemmtune.search import replay as rp
 from gemmtune.strategies import STRATEGIES  # noqa: E402
 
 
@@ -99,8 +104,8 @@ def test_rows_of_configurations_the_device_rules_out_are_not_trained_on(two_stud
     others keep their targets."""
     from dataclasses import replace
 
+    from gemmtune.db.rows import config_of
     from gemmtune.families import FAMILIES
-    from gemmtune.rows import config_of
 
     rows = Store(two_studies, create=False).frame()
     dev, s = gpu(), get_precision("s")
@@ -167,13 +172,13 @@ def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_mod
     fitted = learned.prior_model(rp.other_studies(land), dev)
     near = [recorded_as(k5(128, 128, 64))]
     alone = learned.seeds(configs, problem, 10, near)
-    assert alone == model.seeds(configs, dev, land.precision, *land.shape, count=10, near=near)
+    assert alone == analytic.seeds(configs, dev, land.precision, *land.shape, count=10, near=near)
     assert len(alone) >= 5 and {c.params["TSK"] for c in alone} == {64}
     monkeypatch.setattr(learned, "LEARNED_FIRST", 0)
     paired = learned.seeds(configs, problem, 10, near, fitted)
     tiling = lambda c: (c.params["TSM"], c.params["TSN"]) if c.params["TSM"] <= c.params["TSN"] else \
         (c.params["TSN"], c.params["TSM"])   # one prediction holds a tiling and its transpose
-    groups = model.tied_groups(configs, dev, land.precision, *land.shape, 10)
+    groups = analytic.tied_groups(configs, dev, land.precision, *land.shape, 10)
     # The best tiling a third time, as the configuration of its prediction farthest from both picks.
     far = max(groups[0], key=lambda c: min(distance(c, paired[0]), distance(c, paired[1])))
     assert paired[2] == far and far not in paired[:2] and tiling(far) == tiling(paired[0])
@@ -342,7 +347,7 @@ def _ranking_strategy(two_studies, monkeypatch, pool):
 def test_the_learned_strategy_proposes_a_rankings_best_in_turn_then_ranks_again(two_studies, monkeypatch):
     """One ranking (a draw, its features, a prediction) serves BATCH proposals, best first by
     predicted speed plus spread; one measured meanwhile is skipped; then the next ranking, whose
-    pool holds the last one's best and their children (``gemmtune.evolve``)."""
+    pool holds the last one's best and their children (``gemmtune.models.breeding``)."""
     from gemmtune.strategies import learned as strategy_module
 
     strategy, land, fitted, problem = _ranking_strategy(two_studies, monkeypatch, 12)
@@ -357,7 +362,7 @@ def test_the_learned_strategy_proposes_a_rankings_best_in_turn_then_ranks_again(
     rest = [strategy.propose(drawn) for _ in range(strategy_module.BATCH - 4)]
     assert skipped not in rest and drawn.draws == 1 and len(set(first + rest)) == strategy_module.BATCH - 1
     elite = strategy._elite
-    assert drawn.parents == [[]] and len(elite) == min(evolve.PARENTS, strategy_module.POOL)
+    assert drawn.parents == [[]] and len(elite) == min(breeding.PARENTS, strategy_module.POOL)
     assert elite[:len(first)] == first and skipped in elite[:strategy_module.BATCH]
     drawn.measured |= set(first + rest)   # what a search proposed is measured, or in flight
     scored = []

@@ -1,6 +1,6 @@
 """The performance model: formulas against hand-computed cases, ranking, rank correlation.
 
-Every expected number below is worked out by hand from the formulas in gemmtune/model.py's
+Every expected number below is worked out by hand from the formulas in gemmtune/models/analytic.py's
 docstring, written as the arithmetic that gives it.
 """
 
@@ -10,11 +10,10 @@ import math
 
 import numpy as np
 import pytest
-
 from helpers_foundation import make_device
 
-from gemmtune import model
 from gemmtune.info import DeviceInfo
+from gemmtune.models import analytic
 from gemmtune.precision import get_precision
 from gemmtune.space import Config, load_space, make_config
 
@@ -44,7 +43,7 @@ def rt(**p) -> Config:
 
 
 def test_k5_single_unpadded_by_hand():
-    pr = model.predict(k5(), GPU, S, 64, 64, 64, {"s": 1000.0, "bandwidth": 100.0})
+    pr = analytic.predict(k5(), GPU, S, 64, 64, 64, {"s": 1000.0, "bandwidth": 100.0})
     assert pr.flops == pr.padded_flops == 2 * 64**3
     assert pr.padded_shape == (64, 64, 64)
     # A is used as given; B is transposed (reads 64·64, writes 64·64 elements).
@@ -70,12 +69,12 @@ def test_k5_single_unpadded_by_hand():
     assert pr.time_s == pytest.approx(compute + 32768 / 100e9 + 2 * 5e-6)
     assert pr.bound == "compute"
     assert pr.gflops == pytest.approx(2 * 64**3 / pr.time_s / 1e9)
-    assert pr.peaks == model.Peaks(1000.0, 100.0, True)
+    assert pr.peaks == analytic.Peaks(1000.0, 100.0, True)
 
 
 def test_k5_double_complex_padded_on_a_cpu_by_hand():
     config = k5(TSM=16, TSN=32, TSK=8, WPTN=4, PAD=2)
-    pr = model.predict(config, CPU, Z, 50, 40, 30, {"z": 50.0, "bandwidth": 10.0})
+    pr = analytic.predict(config, CPU, Z, 50, 40, 30, {"z": 50.0, "bandwidth": 10.0})
     assert pr.flops == 8 * 50 * 40 * 30
     assert pr.padded_shape == (64, 64, 32) and pr.padded_flops == 8 * 64 * 64 * 32
     # Both operands are padded: A copied (50·30 -> 64·32), B transposed (30·40 -> 64·32).
@@ -95,7 +94,7 @@ def test_k5_double_complex_padded_on_a_cpu_by_hand():
 
 @pytest.mark.parametrize("bkfast, kernels, pass_elements", [(0, 2, 2 * 128 * 128), (1, 1, 0)])
 def test_rt_bkfast_reads_an_untransposed_b_as_given(bkfast, kernels, pass_elements):
-    pr = model.predict(rt(BKFAST=bkfast), GPU, S, 128, 128, 128, {"s": 1000.0, "bandwidth": 100.0})
+    pr = analytic.predict(rt(BKFAST=bkfast), GPU, S, 128, 128, 128, {"s": 1000.0, "bandwidth": 100.0})
     assert pr.kernels == kernels and pr.pass_bytes == 4 * pass_elements
     assert pr.main_bytes == 4 * (128 * 128 * 2 + 128 * 128 * 2 + 128 * 128)
     assert pr.local_mem_bytes == 2 * 16 * (64 + 64) * 4 and pr.work_group_size == 128
@@ -109,15 +108,15 @@ def test_rt_bkfast_reads_an_untransposed_b_as_given(bkfast, kernels, pass_elemen
 def test_pass_rules_follow_the_operand_layouts():
     peaks = {"s": 1000.0, "bandwidth": 100.0}
     # BKFAST = 1 with a padded n: B is copied (not transposed) into Kp x Np.
-    pr = model.predict(rt(BKFAST=1), GPU, S, 128, 100, 128, peaks)
+    pr = analytic.predict(rt(BKFAST=1), GPU, S, 128, 100, 128, peaks)
     assert pr.kernels == 2 and pr.pass_bytes == 4 * (128 * 100 + 128 * 128)
     # A B given transposed is what BKFAST = 0 reads: no pass; BKFAST = 1 must transpose it back.
-    assert model.predict(rt(BKFAST=0), GPU, S, 128, 128, 128, peaks, trans_b="T").kernels == 1
-    assert model.predict(rt(BKFAST=1), GPU, S, 128, 128, 128, peaks, trans_b="T").kernels == 2
+    assert analytic.predict(rt(BKFAST=0), GPU, S, 128, 128, 128, peaks, trans_b="T").kernels == 1
+    assert analytic.predict(rt(BKFAST=1), GPU, S, 128, 128, 128, peaks, trans_b="T").kernels == 2
     # A transposed A is always prepared; beta != 0 reads C as well as writing it.
-    assert model.predict(k5(), GPU, S, 64, 64, 64, peaks, trans_a="T").kernels == 3
-    plain = model.predict(k5(), GPU, S, 64, 64, 64, peaks)
-    assert model.predict(k5(), GPU, S, 64, 64, 64, peaks, beta=1.0).main_bytes == plain.main_bytes + 4 * 64 * 64
+    assert analytic.predict(k5(), GPU, S, 64, 64, 64, peaks, trans_a="T").kernels == 3
+    plain = analytic.predict(k5(), GPU, S, 64, 64, 64, peaks)
+    assert analytic.predict(k5(), GPU, S, 64, 64, 64, peaks, beta=1.0).main_bytes == plain.main_bytes + 4 * 64 * 64
 
 
 def test_pass_count_matches_what_gemm_operation_enqueues():
@@ -145,7 +144,7 @@ def test_pass_count_matches_what_gemm_operation_enqueues():
         bufs = [cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * max(m, n, k) ** 2) for _ in range(3)]
         events = op.enqueue(*bufs)
         queue.finish()
-        predicted = model.predict(config, info, S, m, n, k, trans_a=ta, trans_b=tb)
+        predicted = analytic.predict(config, info, S, m, n, k, trans_a=ta, trans_b=tb)
         assert predicted.kernels == len(events), (config, m, n, k, ta, tb)
 
 
@@ -153,17 +152,17 @@ def test_low_occupancy_on_a_gpu_costs_efficiency():
     # 64 work-items per group, and local memory for only one group per compute unit: half of
     # the 128 work-items that hide latency.
     config = k5(TSM=16, TSN=16, TSK=16, WPTN=4, PAD=0)
-    pr = model.predict(config, device(local_mem_bytes=3000), S, 1024, 1024, 1024)
+    pr = analytic.predict(config, device(local_mem_bytes=3000), S, 1024, 1024, 1024)
     assert pr.local_mem_bytes == 2048 and pr.work_group_size == 64 and pr.resident == 1
     # Per k a work-item does 1 x 4 multiply-adds and 1 + 4 local reads, and stores its share of
     # the slices, (16 + 16 x 16) / 64: B's rows lie TSK + PAD = 16 floats apart, a 16-way conflict.
     assert pr.efficiency == pytest.approx(4 / (9 + (16 + 16 * 16) / 64) * 0.5)
-    assert model.predict(config, GPU, S, 1024, 1024, 1024).efficiency == pytest.approx(4 / 13.25)
+    assert analytic.predict(config, GPU, S, 1024, 1024, 1024).efficiency == pytest.approx(4 / 13.25)
 
 
 def test_rt_unstaged_stores_nothing_and_takes_no_local_memory():
     staged, unstaged = rt(), rt(STAGE=0, PIPE=0, VWG=1)
-    pr = [model.predict(c, GPU, S, 1024, 1024, 1024) for c in (staged, unstaged)]
+    pr = [analytic.predict(c, GPU, S, 1024, 1024, 1024) for c in (staged, unstaged)]
     assert pr[0].local_mem_bytes == 2 * 16 * (64 + 64) * 4 and pr[1].local_mem_bytes == 0
     # 16 x 8 work-items, 4 x 8 results each: per k 32 multiply-adds and 12 reads; staged, also
     # the work-item's share of storing the slices, (64 + 64) / 128.
@@ -186,43 +185,43 @@ def test_k5_b_stores_conflict_as_the_padding_decides(precision, tsk, pad, ways):
 
 def test_bank_conflicts_cost_on_a_gpu_only():
     padded, plain = k5(TSM=64, TSN=64, TSK=32, WPTN=8, PAD=2), k5(TSM=64, TSN=64, TSK=32, WPTN=8, PAD=0)
-    gpu = [model.predict(c, GPU, S, 1024, 1024, 1024) for c in (padded, plain)]
+    gpu = [analytic.predict(c, GPU, S, 1024, 1024, 1024) for c in (padded, plain)]
     # 64 x 8 work-items: per k, 8 multiply-adds, 9 reads, (64 + 64 x ways) / 512 stores.
     assert gpu[0].efficiency == pytest.approx(8 / (17 + (64 + 64 * 2) / 512))
     assert gpu[1].efficiency == pytest.approx(8 / (17 + (64 + 64 * 32) / 512))
     assert gpu[0].time_s < gpu[1].time_s
-    cpu = [model.predict(c, CPU, S, 1024, 1024, 1024) for c in (padded, plain)]
+    cpu = [analytic.predict(c, CPU, S, 1024, 1024, 1024) for c in (padded, plain)]
     assert cpu[0].time_s == cpu[1].time_s  # a CPU's local memory has no banks
 
 
 def test_edge_tiles_and_the_last_round_cost_time():
     peaks = {"s": 1000.0, "bandwidth": 1e6}  # compute-bound: the memory term is negligible
-    exact = model.predict(k5(), GPU, S, 256, 256, 256, peaks)
-    ragged = model.predict(k5(), GPU, S, 257, 256, 256, peaks)  # one row more: a whole row of tiles
+    exact = analytic.predict(k5(), GPU, S, 256, 256, 256, peaks)
+    ragged = analytic.predict(k5(), GPU, S, 257, 256, 256, peaks)  # one row more: a whole row of tiles
     assert ragged.padded_shape == (288, 256, 256)
     assert ragged.compute_s > exact.compute_s * 1.1
     # A single work-group leaves three of the four compute units idle: it takes as long as four.
-    one = model.predict(k5(), GPU, S, 32, 64, 256, peaks)
-    four = model.predict(k5(), GPU, S, 128, 64, 256, peaks)
+    one = analytic.predict(k5(), GPU, S, 32, 64, 256, peaks)
+    four = analytic.predict(k5(), GPU, S, 128, 64, 256, peaks)
     assert one.groups == 1 and four.groups == 4
     assert one.compute_s == pytest.approx(four.compute_s)
 
 
 def test_nominal_peaks_formula():
-    assert model.nominal_peaks(GPU) == pytest.approx(
+    assert analytic.nominal_peaks(GPU) == pytest.approx(
         {"s": 4 * 1.0 * 128 * 2, "c": 1024, "d": 512, "z": 512, "bandwidth": 1024 / 12})
-    assert model.nominal_peaks(CPU)["s"] == pytest.approx(2 * 2.0 * 16 * 2)
-    assert "d" not in model.nominal_peaks(device(double_precision=False))
+    assert analytic.nominal_peaks(CPU)["s"] == pytest.approx(2 * 2.0 * 16 * 2)
+    assert "d" not in analytic.nominal_peaks(device(double_precision=False))
 
 
 def test_measured_peaks_replace_nominal_ones():
-    nominal = model.resolve_peaks(GPU, S)
-    assert nominal == model.Peaks(1024.0, 1024 / 12, False)
-    half = model.resolve_peaks(GPU, S, {"s": 77.0})
+    nominal = analytic.resolve_peaks(GPU, S)
+    assert nominal == analytic.Peaks(1024.0, 1024 / 12, False)
+    half = analytic.resolve_peaks(GPU, S, {"s": 77.0})
     assert (half.gflops, half.bandwidth_gbs, half.measured) == (77.0, pytest.approx(1024 / 12), False)
-    assert model.resolve_peaks(GPU, S, {"s": 77.0, "bandwidth": 5.0}) == model.Peaks(77.0, 5.0, True)
-    slow = model.predict(k5(), GPU, S, 512, 512, 512, {"s": 1.0, "bandwidth": 1.0})
-    assert slow.time_s > model.predict(k5(), GPU, S, 512, 512, 512).time_s * 100
+    assert analytic.resolve_peaks(GPU, S, {"s": 77.0, "bandwidth": 5.0}) == analytic.Peaks(77.0, 5.0, True)
+    slow = analytic.predict(k5(), GPU, S, 512, 512, 512, {"s": 1.0, "bandwidth": 1.0})
+    assert slow.time_s > analytic.predict(k5(), GPU, S, 512, 512, 512).time_s * 100
 
 
 def test_rank_puts_better_reuse_first():
@@ -230,27 +229,27 @@ def test_rank_puts_better_reuse_first():
     fair = k5(TSM=64, TSN=64, TSK=16, WPTN=8, PAD=0)            # 8 per work-item
     good = rt(MWG=128, NWG=128, KWG=16, MDIMC=16, NDIMC=16)     # 8 x 8 per work-item, big tiles
     for dev in (GPU, CPU):
-        assert model.rank([poor, good, fair], dev, S, 1024, 1024, 1024) == [good, fair, poor]
-        p = [model.predict(c, dev, S, 1024, 1024, 1024) for c in (poor, fair, good)]
+        assert analytic.rank([poor, good, fair], dev, S, 1024, 1024, 1024) == [good, fair, poor]
+        p = [analytic.predict(c, dev, S, 1024, 1024, 1024) for c in (poor, fair, good)]
         assert p[0].intensity < p[1].intensity < p[2].intensity
     # Equal predicted times go to the configuration that moves fewer bytes; configurations that
     # differ only in what the model does not see keep their order.
     peaks = {"s": 1.0, "bandwidth": 1e6}  # compute-bound: time depends on efficiency alone
     small, large = k5(TSM=16, TSN=64, TSK=16, WPTN=8), k5(TSM=64, TSN=64, TSK=16, WPTN=8)
-    p_small, p_large = (model.predict(c, CPU, S, 512, 512, 512, peaks) for c in (small, large))
+    p_small, p_large = (analytic.predict(c, CPU, S, 512, 512, 512, peaks) for c in (small, large))
     assert p_small.time_s == p_large.time_s and p_small.bytes > p_large.bytes
-    assert model.rank([small, large], CPU, S, 512, 512, 512, peaks) == [large, small]
+    assert analytic.rank([small, large], CPU, S, 512, 512, 512, peaks) == [large, small]
     a, b = rt(UNROLL=1), rt(UNROLL=8)
-    assert model.rank([b, a], GPU, S, 512, 512, 512) == [b, a]
+    assert analytic.rank([b, a], GPU, S, 512, 512, 512) == [b, a]
 
 
 def test_seeds_are_the_best_predictions_one_per_distinct_prediction():
     a, b = rt(UNROLL=1), rt(UNROLL=8)                  # the model cannot tell these apart
     worse = k5(TSM=16, TSN=16, TSK=16, WPTN=1, PAD=0)
-    assert model.rank([worse, a, b], GPU, S, 512, 512, 512) == [a, b, worse]
-    assert model.seeds([worse, a, b], GPU, S, 512, 512, 512, count=2) == [a, worse]
-    assert model.seeds([worse, a, b], GPU, S, 512, 512, 512, count=1) == [a]
-    assert model.seeds([worse, a, b], GPU, S, 512, 512, 512, count=10) == [a, worse]
+    assert analytic.rank([worse, a, b], GPU, S, 512, 512, 512) == [a, b, worse]
+    assert analytic.seeds([worse, a, b], GPU, S, 512, 512, 512, count=2) == [a, worse]
+    assert analytic.seeds([worse, a, b], GPU, S, 512, 512, 512, count=1) == [a]
+    assert analytic.seeds([worse, a, b], GPU, S, 512, 512, 512, count=10) == [a, worse]
 
 
 def test_each_seed_is_the_one_of_its_prediction_nearest_a_known_good_configuration():
@@ -260,11 +259,11 @@ def test_each_seed_is_the_one_of_its_prediction_nearest_a_known_good_configurati
     a, b, c = rt(UNROLL=1, PADL=0, VWG=1), rt(UNROLL=8, PADL=0, VWG=4), rt(UNROLL=4, PADL=4, VWG=4)
     worse = k5(TSM=16, TSN=16, TSK=16, WPTN=1, PAD=0)
     tied = [a, b, c, worse]
-    assert model.seeds(tied, GPU, S, 512, 512, 512, count=2) == [a, worse]
-    assert model.seeds(tied, GPU, S, 512, 512, 512, count=2, near=[rt(UNROLL=8, PADL=0, VWG=2)]) == [b, worse]
-    assert model.seeds(tied, GPU, S, 512, 512, 512, count=2,
+    assert analytic.seeds(tied, GPU, S, 512, 512, 512, count=2) == [a, worse]
+    assert analytic.seeds(tied, GPU, S, 512, 512, 512, count=2, near=[rt(UNROLL=8, PADL=0, VWG=2)]) == [b, worse]
+    assert analytic.seeds(tied, GPU, S, 512, 512, 512, count=2,
                        near=[k5(TSM=64, TSN=64, TSK=32, WPTN=8, PAD=2), rt(UNROLL=4, PADL=2, VWG=4)]) == [c, worse]
-    assert model.seeds(tied, GPU, S, 512, 512, 512, count=2, near=[worse]) == [a, worse]
+    assert analytic.seeds(tied, GPU, S, 512, 512, 512, count=2, near=[worse]) == [a, worse]
 
 
 @pytest.mark.parametrize("code", ["d", "z"])
@@ -273,11 +272,11 @@ def test_matrix_instructions_double_the_compute_rate_where_the_device_has_them(c
     fma = rt(MWG=64, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VLM=1, VLN=1, STAGE=1, MMA=0)
     mma = Config.of("xgemm_rt", {**fma.params, "MMA": 1})
     tensor = device(fp64_matrix=True)
-    p_fma, p_mma = (model.predict(c, tensor, prec, 1024, 1024, 1024) for c in (fma, mma))
-    assert p_mma.compute_s == pytest.approx(p_fma.compute_s / model.MATRIX_SPEEDUP)
+    p_fma, p_mma = (analytic.predict(c, tensor, prec, 1024, 1024, 1024) for c in (fma, mma))
+    assert p_mma.compute_s == pytest.approx(p_fma.compute_s / analytic.MATRIX_SPEEDUP)
     assert p_mma.efficiency == p_fma.efficiency and p_mma.bytes == p_fma.bytes
     # Without the instructions (where MMA 1 is not valid anyway) nothing changes.
-    assert model.predict(mma, GPU, prec, 1024, 1024, 1024).compute_s == pytest.approx(p_fma.compute_s)
+    assert analytic.predict(mma, GPU, prec, 1024, 1024, 1024).compute_s == pytest.approx(p_fma.compute_s)
 
 
 def test_seeds_include_matrix_configurations_where_they_pay():
@@ -288,24 +287,24 @@ def test_seeds_include_matrix_configurations_where_they_pay():
     fma = rt(MWG=64, NWG=64, KWG=8, MDIMC=8, NDIMC=8, VLM=1, VLN=1, STAGE=1, MMA=0)
     mma = rt(MWG=64, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VLM=1, VLN=1, STAGE=1, MMA=1)
     d = get_precision("d")
-    assert model.predict(fma, tensor, d, 2048, 2048, 2048).efficiency > model.predict(mma, tensor, d, 2048, 2048, 2048).efficiency
-    assert model.seeds([fma, mma], tensor, d, 2048, 2048, 2048, count=1) == [mma]
-    assert model.seeds([fma, mma], GPU, d, 2048, 2048, 2048, count=1) == [fma]
+    assert analytic.predict(fma, tensor, d, 2048, 2048, 2048).efficiency > analytic.predict(mma, tensor, d, 2048, 2048, 2048).efficiency
+    assert analytic.seeds([fma, mma], tensor, d, 2048, 2048, 2048, count=1) == [mma]
+    assert analytic.seeds([fma, mma], GPU, d, 2048, 2048, 2048, count=1) == [fma]
 
 
 def test_spearman_on_known_data():
-    assert model.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert model.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert model.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(1 - 6 * 2 / (4 * (16 - 1)))
-    assert np.isnan(model.spearman([1, 2, 3], [5, 5, 5]))
-    assert np.isnan(model.spearman([1], [2]))
+    assert analytic.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert analytic.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert analytic.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(1 - 6 * 2 / (4 * (16 - 1)))
+    assert np.isnan(analytic.spearman([1, 2, 3], [5, 5, 5]))
+    assert np.isnan(analytic.spearman([1], [2]))
 
 
 def test_model_imports_no_opencl():
     import subprocess
     import sys
 
-    code = "import sys, gemmtune.model; assert 'pyopencl' not in sys.modules"
+    code = "import sys, gemmtune.models.analytic; assert 'pyopencl' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -313,15 +312,15 @@ def test_split_tiles_leave_no_compute_unit_idle_in_the_model():
     # 5 tiles of 64 x 64 on 4 compute units: two rounds, the second a quarter full, unless the
     # last tile is split along K (STREAMK); 8 tiles fill two rounds either way.
     whole, split = rt(STREAMK=0), rt(STREAMK=2)
-    t0, t2 = (model.predict(c, GPU, S, 320, 64, 1024).compute_s for c in (whole, split))
+    t0, t2 = (analytic.predict(c, GPU, S, 320, 64, 1024).compute_s for c in (whole, split))
     assert t0 == pytest.approx(t2 * 2 * 4 / 5)
-    full0, full2 = (model.predict(c, GPU, S, 512, 64, 1024).compute_s for c in (whole, split))
+    full0, full2 = (analytic.predict(c, GPU, S, 512, 64, 1024).compute_s for c in (whole, split))
     assert full0 == pytest.approx(full2)
     # The split costs a pass: each of the 8 work-groups of a round leaves about a part per tile
     # it touches, 5 + 8 parts of 64 x 64 written and read back, and the 5 tiles of C written.
-    p0, p2 = (model.predict(c, GPU, S, 320, 64, 1024) for c in (whole, split))
+    p0, p2 = (analytic.predict(c, GPU, S, 320, 64, 1024) for c in (whole, split))
     assert p2.kernels == p0.kernels + 1 and p2.pass_bytes - p0.pass_bytes == 4 * 64 * 64 * (2 * (5 + 8) + 5)
-    assert model.predict(split, GPU, S, 512, 64, 1024).kernels == model.predict(whole, GPU, S, 512, 64, 1024).kernels
+    assert analytic.predict(split, GPU, S, 512, 64, 1024).kernels == analytic.predict(whole, GPU, S, 512, 64, 1024).kernels
 
 
 def test_a_problem_smaller_than_one_tile_of_a_family_that_does_not_pad_is_one_work_group():
@@ -333,7 +332,7 @@ def test_a_problem_smaller_than_one_tile_of_a_family_that_does_not_pad_is_one_wo
     config = Config.of("xgemm_cpu", {**cpu.defaults, "VW": 16, "MV": 3, "WGS": 1})
     tm, tn, _ = cpu.tile(config.params)
     assert tm > 40
-    p = model.predict(config, GPU, S, 40, 40, 40)
+    p = analytic.predict(config, GPU, S, 40, 40, 40)
     assert p.groups == -(-40 // tn) and p.time_s > 0
 
 
@@ -345,6 +344,6 @@ def test_farthest_weighs_the_unseen_values_of_the_picks_family():
     taken = [rt(KWG=8, UNROLL=1, PIPE=1), rt(KWG=8, UNROLL=1, PIPE=6)]
     near, far = rt(KWG=16, UNROLL=1, PIPE=1), rt(KWG=32, UNROLL=8, PIPE=1)
     direct = make_config(space, "xgemm_direct", {"MWG": 64, "NWG": 64})
-    assert model.farthest([direct, near, far, *taken], taken) == far
-    assert model.farthest([near, far], taken[:1]) == far
-    assert model.farthest([direct], taken) == direct   # nothing of the family: what there is
+    assert analytic.farthest([direct, near, far, *taken], taken) == far
+    assert analytic.farthest([near, far], taken[:1]) == far
+    assert analytic.farthest([direct], taken) == direct   # nothing of the family: what there is

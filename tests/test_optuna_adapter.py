@@ -1,4 +1,4 @@
-"""Each use of Optuna's private names (``gemmtune.search.optuna_adapter``) against the installed
+"""Each use of Optuna's private names (``gemmtune.optuna_adapter``) against the installed
 Optuna: a change of Optuna's internals fails here, by name, rather than deep in a search."""
 
 from __future__ import annotations
@@ -12,8 +12,14 @@ import sqlalchemy as sa
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from gemmtune.search.optuna_adapter import (BatchedStorage, BoundedHistory, GroupedTpe, one_read, start_running_trial,
-                                             trial_id)
+from gemmtune.optuna_adapter import (
+    BatchedStorage,
+    BoundedHistory,
+    GroupedTpe,
+    one_read,
+    start_running_trial,
+    trial_id,
+)
 
 # What Optuna says of its experimental heartbeats, which the search uses through ask/tell
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning",

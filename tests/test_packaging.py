@@ -42,7 +42,7 @@ CHECK_INSTALLED = textwrap.dedent("""
     assert "xgemm_fixup" in source and "pipe_async" in source and '#include "' not in source
     space = load_space()
     assert space.family("xgemm_k5").size > 1
-    from gemmtune import shipped_prior
+    from gemmtune.models import shipped_prior
     prior = Path(str(resources.configs_dir())) / "prior-nvidia-h200.csv.gz"
     assert len(shipped_prior.read(prior)) > 10_000
     rng = np.random.default_rng(1)

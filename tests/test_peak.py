@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gemmtune import model
 from gemmtune.cli import cli
+from gemmtune.db.store import Store
 from gemmtune.device import resolve_device
+from gemmtune.models import analytic
 from gemmtune.precision import get_precision
 from gemmtune.space import Config
-from gemmtune.store import Store
 
 SMALL = ["--iterations", "256", "--copy-mib", "2", "--time-cap", "0.2"]
 
@@ -53,7 +53,7 @@ def test_every_supported_precision_and_the_bandwidth_are_measured(measured):
         assert math.isfinite(p["value"]) and p["value"] > 0
         assert p["unit"] == ("GB/s" if p["precision"] == "bandwidth" else "GFLOP/s")
         assert p["repeats"] >= 1 and p["median_ms"] > 0
-        assert p["nominal"] == pytest.approx(model.nominal_peaks(dev)[p["precision"]])
+        assert p["nominal"] == pytest.approx(analytic.nominal_peaks(dev)[p["precision"]])
     bandwidth = out["peaks"][-1]["value"]
     assert bandwidth > 0.1  # GB/s: any CPU copies faster than that
     assert bandwidth < 10_000
@@ -101,9 +101,9 @@ def test_the_model_uses_measured_peaks(measured):
     config = Config.of("xgemm_k5", {"TSM": 32, "TSN": 32, "TSK": 16, "WPTN": 4, "PAD": 1,
                                     "TRANSPOSEX": 16, "TRANSPOSEY": 16})
     s = get_precision("s")
-    with_measured = model.predict(config, dev, s, 256, 256, 256, peaks)
-    nominal = model.predict(config, dev, s, 256, 256, 256)
-    assert with_measured.peaks == model.Peaks(pytest.approx(peaks["s"]), pytest.approx(peaks["bandwidth"]), True)
+    with_measured = analytic.predict(config, dev, s, 256, 256, 256, peaks)
+    nominal = analytic.predict(config, dev, s, 256, 256, 256)
+    assert with_measured.peaks == analytic.Peaks(pytest.approx(peaks["s"]), pytest.approx(peaks["bandwidth"]), True)
     assert not nominal.peaks.measured
     assert with_measured.time_s != pytest.approx(nominal.time_s)
 

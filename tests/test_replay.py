@@ -10,18 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers_foundation import make_device
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
-from helpers_foundation import make_device
-
-from gemmtune import model, replay as rp
 from gemmtune.cli import cli
+from gemmtune.db.store import Store
 from gemmtune.info import DeviceInfo
+from gemmtune.models import analytic
 from gemmtune.precision import get_precision
-from gemmtune.strategies import MAX_FREE_PROPOSALS
+from gemmtune.search import replay as rp
 from gemmtune.space import Config
-from gemmtune.store import Store
+from gemmtune.strategies import MAX_FREE_PROPOSALS
 
 # 16 points, 13 valid on PoCL (three break the loads-per-thread rule): invalid proposals happen.
 GRID_SPACE = """
@@ -213,8 +213,8 @@ def test_a_perfect_model_lets_seeded_tpe_find_the_best_first(tmp_path):
     dev = gpu()
     s = get_precision("s")
     # Measured = predicted, and the top prediction (of several tied ones) made the unique best.
-    top = model.rank(SYNTHETIC, dev, s, 512, 512, 512)[0]
-    landscape(db, lambda c: model.predict(c, dev, s, 512, 512, 512).gflops * (1.1 if c == top else 1.0))
+    top = analytic.rank(SYNTHETIC, dev, s, 512, 512, 512)[0]
+    landscape(db, lambda c: analytic.predict(c, dev, s, 512, 512, 512).gflops * (1.1 if c == top else 1.0))
     land = rp.load_landscape(f"sqlite:///{db}", "synthetic")
     result = rp.replay(land, ["tpe-seeded", "tpe"], seeds=3, target=1.0, seed_count=10, device=dev)
     assert result.trials["tpe-seeded"] == [1, 1, 1]
@@ -396,6 +396,7 @@ def test_cmaes_searches_the_positions_of_the_values_and_is_told_the_recorded_one
 
 def test_ordinal_proposals_round_trip_every_configuration(tmp_path):
     from optuna.trial import FixedTrial
+
     from gemmtune.search.proposals import Proposals
     from gemmtune.space import load_space
 
@@ -448,8 +449,8 @@ def test_a_missing_database_is_not_created(tmp_path):
 
 def test_the_model_uses_the_device_the_search_stored(tmp_path, add_result):
     # A study of a device that is not on this machine, whose description the search stored.
-    from gemmtune import replay as rp
-    from gemmtune.store import Store
+    from gemmtune.db.store import Store
+    from gemmtune.search import replay as rp
 
     db = tmp_path / "far.db"
     dev = gpu("Far GPU")
@@ -475,7 +476,7 @@ def test_default_starts_from_the_best_of_the_nearest_tuned_shape(tmp_path):
     from gemmtune.families import FAMILIES
 
     dev, s = gpu(), get_precision("s")
-    ranked = [c for c in model.rank(SYNTHETIC, dev, s, 512, 512, 512)
+    ranked = [c for c in analytic.rank(SYNTHETIC, dev, s, 512, 512, 512)
               if FAMILIES[c.kernel].broken(recorded_as(c).params, dev, s) is None]
     best = spelled(ranked[-1])   # the model's last pick: no seed finds it
     value = lambda c: 2000.0 if c == best else 1000.0 + SYNTHETIC.index(c)

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
 from helpers_foundation import sql
+
 from gemmtune.cli import cli
 from gemmtune.device import resolve_device
 from gemmtune.timing import is_tie
@@ -264,7 +264,7 @@ def test_reading_never_writes(results_db):
 def test_model_columns_predicted_gflops_and_rank_correlation(results_db):
     from scipy import stats
 
-    from gemmtune import model
+    from gemmtune.models import analytic
     from gemmtune.precision import get_precision
     from gemmtune.space import Config
 
@@ -272,10 +272,10 @@ def test_model_columns_predicted_gflops_and_rank_correlation(results_db):
     out = by_group(json.loads(report("--format", "json", "--model", db=results_db).stdout))
     for group, row in out.items():
         prec, (m, n, k) = get_precision(group[1]), group[2:]
-        expect = model.predict(Config.of(row["kernel"], row["params"]), dev, prec, m, n, k)
+        expect = analytic.predict(Config.of(row["kernel"], row["params"]), dev, prec, m, n, k)
         assert row["predicted_gflops"] == pytest.approx(expect.gflops)
         ok = ranked(results_db, group)
-        predicted = [model.predict(Config.of(r["kernel"], json.loads(r["params"])), dev, prec, m, n, k).time_s
+        predicted = [analytic.predict(Config.of(r["kernel"], json.loads(r["params"])), dev, prec, m, n, k).time_s
                      for r in ok]
         rho = stats.spearmanr(predicted, [r["time_ms"] for r in ok]).statistic
         assert row["model_spearman"] == pytest.approx(rho, nan_ok=True)
@@ -292,7 +292,7 @@ def test_model_needs_a_description_of_the_device_and_says_so(results_copy, add_r
 
 
 def test_best_as_a_percentage_of_the_measured_peak(results_copy):
-    from gemmtune.store import Store
+    from gemmtune.db.store import Store
 
     plain = json.loads(report("--format", "json", db=results_copy).stdout)
     assert all(r["peak_pct"] is None for r in plain)  # nothing measured yet

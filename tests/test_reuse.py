@@ -18,7 +18,8 @@ import pyopencl.array as cla
 import pytest
 
 import gemmtune
-from gemmtune import compute, store
+from gemmtune import compute
+from gemmtune.db import store
 from gemmtune.defaults import default_config
 from gemmtune.device import open_device, resolve_device
 from gemmtune.precision import get_precision

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -14,18 +14,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from faults import write_fault_space
+from helpers_foundation import SMALL_SPACE, TINY_SPACE, make_device
 
 from gemmtune.cli import cli
+from gemmtune.device import resolve_device
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import get_precision
 from gemmtune.search import check_problem
 from gemmtune.space import load_space
 from gemmtune.valid import valid_configs
-from gemmtune.device import resolve_device
-
-from faults import write_fault_space
-from helpers_foundation import SMALL_SPACE, TINY_SPACE, make_device
-
 
 FAST = ["--time-cap", "0.05", "-q", "--early-stop", "0"]  # early stop: its own test
 
@@ -309,7 +307,7 @@ def test_problem_checks_name_what_is_wrong():
 
 
 def test_the_model_best_predictions_are_measured_right_after_the_baseline(tmp_path):
-    from gemmtune.model import seeds
+    from gemmtune.models.analytic import seeds
 
     space_file = tmp_path / "seed.toml"
     space_file.write_text(TINY_SPACE.replace("TSK = [16]", "TSK = [8, 16, 32]").replace("PAD = [1]", "PAD = [0, 2]"))
@@ -332,7 +330,7 @@ def test_candidates_with_an_identical_binary_launched_alike_are_measured_once(tm
     from dataclasses import replace
 
     import gemmtune.search.loop as search_module
-    from gemmtune.runner import Compilers
+    from gemmtune.execution.processes import Compilers
 
     class PadBlind(Compilers):
         def collect(self, worker):
@@ -412,7 +410,7 @@ def test_idle_device_time_is_counted_for_what_the_devices_waited_for():
     # The devices say they waited 20 s in all (a first wait counts from the search's start
     # only): 8 s of it neither for a build nor a proposal, but for this process to hand them
     # what was ready.
-    from gemmtune.jobs import Outcome
+    from gemmtune.execution.messages import Outcome
 
     clock.start = 10.0
     clock.reported(Outcome("ok", trial_s=1.0, idle_s=9.0), now=15.0)    # ready at 6: 4 s of it in the search
@@ -483,7 +481,8 @@ def test_the_summary_names_the_device_whose_shipped_rows_a_search_borrows(capsys
 
 
 def test_a_job_waiting_behind_a_crash_or_a_hang_runs_on_the_fresh_worker(tmp_path):
-    from gemmtune.runner import Job, Runner
+    from gemmtune.execution.messages import Job
+    from gemmtune.execution.processes import Runner
     from gemmtune.timing import TimingPolicy
 
     space = load_space(write_fault_space(tmp_path, (1, 3, 4)))
@@ -527,7 +526,7 @@ def test_a_chosen_candidate_is_one_running_trial_written_at_once_that_samplers_a
     import sqlalchemy as sa
     from optuna.trial import TrialState
 
-    from gemmtune.search.optuna_adapter import BatchedStorage
+    from gemmtune.optuna_adapter import BatchedStorage
     from gemmtune.search.proposals import Proposals
     from gemmtune.strategies import make_strategy
 
@@ -582,7 +581,7 @@ def test_one_read_serves_a_whole_tpe_proposal_and_changes_no_proposal(tmp_path):
 
     import optuna
 
-    from gemmtune.search.optuna_adapter import BatchedStorage, one_read
+    from gemmtune.optuna_adapter import BatchedStorage, one_read
     from gemmtune.search.proposals import Proposals
     from gemmtune.strategies import make_strategy
 
@@ -623,7 +622,7 @@ def test_one_read_serves_a_whole_tpe_proposal_and_changes_no_proposal(tmp_path):
 def test_one_read_blocks_nest_and_leave_the_study_as_it_was(tmp_path):
     import optuna
 
-    from gemmtune.search.optuna_adapter import one_read
+    from gemmtune.optuna_adapter import one_read
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
@@ -737,8 +736,8 @@ def test_a_large_valid_set_is_counted_aside_for_the_summary(tmp_path, monkeypatc
 
 
 def _compile(configs, space, problem) -> list:
-    from gemmtune.jobs import BuildJob
-    from gemmtune.runner import Compilers
+    from gemmtune.execution.messages import BuildJob
+    from gemmtune.execution.processes import Compilers
 
     compilers = Compilers("0", 1, 60)
     try:
@@ -782,11 +781,11 @@ def test_a_compiler_sends_the_programs_built_apart_and_the_timing_worker_loads_t
 
     from gemmtune import kernels
     from gemmtune.device import open_device
+    from gemmtune.execution.messages import Job
+    from gemmtune.execution.timing_worker import _trial
     from gemmtune.families import FAMILIES
-    from gemmtune.jobs import Job
     from gemmtune.launch import Problem
     from gemmtune.timing import TimingPolicy
-    from gemmtune.worker import _trial
 
     monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
     (tmp_path / "tiny.toml").write_text(TINY_SPACE)

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_foundation import TINY_SPACE  # noqa: E402
 
 from gemmtune.cli import cli  # noqa: E402
+from gemmtune.db.urls import MASK, db_error, password, scrub, shown  # noqa: E402
 from gemmtune.export import comment_text  # noqa: E402
-from gemmtune.urls import MASK, db_error, password, scrub, shown  # noqa: E402
 
 PASSWORD = "Pw0rd-SECRET-x9q"
 UNREACHABLE = f"postgresql://tuner:{PASSWORD}@127.0.0.1:1/gemmtune"

@@ -1,4 +1,4 @@
-"""The results shipped with the package as a prior for the learned model (``gemmtune.shipped_prior``)."""
+"""The results shipped with the package as a prior for the learned model (``gemmtune.models.shipped_prior``)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_replay import SYNTHETIC, gpu, landscape  # noqa: E402
 
-from gemmtune import learned, replay as rp, shipped_prior  # noqa: E402
+from gemmtune.db.store import Store  # noqa: E402
 from gemmtune.families import FAMILIES  # noqa: E402
 from gemmtune.info import read_device_info  # noqa: E402
+from gemmtune.models import (
+    learned,  # noqa: E402
+    shipped_prior,
+)
+from gemmtune.models.analytic import spearman  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
-from gemmtune.model import spearman  # noqa: E402
+from gemmtune.search import replay as rp
 from gemmtune.search.prior import PriorModels, other_rows, search_prior, sources  # noqa: E402
-from gemmtune.store import Store  # noqa: E402
 from gemmtune.tuned import shipped_config  # noqa: E402
 
 H200 = "NVIDIA H200"

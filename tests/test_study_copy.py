@@ -17,9 +17,9 @@ from optuna.trial import TrialState
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
 from helpers_foundation import SMALL_SPACE  # noqa: E402
 
-from gemmtune.search.optuna_adapter import BatchedStorage, trial_id  # noqa: E402
-from gemmtune.search.recording import read_results
+from gemmtune.optuna_adapter import BatchedStorage, trial_id  # noqa: E402
 from gemmtune.search.proposals import Proposals
+from gemmtune.search.recording import read_results
 from gemmtune.search.session import Proposer, StudyCopy
 from gemmtune.space import Config, config_key, parse_space
 from gemmtune.strategies import make_strategy
@@ -110,7 +110,7 @@ def _kp(proposals, trial):
 
 
 def test_other_processes_results_are_learned_once_and_only_theirs(study, tmp_path):
-    from gemmtune.store import Store
+    from gemmtune.db.store import Store
 
     proposals = Proposals(SPACE)
     copy = StudyCopy(study, optuna.samplers.RandomSampler(seed=1), proposals)

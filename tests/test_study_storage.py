@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
-from gemmtune.search.optuna_adapter import BatchedStorage
+from gemmtune.optuna_adapter import BatchedStorage
 
 VALUES = {f"P{i}": [1, 2, 4, 8] for i in range(12)}
 

@@ -6,14 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from helpers_foundation import TINY_SPACE
 
+from gemmtune.execution.timing_worker import MAX_BATCH, batch_size
 from gemmtune.precision import get_precision
 from gemmtune.space import load_space
 from gemmtune.timing import MIN_SAMPLES, TimingPolicy, enough, median_ci
 from gemmtune.valid import valid_configs
-from gemmtune.worker import MAX_BATCH, batch_size
-
-from helpers_foundation import TINY_SPACE
 
 
 def test_the_time_cap_stops_sampling_only_once_the_median_has_an_interval():
@@ -48,7 +47,8 @@ def test_a_sample_batches_fewer_calls_when_the_cap_could_not_hold_enough_samples
 
 @pytest.mark.parametrize("cap", [1e-6, 0.05])
 def test_a_trial_under_any_time_cap_has_an_interval_around_its_median(cap, tmp_path):
-    from gemmtune.runner import Job, Runner
+    from gemmtune.execution.messages import Job
+    from gemmtune.execution.processes import Runner
 
     (tmp_path / "tiny.toml").write_text(TINY_SPACE)
     space = load_space(tmp_path / "tiny.toml")
@@ -67,11 +67,11 @@ def test_a_worker_reads_every_result_afresh_into_the_memory_it_maps_once_per_sha
     # Trials of one shape share one mapped host buffer: a later kernel's wrong or unwritten
     # result must still be caught, never pass on what an earlier trial left there.
     import pyopencl as cl
-
     from faults import write_fault_space
+
     from gemmtune.device import open_device
-    from gemmtune.jobs import Job
-    from gemmtune.worker import _trial
+    from gemmtune.execution.messages import Job
+    from gemmtune.execution.timing_worker import _trial
 
     space = load_space(write_fault_space(tmp_path, (1, 5, 8)))
     family = space.family("xgemm_k5")

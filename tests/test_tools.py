@@ -43,9 +43,9 @@ def test_cpu_probe_verifies_and_times_a_configuration():
 def test_make_prior_writes_the_rows_a_search_learns_from_and_the_same_bytes_twice(tmp_path):
     """The prior file holds exactly the ok and slow rows of the named device, each study's
     problem intact, and reads back as ``shipped_prior`` reads the shipped one."""
-    from gemmtune import shipped_prior
+    from gemmtune.db.store import Store
+    from gemmtune.models import shipped_prior
     from gemmtune.space import Config
-    from gemmtune.store import Store
 
     db = tmp_path / "land.db"
     store = Store(f"sqlite:///{db}")
@@ -71,7 +71,7 @@ def test_make_prior_writes_the_rows_a_search_learns_from_and_the_same_bytes_twic
 
 @pytest.mark.parametrize("case", ["no such device", "no such file", "not a database"])
 def test_make_prior_answers_bad_input_with_one_error_line_and_writes_nothing(tmp_path, case):
-    from gemmtune.store import Store
+    from gemmtune.db.store import Store
 
     db = tmp_path / "land.db"
     Store(f"sqlite:///{db}").close()
@@ -119,7 +119,7 @@ def test_trial_cost_stores_tells_and_records_each_trial_and_prints_the_medians(t
     state = optuna.trial.TrialState
     assert [t.state for t in trials] == [state.PRUNED if i % 10 == 9 else state.COMPLETE for i in range(40)]
     assert [t.value for t in trials][:3] == [100.0, 101.0, 102.0]
-    from gemmtune.store import Store
+    from gemmtune.db.store import Store
 
     store = Store(f"sqlite:///{db}", create=False)
     try:
@@ -211,7 +211,7 @@ def test_pipeline_bench_runs_the_search_over_stand_in_workers_of_the_described_d
     assert 0 < busy <= 100 and build + proposal + process <= 100 - busy + 2
     # A stand-in trial takes 20 ms: no more trials than 4 s of them, and each one a results row.
     assert 0 < trials <= 4 / 0.020 + 2
-    from gemmtune.store import Store
+    from gemmtune.db.store import Store
 
     store = Store(f"sqlite:///{db}", create=False)
     try:
@@ -244,9 +244,10 @@ def _tool(name: str):
 def test_replay_bench_writes_the_landscapes_the_docs_replay_from_the_repository(tmp_path):
     """The benchmark's database holds every recorded row of the 25 landscapes, the older grids'
     baselines, and the H200's description and peaks, which the models' features depend on."""
-    from gemmtune import replay, shipped_prior
+    from gemmtune.db.store import Store
     from gemmtune.info import read_device_info
-    from gemmtune.store import Store
+    from gemmtune.models import shipped_prior
+    from gemmtune.search import replay
 
     bench = _tool("replay_bench")
     db = tmp_path / "land.db"
@@ -275,9 +276,10 @@ def test_replay_bench_writes_another_devices_landscapes_without_the_h200s_prior_
     """The H100's landscapes: its own description, no peaks measured (the models use its nominal
     ones, as a search there does), no rows of the H200 in the database: a replay adds the
     H200's shipped rows it borrows, at other problems."""
-    from gemmtune import replay, shipped_prior
+    from gemmtune.db.store import Store
     from gemmtune.info import read_device_info
-    from gemmtune.store import Store
+    from gemmtune.models import shipped_prior
+    from gemmtune.search import replay
 
     bench = _tool("replay_bench")
     assert {"nvidia-h100", "nvidia-h200"} <= set(bench.devices())
@@ -369,7 +371,7 @@ def test_replay_bench_table_shows_quartiles_the_geometric_mean_and_the_count():
                                   "negative forest seed", "unknown sampler with another forest",
                                   "unknown device"])
 def test_replay_bench_answers_bad_input_with_one_error_line(tmp_path, case):
-    from gemmtune.store import Store
+    from gemmtune.db.store import Store
 
     db = tmp_path / "land.db"
     if case == "not a database":
@@ -402,7 +404,7 @@ def test_model_bench_within_a_landscape_finds_its_structure_and_not_noise(tmp_pa
     sys.path.insert(0, str(REPO / "tests"))
     from test_replay import gpu, landscape
 
-    from gemmtune import replay
+    from gemmtune.search import replay
 
     db = tmp_path / "two.db"
     rng = np.random.default_rng(5)

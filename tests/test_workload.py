@@ -121,7 +121,7 @@ def test_search_shapes_tunes_each_problem_in_its_own_study_and_resumes(tmp_path)
 def test_search_shapes_with_too_small_a_budget_says_what_is_left(tmp_path, monkeypatch):
     """The first problem takes the whole budget when it is below a problem's minimum; the
     command says which problems the budget left."""
-    from gemmtune import workload
+    from gemmtune.search import workload
 
     monkeypatch.setattr(workload, "MIN_SECONDS", 1e9)   # no problem can get its share
     clock, given = [0.0], []
@@ -153,8 +153,7 @@ def ticking(clock: list[float], step: float = 1e-3):
 def test_a_single_problem_workload_is_searched_whatever_its_budget(monkeypatch, timeout, start, expected):
     """`search --shapes m,n,k --timeout T` searched nothing: the last problem of a single pass
     was given the time to the deadline, then compared with a later reading of the clock."""
-    from gemmtune import workload
-    from gemmtune.search import SearchRequest
+    from gemmtune.search import SearchRequest, workload
 
     clock, given = [0.0], []
 
@@ -172,8 +171,7 @@ def test_a_single_problem_workload_is_searched_whatever_its_budget(monkeypatch, 
 def test_the_last_problem_of_a_single_pass_gets_what_is_left(monkeypatch):
     """Three problems, 12 s (one pass: 40% of it is less than a minimum each): 5 s, 5 s, then the
     2 s left are below the minimum and the third waits for a later run; with 15.1 s each gets a third."""
-    from gemmtune import workload
-    from gemmtune.search import SearchRequest
+    from gemmtune.search import SearchRequest, workload
 
     clock, given = [0.0], []
 
@@ -195,8 +193,7 @@ def test_the_last_problem_of_a_single_pass_gets_what_is_left(monkeypatch):
 
 @pytest.mark.parametrize("timeout", [0.0, -1.0, float("nan"), float("inf")])
 def test_a_workload_refuses_a_budget_that_is_not_a_positive_number(timeout):
-    from gemmtune import workload
-    from gemmtune.search import SearchRequest
+    from gemmtune.search import SearchRequest, workload
 
     with pytest.raises(GemmtuneError, match="timeout must be a positive number"):
         workload.run_workload(SearchRequest(device=0, timeout=timeout, trials=None), [Shape(8, 8, 8)])
@@ -227,7 +224,7 @@ def fake_workers(monkeypatch, search, clock, opened=None, start: float = 0.0):
     """The workload's Workers replaced by ``search`` (req -> summaries) and its clock by ``clock``;
     starting them takes ``start`` seconds."""
     from gemmtune import search as search_module
-    from gemmtune import workload
+    from gemmtune.search import workload
 
     class FakeWorkers:
         def __init__(self, req, problems):
@@ -250,8 +247,7 @@ def fake_workers(monkeypatch, search, clock, opened=None, start: float = 0.0):
 def test_a_time_budget_goes_out_evenly_first_then_where_the_first_pass_paid(monkeypatch):
     """Three problems, 100 s: 40 s evenly, then the rest in proportion to each one's gain over its
     baseline in the first pass (2.0, the floor of 0.05, and 0.5), largest gain first."""
-    from gemmtune import workload
-    from gemmtune.search import SearchRequest
+    from gemmtune.search import SearchRequest, workload
 
     clock = [0.0]
     speedups = {(1, 1, 1): 3.0, (2, 2, 2): 0.9, (3, 3, 3): 1.5}
@@ -286,8 +282,7 @@ def test_a_problem_after_an_overrun_still_gets_its_minimum_while_the_budget_last
     """The first of four problems overruns its share of the first pass 3 times over (trials in
     flight finish): the others still get MIN_SECONDS each while the whole budget has it, and
     those the budget cannot give it to are left for a later run."""
-    from gemmtune import workload
-    from gemmtune.search import SearchRequest
+    from gemmtune.search import SearchRequest, workload
 
     clock, given = [0.0], []
 
@@ -353,22 +348,22 @@ def test_each_problem_is_searched_with_its_ops_and_builds_of_its_own(tmp_path):
 def test_an_early_stop_threshold_applies_to_its_own_problems_jobs_only():
     """A timing worker outlives one search: a threshold sent during the last problem must not
     stop the next problem's candidates (they would all be recorded slow)."""
-    from gemmtune import worker
-    from gemmtune.jobs import Job, StopAbove
+    from gemmtune.execution import timing_worker
+    from gemmtune.execution.messages import Job, StopAbove
     from gemmtune.space import Config
 
     config = Config.of("xgemm_thin", {"WGS": 32})
     small = Job(config, "", "s", 64, 64, 64, stop_above_ms=5.0)
     large = Job(config, "", "s", 4096, 4096, 4096)
     large_tn = Job(config, "", "s", 4096, 4096, 4096, trans_a="T")
-    worker._STOP_ABOVE[0] = StopAbove(0.01, small.problem_key)
+    timing_worker._STOP_ABOVE[0] = StopAbove(0.01, small.problem_key)
     try:
-        assert worker._stop_above(small) == 0.01 and worker._stop_above(large) is None
-        worker._STOP_ABOVE[0] = StopAbove(3.0, large.problem_key)
-        assert worker._stop_above(large) == 3.0 and worker._stop_above(small) == 5.0
-        assert worker._stop_above(large_tn) is None
+        assert timing_worker._stop_above(small) == 0.01 and timing_worker._stop_above(large) is None
+        timing_worker._STOP_ABOVE[0] = StopAbove(3.0, large.problem_key)
+        assert timing_worker._stop_above(large) == 3.0 and timing_worker._stop_above(small) == 5.0
+        assert timing_worker._stop_above(large_tn) is None
     finally:
-        worker._STOP_ABOVE[0] = None
+        timing_worker._STOP_ABOVE[0] = None
 
 
 @pytest.mark.usefixtures("no_tuned_results")

@@ -1,4 +1,4 @@
-"""How far breeding (``gemmtune.evolve``) takes the learned cost model's best beyond a sample of
+"""How far breeding (``gemmtune.models.breeding``) takes the learned cost model's best beyond a sample of
 the device's whole valid space, at a problem none of the landscapes holds (docs/search.md,
 "Breeding the model's best"). The model is fitted to every landscape of the database, as a
 search's is to the device's other problems; the device is the landscapes'.
@@ -26,12 +26,12 @@ import replay_bench  # noqa: E402
 
 def breed(db: Path, precision: str, shape: tuple[int, int, int], samples: int) -> list[dict]:
     """One dict per sample: its best score, the bred best, how many were bred, the seconds."""
-    from gemmtune import learned, replay
+    from gemmtune.db.store import Store
     from gemmtune.errors import GemmtuneError
+    from gemmtune.models import learned
     from gemmtune.precision import get_precision
-    from gemmtune.search import lane
+    from gemmtune.search import lane, replay
     from gemmtune.space import load_space
-    from gemmtune.store import Store
     from gemmtune.valid import ValidConfigs
 
     store = Store(f"sqlite:///{db}", create=False)

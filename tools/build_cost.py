@@ -92,7 +92,7 @@ def _builder(device: str, jobs, barrier, results, cache: str) -> None:
     _, dev = open_device(device)
     ctx = cl.Context([dev])
     shared = shared_defines(dev)
-    # The compilers' rule (gemmtune.compiler): a GPU driver that does not keep source builds
+    # The compilers' rule (gemmtune.execution.compiler): a GPU driver that does not keep source builds
     # for every process gets its binary loaded once.
     loads = not keeps_source_builds(dev) and not dev.type & cl.device_type.CPU
     barrier.wait()

@@ -1,5 +1,5 @@
 """Write the prior a device's searches learn from before their database holds anything
-(``gemmtune.shipped_prior``): the ``ok`` and ``slow`` rows of exhaustive studies recorded on it.
+(``gemmtune.models.shipped_prior``): the ``ok`` and ``slow`` rows of exhaustive studies recorded on it.
 
     python tools/make_prior.py --device-name "NVIDIA H200" -o configs/prior-nvidia-h200.csv.gz land.db [more.db ...]
 
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from gemmtune.db.rows import screen
+from gemmtune.db.store import Store
 from gemmtune.errors import GemmtuneError
+from gemmtune.models.shipped_prior import COLUMNS
 from gemmtune.output import write_file
-from gemmtune.rows import screen
-from gemmtune.shipped_prior import COLUMNS
-from gemmtune.store import Store
 
 
 def prior_rows(urls: list[str], device_name: str) -> pd.DataFrame:

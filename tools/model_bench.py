@@ -30,7 +30,7 @@ def within(land, dev, folds: int, seed: int) -> float:
     fold, to its other correct rows."""
     from sklearn.model_selection import KFold
 
-    from gemmtune import learned, model
+    from gemmtune.models import analytic, learned
 
     ok = [c for c in land.configs if land.gflops(c) is not None]
     x = learned.features(ok, learned.Problem(dev, land.precision, *land.shape, peaks=land.peaks))
@@ -39,13 +39,14 @@ def within(land, dev, folds: int, seed: int) -> float:
     predicted = np.empty(len(ok))
     for fit, held in KFold(folds, shuffle=True, random_state=seed).split(x):
         predicted[held] = learned.CostModel(seed).fit(x[fit], y[fit]).predict(x[held])[0]
-    return model.spearman(-predicted, 1 / gflops)
+    return analytic.spearman(-predicted, 1 / gflops)
 
 
 def rows(db: Path, folds: int, seed: int) -> list[tuple[str, int, float | None, float]]:
     """Per landscape: its name, correct configurations, Spearman left out and within."""
-    from gemmtune import learned, replay
-    from gemmtune.store import Store
+    from gemmtune.db.store import Store
+    from gemmtune.models import learned
+    from gemmtune.search import replay
 
     store = Store(f"sqlite:///{db}", create=False)
     try:

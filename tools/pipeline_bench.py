@@ -48,12 +48,14 @@ def _ready(conn):
 
 def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
     """A timing worker: every job ``ok`` after ``device_ms``, at the analytic model's speed."""
-    from gemmtune import model
-    from gemmtune.jobs import Outcome
+    from gemmtune.execution.child import (
+        incoming_jobs as jobs,  # the real workers' reader: the next job waits in the process
+    )
+    from gemmtune.execution.messages import Outcome
+    from gemmtune.models import analytic
     from gemmtune.precision import get_precision
     from gemmtune.space import config_key
     from gemmtune.timing import Timing
-    from gemmtune.worker import incoming_jobs as jobs   # the real workers' reader: the next job waits in the process
 
     settings = _settings()
     dev = _ready(conn)
@@ -61,7 +63,7 @@ def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
     for job in jobs(conn):
         t0 = time.perf_counter()
         prec = get_precision(job.precision)
-        predicted = model.predict(job.config, dev, prec, job.m, job.n, job.k, trans_a=job.trans_a, trans_b=job.trans_b)
+        predicted = analytic.predict(job.config, dev, prec, job.m, job.n, job.k, trans_a=job.trans_a, trans_b=job.trans_b)
         noise = zlib.crc32(repr(config_key(job.config.kernel, job.config.params)).encode()) % 1000 / 1000
         ms = predicted.time_s * 1e3 * math.exp(0.3 * (noise - 0.5))
         time.sleep(max(0.0, settings["device_ms"] / 1e3 - (time.perf_counter() - t0)))
@@ -73,8 +75,8 @@ def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
 
 def stand_in_compiler(conn, device, parent, quiet, cores=None) -> None:
     """A compiler: every build ``ok`` after ``build_ms`` (a binary of ``binary_kb``), a digest of its own."""
-    from gemmtune.jobs import Built
-    from gemmtune.worker import incoming_jobs as jobs
+    from gemmtune.execution.child import incoming_jobs as jobs
+    from gemmtune.execution.messages import Built
 
     settings = _settings()
     build_s = settings["build_ms"] / 1e3
@@ -117,9 +119,10 @@ def main(argv=None) -> int:
     if args.jobs < 1:
         print(f"Error: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
         return 2
-    from gemmtune import device, runner
+    from gemmtune import device
     from gemmtune.cli import cli
     from gemmtune.errors import GemmtuneError
+    from gemmtune.execution import processes
     from gemmtune.info import read_device_info
 
     try:
@@ -136,8 +139,8 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import pipeline_bench
 
-    runner.worker_main, runner.compiler_main = pipeline_bench.stand_in_worker, pipeline_bench.stand_in_compiler
-    runner.host_cores = lambda: args.jobs   # the described host's: stand-in compilers keep no core busy
+    processes.worker_main, processes.compiler_main = pipeline_bench.stand_in_worker, pipeline_bench.stand_in_compiler
+    processes.host_cores = lambda: args.jobs   # the described host's: stand-in compilers keep no core busy
     device.resolve_device = lambda spec: dev
     with tempfile.TemporaryDirectory() as scratch:
         db = args.db or f"sqlite:///{Path(scratch) / 'pipeline.db'}"

@@ -49,7 +49,7 @@ def main(argv=None) -> int:
 
     import optuna
 
-    from gemmtune import model
+    from gemmtune.models import analytic
     from gemmtune.precision import get_precision
     from gemmtune.search.lane import Broken
     from gemmtune.search.proposals import Proposals
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         if h % 10 == 0:
             return None
         noise = math.exp(0.3 * ((h >> 8) % 1000 / 1000 - 0.5))
-        return flops / model.predict(config, dev, prec, m, n, k).time_s / 1e9 * noise
+        return flops / analytic.predict(config, dev, prec, m, n, k).time_s / 1e9 * noise
 
     strategy = make_strategy(DEFAULT, args.seed)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

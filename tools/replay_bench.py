@@ -50,10 +50,11 @@ def build(path: Path, studies=None, device: str = DEVICE) -> int:
     or those named in ``studies``; how many rows it holds."""
     import pandas as pd
 
-    from gemmtune import __version__, shipped_prior
+    from gemmtune import __version__
+    from gemmtune.db.store import Store, results
     from gemmtune.errors import GemmtuneError
     from gemmtune.info import read_device_info
-    from gemmtune.store import Store, results
+    from gemmtune.models import shipped_prior
 
     if device not in devices():
         raise GemmtuneError(f"no landscapes of a device {device!r} (there are: {', '.join(devices())})")
@@ -91,7 +92,7 @@ def build(path: Path, studies=None, device: str = DEVICE) -> int:
 
 def key(study: str, sampler: str, target: float, seeds: int, forest: int = 0) -> str:
     """Where a figure is kept: a forest other than a search's only for a sampler that learns."""
-    from gemmtune.replay import learns
+    from gemmtune.search.replay import learns
 
     return f"{study}|{sampler}|{target}|{seeds}" + (f"|forest {forest}" if forest and learns(sampler) else "")
 
@@ -100,9 +101,9 @@ def run(db: Path, out: Path, samplers: list[str], seeds: int, target: float, job
         only: list[str] | None = None, forest: int = 0) -> dict:
     """Replay every landscape in ``db`` (or those named in ``only``) with ``samplers``; the
     figures, also kept in ``out``."""
-    from gemmtune import replay
+    from gemmtune.db.store import Store
     from gemmtune.errors import GemmtuneError
-    from gemmtune.store import Store
+    from gemmtune.search import replay
 
     try:
         done = json.loads(out.read_text()) if out.exists() else {}
@@ -200,7 +201,7 @@ def main(argv=None) -> int:
     from gemmtune.errors import GemmtuneError
 
     try:
-        from gemmtune.replay import check_samplers
+        from gemmtune.search.replay import check_samplers
 
         samplers = check_samplers(samplers)   # before anything is written; without repeats
         if not 0 <= args.forest_seed < 2**32:

@@ -28,16 +28,16 @@ WARM = 20   # trials left out of the medians
 
 def measure(url: str, trials: int, device: str, precision: str) -> dict[str, list[float]]:
     """Milliseconds of each step, per trial."""
+    from gemmtune.db.store import Store
     from gemmtune.device import resolve_device
     from gemmtune.errors import GemmtuneError
+    from gemmtune.execution.messages import Outcome
     from gemmtune.precision import get_precision
-    from gemmtune.runner import Outcome
     from gemmtune.search.ahead import Journal
     from gemmtune.search.proposals import Proposals
     from gemmtune.search.recording import claim_text, record
     from gemmtune.search.session import Proposer, StudySession, quiet_heartbeat
     from gemmtune.space import config_key, load_space
-    from gemmtune.store import Store
     from gemmtune.strategies import DEFAULT, make_strategy
     from gemmtune.timing import Timing
     from gemmtune.valid import ValidConfigs

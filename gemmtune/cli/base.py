@@ -124,7 +124,7 @@ def _scrubbed(message: str, args) -> str:
     already, and this keeps one that slipped through (a driver's own text) from showing it."""
     import os
 
-    from gemmtune.urls import scrub
+    from gemmtune.db.urls import scrub
 
     args = list(sys.argv[1:] if args is None else args)
     urls = [os.environ.get("GEMMTUNE_DB")]

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import functools
+import json
 
 import click
 
 from gemmtune import strategies
-from gemmtune.cli.base import MAX_COUNT, BoundedFloat, BoundedInt, cli, db_option, emit, format_option
-from gemmtune.shapes import MAX_DIM
+from gemmtune.cli.base import (
+    MAX_COUNT,
+    BoundedFloat,
+    BoundedInt,
+    cli,
+    db_option,
+    emit,
+    format_option,
+)
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import PRECISIONS
-
+from gemmtune.shapes import MAX_DIM
 
 # ---------------------------------------------------------------- report, export
 
@@ -166,8 +173,8 @@ MAX_REPLAYS = 10_000   # replays per sampler, and model seeds: each costs a sear
 @format_option("table", "json")
 def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_file, jobs, fmt):
     """Compare samplers by re-running searches against an exhaustive study's recorded results."""
-    from gemmtune import replay as rp
     from gemmtune.output import terminal_text
+    from gemmtune.search import replay as rp
 
     names = [s.strip() for s in samplers.split(",") if s.strip()]
     seeded = [n for n in names if n == "default" or (n in strategies.STRATEGIES and (

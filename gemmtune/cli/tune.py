@@ -9,14 +9,27 @@ import sys
 import click
 
 from gemmtune import strategies
-from gemmtune.cli.base import (DEFAULT_TIMEOUT, MAX_COUNT, BoundedFloat, BoundedInt, cli, db_option, device_option,
-                               emit, format_option, precision_option, seconds_type, shape_options, shapes_option,
-                               space_option, workload)
+from gemmtune.cli.base import (
+    DEFAULT_TIMEOUT,
+    MAX_COUNT,
+    BoundedFloat,
+    BoundedInt,
+    cli,
+    db_option,
+    device_option,
+    emit,
+    format_option,
+    precision_option,
+    seconds_type,
+    shape_options,
+    shapes_option,
+    space_option,
+    workload,
+)
 from gemmtune.config_text import parse_config
 from gemmtune.errors import GemmtuneError
 from gemmtune.inputs import SEED_MAX
 from gemmtune.precision import get_precision
-
 
 # ---------------------------------------------------------------- devices
 
@@ -126,7 +139,9 @@ def verify(device, precision, shape, config_text, alpha, beta, trans_a, trans_b,
     # As verify_config does, before OpenCL starts: a scalar the precision cannot hold (1e300 in
     # single) would otherwise fail the check as if the kernel were wrong.
     check_scalars(get_precision(precision), alpha, beta)
-    from gemmtune.compute import verify_config  # after the checks: OpenCL and the results store
+    from gemmtune.compute import (
+        verify_config,  # after the checks: OpenCL and the results store
+    )
 
     result = verify_config(device, get_precision(precision), *shape, config=config, alpha=alpha,
                            beta=beta, trans_a=trans_a, trans_b=trans_b, seed=seed)
@@ -283,7 +298,10 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
             raise GemmtuneError(f"--shapes names the problems, and each gets a study of its own: leave "
                                 f"{', '.join(given + (['--study'] if study else []))} out")
         shapes = workload(precision, None, shapes_spec)
-    from gemmtune.search import SearchRequest, run_search  # after the checks: a second of imports
+    from gemmtune.search import (  # after the checks: a second of imports
+        SearchRequest,
+        run_search,
+    )
     from gemmtune.timing import TimingPolicy
 
     if timeout is None and trials is None and sampler != "grid" and shapes is None:
@@ -299,7 +317,7 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
     if shapes is None:
         summaries, left = run_search(req, line), []
     else:
-        from gemmtune.workload import run_workload
+        from gemmtune.search.workload import run_workload
 
         def step(s):
             if not quiet:

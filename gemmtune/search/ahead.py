@@ -28,10 +28,10 @@ from collections import deque
 import optuna
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.execution.child import die_with_parent
 from gemmtune.info import forking_is_safe as ahead_possible
-from gemmtune.runner import die_with_parent
-from gemmtune.space import config_key
 from gemmtune.search.session import Proposer
+from gemmtune.space import config_key
 
 AHEAD = 4   # proposals the child keeps ready: enough to cover a burst of free builders
 

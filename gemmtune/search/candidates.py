@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from gemmtune.evolve import children
+from gemmtune.models.breeding import children
 from gemmtune.space import Config, Space, config_key
 
 
@@ -73,6 +73,6 @@ class Unmeasured:
 
     def unmeasured_children(self, parents, each: int) -> list[Config]:
         """Valid, unmeasured configurations, up to ``each`` per parent, each one of ``parents``
-        with a few parameters set to other values of the space (``evolve.children``)."""
+        with a few parameters set to other values of the space (``breeding.children``)."""
         return children(parents, lambda kernel: self.space.family(kernel).values, self.is_valid, self.rng, each,
                         known=lambda c: config_key(c.kernel, c.params) in self.measured)

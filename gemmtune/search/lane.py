@@ -11,25 +11,33 @@ from dataclasses import replace
 
 import pandas as pd
 
-from gemmtune import learned, tuned
+from gemmtune import tuned
+from gemmtune.db.store import Store
 from gemmtune.defaults import default_config, distance
-from gemmtune.evolve import PARENTS, evolve
+from gemmtune.execution.messages import Outcome
+from gemmtune.execution.processes import Compilers, Runner
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.launch import Problem
+from gemmtune.models import learned
+from gemmtune.models.breeding import PARENTS, evolve
 from gemmtune.precision import Precision
-from gemmtune.runner import Compilers, Outcome, Runner
 from gemmtune.search.ahead import AheadProposer, Journal, NotReady, ahead_possible
 from gemmtune.search.pipeline import Pipeline
 from gemmtune.search.prior import PriorModels, search_prior, sources
-from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
-from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.proposals import Proposals
+from gemmtune.search.recording import (
+    claim_text,
+    is_recorded,
+    read_results,
+    record,
+    summarize,
+)
+from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.session import Proposer, StudySession, quiet_heartbeat
 from gemmtune.space import Config, Space, config_key
-from gemmtune.valid import ValidConfigs
-from gemmtune.store import Store
 from gemmtune.strategies import make_strategy
+from gemmtune.valid import ValidConfigs
 
 MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole space may be 10^5
 
@@ -46,7 +54,7 @@ def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: 
     (``learned.seeds``), none of ``skip``, drawn from a random sample when the space is large;
     ``prior`` (the device's other studies) teaches a model whose picks are among them (``priors``:
     fitted early where it has the same rows). Second, where the sample was bred, its
-    ``evolve.PARENTS`` best by the model, best first: a strategy that breeds goes on from them."""
+    ``breeding.PARENTS`` best by the model, best first: a strategy that breeds goes on from them."""
     sample = valid.sample(MODEL_SAMPLE, rng)   # drawn from the product: the space is never listed
     fitted, scores = priors.model(prior, problem.dev, problem.peaks), None
     if fitted is not None and len(sample) >= MODEL_SAMPLE:

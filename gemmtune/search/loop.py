@@ -13,20 +13,19 @@ import time
 from multiprocessing import connection as mp_connection
 from typing import Callable
 
+from gemmtune.db.connect import writing
+from gemmtune.db.store import Store, database_url, probe
 from gemmtune.errors import GemmtuneError
+from gemmtune.execution.processes import Compilers, Runner
 from gemmtune.info import core_plan, host_cores
-from gemmtune.inputs import check_problem, check_seed, check_study_name
+from gemmtune.inputs import check_jobs, check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
-from gemmtune.inputs import check_jobs
-from gemmtune.runner import Compilers, Runner
 from gemmtune.search.lane import Lane
 from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
 from gemmtune.space import Space, load_space
-from gemmtune.valid import ValidConfigs
-from gemmtune.connect import writing
-from gemmtune.store import Store, database_url, probe
 from gemmtune.strategies import STRATEGIES, make_strategy
+from gemmtune.valid import ValidConfigs
 
 
 def check_request(req: SearchRequest) -> None:

@@ -10,11 +10,11 @@ from collections import deque
 from dataclasses import replace
 from typing import Callable
 
+from gemmtune.execution.messages import BuildJob, Job, Outcome, problem_key
+from gemmtune.execution.processes import Compilers, Runner
 from gemmtune.families import FAMILIES
-from gemmtune.jobs import problem_key
 from gemmtune.launch import Problem
 from gemmtune.precision import Precision
-from gemmtune.runner import BuildJob, Compilers, Job, Outcome, Runner
 from gemmtune.space import Config, Space
 from gemmtune.timing import TimingPolicy, gflops
 

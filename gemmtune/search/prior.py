@@ -1,5 +1,5 @@
 """What a search learns from before its first seed: the device's results rows at other studies,
-with those the package ships for its model (``gemmtune.shipped_prior``), and the cost model
+with those the package ships for its model (``gemmtune.models.shipped_prior``), and the cost model
 fitted to them (``learned.prior_model``, for ``learned.seeds``).
 
 Fitting takes seconds on a busy host (scikit-learn's import, the features of every row, the
@@ -13,9 +13,9 @@ import threading
 
 import pandas as pd
 
-from gemmtune import learned, shipped_prior
+from gemmtune.db.store import Store
 from gemmtune.info import DeviceInfo
-from gemmtune.store import Store
+from gemmtune.models import learned, shipped_prior
 
 
 def other_rows(store: Store, device: str, study: str) -> pd.DataFrame:

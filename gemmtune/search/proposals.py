@@ -11,7 +11,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.search.optuna_adapter import start_running_trial
+from gemmtune.optuna_adapter import start_running_trial
 from gemmtune.space import Config, Space
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from gemmtune.db.rows import screen, skipped_note
+from gemmtune.db.store import Store
+from gemmtune.execution.messages import Outcome
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision
-from gemmtune.rows import screen, skipped_note
-from gemmtune.runner import Outcome
 from gemmtune.search.request import Summary
 from gemmtune.space import Config, Space, config_key
-from gemmtune.store import Store
 from gemmtune.timing import Timing, gflops, is_tie
 
 

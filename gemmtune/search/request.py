@@ -7,9 +7,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gemmtune.execution.messages import Outcome
 from gemmtune.info import DeviceInfo
 from gemmtune.precision import Precision
-from gemmtune.runner import Outcome
 from gemmtune.space import Config
 from gemmtune.strategies import DEFAULT
 from gemmtune.timing import TimingPolicy

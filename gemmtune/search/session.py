@@ -31,14 +31,14 @@ import optuna
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
+from gemmtune.db.connect import fast_sqlite
+from gemmtune.db.urls import db_error, shown
 from gemmtune.errors import GemmtuneError
+from gemmtune.optuna_adapter import BatchedStorage, one_read, trial_id
 from gemmtune.search.candidates import Unmeasured
 from gemmtune.search.proposals import Proposals
-from gemmtune.search.optuna_adapter import BatchedStorage, one_read, trial_id
 from gemmtune.space import Config, config_key
-from gemmtune.connect import fast_sqlite
 from gemmtune.strategies import ASK, Strategy
-from gemmtune.urls import db_error, shown
 
 IN_FLIGHT = ("in_flight", "elsewhere")   # statuses of ``measured`` that are not results yet
 FAILED = TrialState.PRUNED               # how a measured failure is told: below every result

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import optuna
     import pandas as pd
 
-    from gemmtune.learned import CostModel, Problem
+    from gemmtune.models.learned import CostModel, Problem
     from gemmtune.space import Config
 
 MAX_FREE_PROPOSALS = 25   # invalid or already-measured proposals in a row before a random pick
@@ -90,7 +90,7 @@ class Strategy:
         return None
 
     def prepare(self, problem: Problem, prior: pd.DataFrame | None, fitted: CostModel | None = None) -> None:
-        """Before the first proposal: the problem searched (``gemmtune.learned.Problem``), the
+        """Before the first proposal: the problem searched (``gemmtune.models.learned.Problem``), the
         device's results rows recorded before this search (other studies; None: none read) and,
         where the caller fitted it already, their cost model (``learned.prior_model``)."""
 

@@ -1,7 +1,7 @@
 """The learned strategy, the search's default: after the seeds (none with ``--no-seed``), a cost
 model trained on everything the device measured at other problems proposes, and TPE beside it.
 
-Its caller fits ``gemmtune.learned.CostModel`` to the device's rows of other studies (every
+Its caller fits ``gemmtune.models.learned.CostModel`` to the device's rows of other studies (every
 shape and precision, and on a device the package ships results for, those: the prior) once, for
 the seeds and this strategy alike (``search.prior.PriorModels``). After each result the
 strategy fits a second, small model to what the prior model got wrong about this search's rows
@@ -10,7 +10,7 @@ says what tends to be fast anywhere, the correction what is true at this shape (
 prior instead costs seconds per trial; the correction, milliseconds).
 
 A ranking draws up to POOL unmeasured configurations, adds the previous ranking's
-``evolve.PARENTS`` best and CHILDREN children of each (``gemmtune.evolve``: in a space of
+``breeding.PARENTS`` best and CHILDREN children of each (``gemmtune.models.breeding``: in a space of
 millions, a draw of a thousand holds the model's best only by luck; the first ranking breeds
 from the seeds' bred sample, ``breed_from``), and orders them by
 predicted speed plus KAPPA times the spread of the trees (an upper confidence bound: uncertain
@@ -41,7 +41,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from gemmtune import evolve
+from gemmtune.models import breeding
 from gemmtune.space import config_key
 from gemmtune.strategies.base import ASK, MAX_FREE_PROPOSALS
 from gemmtune.strategies.tpe import Tpe
@@ -50,7 +50,7 @@ POOL = 1000      # configurations scored per ranking
 BATCH = 8        # proposals served from one ranking
 KAPPA = 0.5      # weight of the spread in the score (targets are log GFLOP/s)
 EXPLORE = 0.5    # share of proposals left to TPE
-CHILDREN = 8     # children of each of the last ranking's evolve.PARENTS best, in the next pool
+CHILDREN = 8     # children of each of the last ranking's breeding.PARENTS best, in the next pool
 FEATURE_CACHE = 50_000   # configurations whose features are kept
 _FITTERS: dict[int, ThreadPoolExecutor] = {}
 
@@ -82,13 +82,13 @@ class Learned(Tpe):
         self._elite: list = []               # the latest ranking's PARENTS best: they breed the next pool
 
     def prepare(self, problem, prior, fitted=None) -> None:
-        from gemmtune.learned import prior_model  # pandas and scikit-learn: here
+        from gemmtune.models.learned import prior_model  # pandas and scikit-learn: here
 
         self.problem = problem
         self.prior_model = self.model = fitted if fitted is not None else prior_model(prior, problem.dev, problem.peaks)
 
     def breed_from(self, parents) -> None:
-        self._elite = list(parents)[:evolve.PARENTS]
+        self._elite = list(parents)[:breeding.PARENTS]
 
     @property
     def learns(self) -> bool:
@@ -101,7 +101,7 @@ class Learned(Tpe):
             self.stale = True
 
     def _rows(self, configs) -> np.ndarray:
-        from gemmtune.learned import features
+        from gemmtune.models.learned import features
 
         if len(self._features) > FEATURE_CACHE:
             self._features.clear()
@@ -111,13 +111,13 @@ class Learned(Tpe):
         return np.asarray([self._features[c] for c in configs])
 
     def _own_data(self):
-        from gemmtune.learned import relative_targets
+        from gemmtune.models.learned import relative_targets
 
         configs, values = zip(*self.mine.values())
         return self._rows(configs), relative_targets(np.asarray(values), np.zeros(len(values)))
 
     def _fit_now(self, own) -> None:
-        from gemmtune.learned import Corrected
+        from gemmtune.models.learned import Corrected
 
         self.model = Corrected(self.prior_model, *own, seed=self.seed) if own else self.prior_model
 
@@ -145,7 +145,7 @@ class Learned(Tpe):
             return config
         if not self._fit():
             return ASK
-        # Random draws, and the last ranking's best with their children (``gemmtune.evolve``):
+        # Random draws, and the last ranking's best with their children (``gemmtune.models.breeding``):
         # where the space is larger than the pool, its best are found by breeding, not by luck.
         pool = candidates.sample_unmeasured(POOL)
         elite = [c for c in self._elite if candidates.first_unmeasured([c]) is not None]
@@ -154,6 +154,6 @@ class Learned(Tpe):
             return ASK
         mean, spread = self.model.predict(self._rows(pool))
         order = np.argsort(-(mean + KAPPA * spread), kind="stable")
-        self._elite = [pool[i] for i in order[:evolve.PARENTS]]
+        self._elite = [pool[i] for i in order[:breeding.PARENTS]]
         self._ranked = [pool[i] for i in order[1:BATCH]]
         return pool[order[0]]

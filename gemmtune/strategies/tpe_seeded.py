@@ -1,4 +1,4 @@
-"""TPE after the performance model's best predictions (``model.seeds``). A search seeds every
+"""TPE after the performance model's best predictions (``analytic.seeds``). A search seeds every
 strategy that allows it unless ``--no-seed``; this name lets ``gemmtune replay`` compare TPE
 with and without the seeds."""
 

@@ -1,25 +1,19 @@
-"""The timing worker's side (OpenCL): it builds or loads, verifies and times one job at a time,
-and what every worker process does to start (``open_worker``) and to read its jobs
-(``incoming_jobs``); the compilers are ``gemmtune.compiler``. Started and watched by
-gemmtune.runner, which is why a crash or a hang here costs one trial, never the search.
+"""The timing worker (OpenCL): it builds or loads, verifies and times one job at a time. It
+starts as every worker process does (``child``); the compilers are ``compiler``. Started and
+watched by ``processes``, which is why a crash or a hang here costs one trial, never the search.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import queue
-import signal
-import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from gemmtune.errors import GemmtuneError
-from gemmtune.jobs import Job, Outcome, StopAbove
+from gemmtune.execution.child import incoming_jobs, open_worker
+from gemmtune.execution.messages import DETAIL_LIMIT, Job, Outcome, StopAbove
 from gemmtune.timing import MIN_SAMPLES, Timing, enough, median_ci
 
-DETAIL_LIMIT = 8000       # characters of build log or error text kept per trial
 BATCH_MS = 1.0            # device time a sample's batch of calls fills, at least (see _time)
 MAX_BATCH = 64
 
@@ -169,109 +163,6 @@ def _time(cl, queue, run, job: Job, kernel_events: int = 1) -> tuple[str, Timing
     return "ok", Timing(tuple(total), tuple(kernel), tuple(device)), ""
 
 
-def _watch_parent(parent: int) -> None:
-    # A worker whose parent died (kill -9) must not run on, holding the device.
-    while True:
-        time.sleep(1.0)
-        if os.getppid() != parent:
-            os._exit(0)
-
-
-def _pin(cores) -> None:
-    # Threads started before this (numpy's BLAS pool, at import) keep their own affinity: each
-    # is set by its thread id, which Linux lists under /proc/self/task.
-    try:
-        threads = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        threads = [0]
-    for tid in threads:
-        try:
-            os.sched_setaffinity(tid, cores)
-        except OSError:  # a thread that ended meanwhile
-            pass
-
-
-def open_worker(conn, device, parent: int, quiet: bool, cores, check_builds: bool = False):
-    """Common start of every worker: cores, signals, watchdog, device; None if it could not start.
-    ``check_builds``: a one-line kernel is built first (the timing worker's: it starts before the
-    compilers, so they need not)."""
-    if cores:  # first, so that every thread started below (the driver's too) inherits them
-        _pin(cores)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    if quiet:
-        # Drivers print build diagnostics on stderr; each trial's own log is kept in its row.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    try:
-        import pyopencl as cl
-
-        from gemmtune.device import open_device
-
-        info, dev = open_device(device)
-        ctx = cl.Context([dev])
-        if check_builds:
-            _check_builds(ctx, info)
-    except GemmtuneError as e:
-        conn.send(("error", str(e)))
-        return None
-    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
-        conn.send(("error", f"cannot open device {device}: {e}"))
-        return None
-    conn.send(("ready", info))
-    return cl, ctx
-
-
-PROBE_SOURCE = "__kernel void gemmtune_probe(__global float* x) { x[0] = 1.0f; }"
-
-
-def _check_builds(ctx, info) -> None:
-    """GemmtuneError where the device's compiler builds not even a one-line kernel: every trial
-    would fail alike, and the search would record hundreds of compile errors and find nothing."""
-    from gemmtune.kernels import BuildError, build
-
-    try:
-        build(ctx, PROBE_SOURCE, {})
-    except BuildError as e:
-        raise GemmtuneError(cannot_build(info.index, info.name, e.log)) from None
-
-
-def cannot_build(index: int, name: str, log: str) -> str:
-    """What to say of a device whose compiler fails a one-line kernel with ``log``."""
-    noise = ("clBuildProgram failed", "Build on ", "(options:")
-    reason = next((line.strip() for line in log.splitlines() if line.strip() and not line.startswith(noise)),
-                  "the build failed")[:200]
-    text = f"device {index} ({name}) cannot build an OpenCL program: {reason}"
-    if "unknown target CPU" in log:
-        text += ("; this PoCL's LLVM does not know the processor: install the distribution's PoCL "
-                 "(apt-get install pocl-opencl-icd on Debian) and use its device (gemmtune devices lists them)")
-    return text
-
-
-def incoming_jobs(conn):
-    """The jobs, in order. A thread takes each off the pipe as it comes, so that the parent can
-    queue the next job while this one runs without blocking on a full pipe (a job carries a
-    program binary, larger than a pipe's buffer)."""
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
-
-    def read():
-        while True:
-            try:
-                job = conn.recv()
-            except (EOFError, OSError):
-                job = None
-            if isinstance(job, StopAbove):
-                _STOP_ABOVE[0] = job
-                continue
-            inbox.put(job)
-            if job is None:
-                return
-
-    threading.Thread(target=read, daemon=True).start()
-    while (job := inbox.get()) is not None:
-        yield job
-
-
 def worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
     """The timing worker: builds (or loads a binary), verifies and times one job at a time."""
     opened = open_worker(conn, device, parent, quiet, cores, check_builds=True)
@@ -281,7 +172,7 @@ def worker_main(conn, device: str | None, parent: int, quiet: bool, cores=None) 
     queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     problems: dict = {}
     free = time.perf_counter()   # since when it had nothing to do: what the search made it wait
-    for job in incoming_jobs(conn):
+    for job in incoming_jobs(conn, _STOP_ABOVE):
         t0 = time.perf_counter()
         try:
             outcome = _trial(cl, queue, problems, job)

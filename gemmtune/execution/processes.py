@@ -6,41 +6,27 @@ leaves the context unusable, on PoCL it can kill the process, and some variants 
 So the parent sends one job at a time and waits with a deadline; a crash, a hang past the
 trial timeout or an OpenCL launch error costs that trial, and the parent starts a fresh worker.
 
-This module is the parent side, plain Python; gemmtune.worker is what runs in the processes
-(the only part that imports pyopencl), and gemmtune.jobs the messages between them.
+This module is the parent side, plain Python; ``timing_worker`` and ``compiler`` are what runs in
+the processes (the only part that imports pyopencl), ``child`` how each starts, and ``messages``
+what goes between them.
 """
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing as mp
 import os
-import signal
-import sys
 import time
 from collections import deque
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.execution.child import die_with_parent
+from gemmtune.execution.compiler import compiler_main
+from gemmtune.execution.messages import Built, Job, Outcome, StopAbove
+from gemmtune.execution.timing_worker import worker_main
 from gemmtune.info import DeviceInfo
 from gemmtune.inputs import check_jobs
-from gemmtune.jobs import Built, BuildJob, Job, Outcome, StopAbove  # noqa: F401 - the search imports them from here
-from gemmtune.compiler import compiler_main
-from gemmtune.worker import worker_main
 
 STARTUP_TIMEOUT = 120.0   # seconds for a worker to import pyopencl and open its context
-PR_SET_PDEATHSIG = 1      # linux/prctl.h
-
-
-def die_with_parent(parent: int) -> None:
-    """Have Linux kill this child the moment its parent ends (prctl's PR_SET_PDEATHSIG), and end it
-    now if the parent ended already: every process a search starts (timing worker, compiler,
-    proposer, counter) goes with it when it is killed outright. A counter of a search killed with
-    SIGKILL was found counting 55 minutes later. Linux sends the signal when the thread that
-    started the child ends: a search starts its children from the thread it runs in."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def _child(main, conn, device, parent, *args) -> None:

@@ -1,6 +1,6 @@
 """A learned cost model: trees fitted to everything a device measured, at every shape.
 
-The analytic model (``gemmtune.model``) ranks configurations from first principles and ranks
+The analytic model (``gemmtune.models.analytic``) ranks configurations from first principles and ranks
 them well only where its terms were designed (docs/search.md, "Search efficiency"). This
 one learns from the results table instead, as AutoTVM and Ansor do: each ``ok`` or ``slow`` row
 of the device is a configuration at a problem, described by numbers (``features``: the
@@ -23,9 +23,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from gemmtune import model
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
+from gemmtune.models import analytic
 from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config
 
@@ -59,7 +59,7 @@ def features(configs: Sequence[Config], problem: Problem) -> np.ndarray:
     rows = []
     for c in configs:
         params = c.params
-        pred = model.predict(c, p.dev, p.prec, p.m, p.n, p.k, p.peaks, trans_a=p.trans_a, trans_b=p.trans_b)
+        pred = analytic.predict(c, p.dev, p.prec, p.m, p.n, p.k, p.peaks, trans_a=p.trans_a, trans_b=p.trans_b)
         # Predicted time over the ideal (the flops at the device's peak): comparable across shapes.
         ideal = pred.flops / (pred.peaks.gflops * 1e9)
         terms = [math.log(pred.time_s / ideal), math.log(pred.memory_s / pred.time_s + 1e-12),
@@ -87,7 +87,9 @@ class CostModel:
 
     def fit(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, jobs: int | None = None) -> "CostModel":
         """``jobs``: processor cores to fit on (scikit-learn's n_jobs; None: one)."""
-        from sklearn.ensemble import ExtraTreesRegressor   # here: most commands never learn
+        from sklearn.ensemble import (
+            ExtraTreesRegressor,  # here: most commands never learn
+        )
 
         self.forest = ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=2, max_features=0.5,
                                           random_state=self.seed, n_jobs=jobs).fit(x, y, sample_weight=weight)
@@ -163,7 +165,7 @@ def _study_rows(part: pd.DataFrame, dev: DeviceInfo, peaks) -> list[tuple[np.nda
 
 
 def _compute_study_rows(part: pd.DataFrame, dev: DeviceInfo, peaks) -> list[tuple[np.ndarray, np.ndarray]]:
-    from gemmtune.rows import screen
+    from gemmtune.db.rows import screen
     from gemmtune.tuned import shipped_config
 
     out = []
@@ -215,13 +217,13 @@ def prior_model(rows: pd.DataFrame | None, dev: DeviceInfo, peaks=None, jobs: in
 def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Sequence[Config] = (),
           fitted: CostModel | None = None, scores: Mapping[Config, float] | None = None) -> list[Config]:
     """What a search measures first after its baseline and the nearest tuned shapes' bests: the
-    analytic model's best tilings (``model.tied_groups``), each as the configuration of its
-    tiling nearest a known good one (``model.nearest``) and, with a model ``fitted`` to the
+    analytic model's best tilings (``analytic.tied_groups``), each as the configuration of its
+    tiling nearest a known good one (``analytic.nearest``) and, with a model ``fitted`` to the
     device's other problems, as the one that model predicts fastest. At most ``count`` of
     those, best tiling first. The analytic model judges the tiling (the learned one, fitted at
     other sizes, can misjudge how a tile count fills the device); for what it cannot see,
     measured and learned knowledge each get their turn; the best tiling also as the
-    configuration farthest from both (``model.farthest``), which explores what neither knows.
+    configuration farthest from both (``analytic.farthest``), which explores what neither knows.
 
     With a fitted model, its own ``LEARNED_FIRST`` best picks over every tiling come too, one
     before each of the first few: where the other problems taught it the tiling as well (a
@@ -235,8 +237,8 @@ def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Se
         predicted = np.array([scores[c] for c in configs]) if scores is not None else fitted.score(configs, problem)
     learned_score = dict(zip(configs, predicted)) if predicted is not None else {}
     chosen: list[Config] = []
-    for tied in model.tied_groups(configs, p.dev, p.prec, p.m, p.n, p.k, count, p.peaks):
-        picks = [model.nearest(tied, near)]
+    for tied in analytic.tied_groups(configs, p.dev, p.prec, p.m, p.n, p.k, count, p.peaks):
+        picks = [analytic.nearest(tied, near)]
         if predicted is not None:
             picks.append(max(tied, key=learned_score.__getitem__))   # the first of equal ones, as argmax
             if not chosen:
@@ -244,7 +246,7 @@ def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Se
                 # learned model would try: otherwise every seed shares their values of what the
                 # analytic model cannot see (an unroll, a warp layout), and TPE after the seeds
                 # tries others late; one trial finds where such a parameter is what matters.
-                picks.append(model.farthest(tied, picks))
+                picks.append(analytic.farthest(tied, picks))
         chosen += [c for c in dict.fromkeys(picks) if c not in chosen]
         if len(chosen) >= count:
             break

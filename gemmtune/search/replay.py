@@ -1,7 +1,7 @@
 """Replay: re-run searches against the recorded results of an exhaustive study, not the device.
 
 A ``grid`` study measured every valid configuration once; its rows of ``results`` (read through
-``gemmtune.store``, never Optuna's tables) are a lookup table from configuration to GFLOP/s. A
+``gemmtune.db.store``, never Optuna's tables) are a lookup table from configuration to GFLOP/s. A
 replay drives an in-memory Optuna study with ask/tell over the same parameter space, exactly as
 ``gemmtune.search`` does (through its ``session.Proposer``), but a proposal's value is looked up instead of measured:
 
@@ -14,7 +14,7 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
 * after ``strategies.MAX_FREE_PROPOSALS`` proposals in a row that did not count, a random
   unmeasured recorded configuration is enqueued (as search does with the valid space);
 * the study's baseline configuration (its row with ``baseline`` = 1), if any, is the first
-  trial, as in search; ``tpe-seeded`` then enqueues the model's K seeds (``model.seeds``: the
+  trial, as in search; ``tpe-seeded`` then enqueues the model's K seeds (``analytic.seeds``: the
   best-predicted configurations, one per distinct prediction);
 * ``default`` replays what ``gemmtune search`` does without ``--sampler`` and ``--no-seed``:
   after the baseline, the best configurations of the nearest other tuned shapes of the device
@@ -55,18 +55,25 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from gemmtune import learned, model
+from gemmtune.db.urls import shown
 from gemmtune.errors import GemmtuneError
+from gemmtune.execution.child import die_with_parent
 from gemmtune.info import DeviceInfo
 from gemmtune.inputs import check_jobs
-from gemmtune.runner import die_with_parent
+from gemmtune.models import analytic, learned
+
 # A landscape is what a replay searches: its callers load and describe one through this module.
-from gemmtune.landscape import Landscape, device_for, load_landscape, nearby_configs, other_studies  # noqa: F401
+from gemmtune.search.landscape import (  # noqa: F401
+    Landscape,
+    device_for,
+    load_landscape,
+    nearby_configs,
+    other_studies,
+)
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.session import Proposer, memory_study, quiet_optuna
 from gemmtune.space import Config
 from gemmtune.strategies import DEFAULT, STRATEGIES, names
-from gemmtune.urls import shown
 
 SAMPLERS = ("default", *names("replay"))
 
@@ -180,8 +187,8 @@ def model_spearman(land: Landscape, dev: DeviceInfo) -> float:
     """Rank correlation of the model's predicted times with the study's measured ones (ok rows)."""
     m, n, k = land.shape
     ok = [c for c in land.configs if land.gflops(c) is not None]
-    predicted = [model.predict(c, dev, land.precision, m, n, k, land.peaks).time_s for c in ok]
-    return model.spearman(predicted, [1 / land.gflops(c) for c in ok])
+    predicted = [analytic.predict(c, dev, land.precision, m, n, k, land.peaks).time_s for c in ok]
+    return analytic.spearman(predicted, [1 / land.gflops(c) for c in ok])
 
 
 def learned_spearman(land: Landscape, dev: DeviceInfo, fitted) -> float | None:
@@ -191,7 +198,7 @@ def learned_spearman(land: Landscape, dev: DeviceInfo, fitted) -> float | None:
     ok = [c for c in land.configs if land.gflops(c) is not None]
     problem = learned.Problem(dev, land.precision, *land.shape, peaks=land.peaks)
     predicted, _ = fitted.predict(learned.features(ok, problem))
-    return model.spearman(-predicted, [1 / land.gflops(c) for c in ok])
+    return analytic.spearman(-predicted, [1 / land.gflops(c) for c in ok])
 
 
 def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 0.95,

@@ -1,5 +1,5 @@
 """A landscape: what a study recorded, as a lookup table from configuration to GFLOP/s that a
-replay searches instead of the device (``gemmtune.replay``), with what a search at its problem
+replay searches instead of the device (``gemmtune.search.replay``), with what a search at its problem
 would start from (the nearest tuned shapes' bests, the device's rows at other problems) and the
 description of its device.
 """
@@ -12,14 +12,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from gemmtune import shipped_prior
+from gemmtune.db.rows import recorded_op, screen, skipped_note
+from gemmtune.db.store import Store, database_url
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo, read_device_info
+from gemmtune.models import shipped_prior
 from gemmtune.precision import Precision, get_precision
-from gemmtune.rows import recorded_op, screen, skipped_note
-from gemmtune.space import Config, FamilySpace, Space, config_key, load_space, shipped_families
-from gemmtune.store import Store, database_url
+from gemmtune.space import (
+    Config,
+    FamilySpace,
+    Space,
+    config_key,
+    load_space,
+    shipped_families,
+)
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class Landscape:
     baseline: Config | None
     peaks: dict[str, float]       # the device's measured peaks in the same database, if any
     described: DeviceInfo | None = None   # the device as the search stored it (table devices)
-    skipped: str | None = None            # which recorded rows no reader may use (gemmtune.rows), if any
+    skipped: str | None = None            # which recorded rows no reader may use (gemmtune.db.rows), if any
     space_file: str | None = None         # the space file it was loaded with, if any
 
     @property

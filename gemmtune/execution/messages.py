@@ -9,6 +9,8 @@ from gemmtune.space import Config
 from gemmtune.timing import Timing, TimingPolicy
 from gemmtune.verify import Check
 
+DETAIL_LIMIT = 8000       # characters of build log or error text kept per trial
+
 
 def problem_key(precision: str, m: int, n: int, k: int, trans_a: str, trans_b: str) -> tuple:
     """What a timing worker keeps per problem (operands, early-stop thresholds)."""

@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 import numpy as np
 import optuna
-from optuna.storages._rdb import models
 from optuna.samplers._tpe import sampler as tpe_module
 from optuna.samplers._tpe.sampler import _RELATIVE_PARAMS_KEY, _SYSTEM_ATTR_MAX_LENGTH
+from optuna.storages._rdb import models
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
 

@@ -15,11 +15,19 @@ from datetime import datetime, timezone
 import pandas as pd
 import sqlalchemy as sa
 
-from gemmtune.connect import check_url, fast_sqlite, lock_file, open_engine, open_error, plain_journal, sqlite_path
+from gemmtune.db.connect import (
+    check_url,
+    fast_sqlite,
+    lock_file,
+    open_engine,
+    open_error,
+    plain_journal,
+    sqlite_path,
+)
+from gemmtune.db.rows import device_of, peak_of
+from gemmtune.db.urls import database_url, db_error, shown
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo
-from gemmtune.rows import device_of, peak_of
-from gemmtune.urls import database_url, db_error, shown
 
 metadata = sa.MetaData()
 results = sa.Table(

@@ -96,8 +96,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from gemmtune.families import FAMILIES
-from gemmtune.launch import Problem
 from gemmtune.info import DeviceInfo
+from gemmtune.launch import Problem
 from gemmtune.precision import Precision
 from gemmtune.space import Config
 
@@ -305,7 +305,9 @@ def spearman(predicted_times, measured_times) -> float:
     either is constant or there are fewer than two)."""
     if len(predicted_times) < 2:
         return math.nan
-    from scipy import stats  # here: seeding a search needs the model, not scipy's half-second import
+    from scipy import (
+        stats,  # here: seeding a search needs the model, not scipy's half-second import
+    )
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", stats.ConstantInputWarning)

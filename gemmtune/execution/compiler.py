@@ -1,6 +1,6 @@
 """The compiler processes' side (OpenCL): each builds one candidate at a time in a context of its
 own and hands the timing worker what spares it the work, the binary or the driver's cache.
-Started and watched by gemmtune.runner, as the timing worker is (``gemmtune.worker``).
+Started and watched by ``processes``, as the timing worker is (``timing_worker``).
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import hashlib
 import time
 import traceback
 
-from gemmtune.jobs import Built, BuildJob
-from gemmtune.worker import DETAIL_LIMIT, incoming_jobs, open_worker
+from gemmtune.execution.child import incoming_jobs, open_worker
+from gemmtune.execution.messages import DETAIL_LIMIT, BuildJob, Built
 
 
 def compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=None) -> None:
-    """A compiler: builds one program at a time and sends back a ``jobs.Built``.
+    """A compiler: builds one program at a time and sends back a ``messages.Built``.
 
     * NVIDIA loads a program from its binary (PTX) and turns it into machine code on the first
       load, keeping that in its on-disk cache (~/.nv/ComputeCache): the compiler loads its

@@ -51,9 +51,9 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     evenly, then the rest in proportion to what each problem's first pass gained over its
     baseline (at least GAIN_FLOOR), so that time goes where searching paid."""
     from gemmtune import search as searching
+    from gemmtune.db.store import database_url
     from gemmtune.device import resolve_device
     from gemmtune.precision import get_precision
-    from gemmtune.store import database_url
 
     if req.timeout is not None and not 0 < req.timeout < math.inf:   # nan is neither
         raise GemmtuneError(f"a workload's timeout must be a positive number of seconds, got {req.timeout!r}")

@@ -13,9 +13,8 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import sqlalchemy as sa
 
+from gemmtune.db.urls import DEFAULT_DB, db_error, shown
 from gemmtune.errors import GemmtuneError
-from gemmtune.urls import DEFAULT_DB, db_error, shown
-
 
 # What pysqlite takes from a URL's query (SQLAlchemy's pysqlite dialect); any other key is a SQLite
 # URI parameter, which SQLite reads only with uri=true from a database written as file:PATH.
@@ -157,7 +156,9 @@ def writing(url: str):
     """Around a command's writes to the database (gemmtune's and Optuna's): a database that
     fails under them (a full disk, a server gone, a file turned read-only) ends the command
     with one GemmtuneError saying so; each row committed before stays as it was."""
-    from optuna.exceptions import StorageInternalError  # Optuna's storage wraps the driver's error in it
+    from optuna.exceptions import (
+        StorageInternalError,  # Optuna's storage wraps the driver's error in it
+    )
 
     try:
         yield
