@@ -20,13 +20,7 @@ from test_study_copy import Refusing, configs  # noqa: E402
 
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.optuna_adapter import BatchedStorage  # noqa: E402
-from gemmtune.search.ahead import (  # noqa: E402
-    AHEAD,
-    AheadProposer,
-    Journal,
-    NotReady,
-    ahead_possible,
-)
+from gemmtune.search.ahead import AHEAD, AheadProposer, Journal, NotReady, ahead_possible  # noqa: E402
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.session import Proposer, StudyCopy  # noqa: E402
 from gemmtune.space import config_key, parse_space  # noqa: E402

@@ -21,15 +21,7 @@ import pytest
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
-from gemmtune.space import (
-    MAX_POINTS,
-    Config,
-    check_config,
-    load_space,
-    make_config,
-    parse_space,
-    shipped_families,
-)
+from gemmtune.space import MAX_POINTS, Config, check_config, load_space, make_config, parse_space, shipped_families
 
 HUGE = 2**40
 QUICK_S = 60   # far longer than any of these takes when it works; a hang fails at this

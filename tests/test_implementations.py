@@ -23,14 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
-from helpers_foundation import (  # noqa: E402
-    DTYPES,
-    SMALL_SPACE,
-    make_device,
-    numpy_product,
-    uniform,
-    worst_case_tolerance,
-)
+from helpers_foundation import DTYPES, SMALL_SPACE, make_device, numpy_product, uniform, worst_case_tolerance  # noqa: E402
 
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.info import DeviceInfo  # noqa: E402

@@ -12,14 +12,7 @@ import sqlalchemy as sa
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from gemmtune.optuna_adapter import (
-    BatchedStorage,
-    BoundedHistory,
-    GroupedTpe,
-    one_read,
-    start_running_trial,
-    trial_id,
-)
+from gemmtune.optuna_adapter import BatchedStorage, BoundedHistory, GroupedTpe, one_read, start_running_trial, trial_id
 
 # What Optuna says of its experimental heartbeats, which the search uses through ask/tell
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning",

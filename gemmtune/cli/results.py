@@ -8,15 +8,7 @@ import json
 import click
 
 from gemmtune import strategies
-from gemmtune.cli.base import (
-    MAX_COUNT,
-    BoundedFloat,
-    BoundedInt,
-    cli,
-    db_option,
-    emit,
-    format_option,
-)
+from gemmtune.cli.base import MAX_COUNT, BoundedFloat, BoundedInt, cli, db_option, emit, format_option
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import PRECISIONS
 from gemmtune.shapes import MAX_DIM

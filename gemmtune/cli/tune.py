@@ -139,9 +139,7 @@ def verify(device, precision, shape, config_text, alpha, beta, trans_a, trans_b,
     # As verify_config does, before OpenCL starts: a scalar the precision cannot hold (1e300 in
     # single) would otherwise fail the check as if the kernel were wrong.
     check_scalars(get_precision(precision), alpha, beta)
-    from gemmtune.compute import (
-        verify_config,  # after the checks: OpenCL and the results store
-    )
+    from gemmtune.compute import verify_config  # after the checks: OpenCL and the results store
 
     result = verify_config(device, get_precision(precision), *shape, config=config, alpha=alpha,
                            beta=beta, trans_a=trans_a, trans_b=trans_b, seed=seed)
@@ -298,10 +296,7 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
             raise GemmtuneError(f"--shapes names the problems, and each gets a study of its own: leave "
                                 f"{', '.join(given + (['--study'] if study else []))} out")
         shapes = workload(precision, None, shapes_spec)
-    from gemmtune.search import (  # after the checks: a second of imports
-        SearchRequest,
-        run_search,
-    )
+    from gemmtune.search import SearchRequest, run_search  # after the checks: a second of imports
     from gemmtune.timing import TimingPolicy
 
     if timeout is None and trials is None and sampler != "grid" and shapes is None:

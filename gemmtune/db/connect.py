@@ -156,9 +156,7 @@ def writing(url: str):
     """Around a command's writes to the database (gemmtune's and Optuna's): a database that
     fails under them (a full disk, a server gone, a file turned read-only) ends the command
     with one GemmtuneError saying so; each row committed before stays as it was."""
-    from optuna.exceptions import (
-        StorageInternalError,  # Optuna's storage wraps the driver's error in it
-    )
+    from optuna.exceptions import StorageInternalError  # Optuna's storage wraps the driver's error in it
 
     try:
         yield

@@ -15,15 +15,7 @@ from datetime import datetime, timezone
 import pandas as pd
 import sqlalchemy as sa
 
-from gemmtune.db.connect import (
-    check_url,
-    fast_sqlite,
-    lock_file,
-    open_engine,
-    open_error,
-    plain_journal,
-    sqlite_path,
-)
+from gemmtune.db.connect import check_url, fast_sqlite, lock_file, open_engine, open_error, plain_journal, sqlite_path
 from gemmtune.db.rows import device_of, peak_of
 from gemmtune.db.urls import database_url, db_error, shown
 from gemmtune.errors import GemmtuneError

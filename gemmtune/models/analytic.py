@@ -305,9 +305,7 @@ def spearman(predicted_times, measured_times) -> float:
     either is constant or there are fewer than two)."""
     if len(predicted_times) < 2:
         return math.nan
-    from scipy import (
-        stats,  # here: seeding a search needs the model, not scipy's half-second import
-    )
+    from scipy import stats  # here: seeding a search needs the model, not scipy's half-second import
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", stats.ConstantInputWarning)

@@ -87,9 +87,7 @@ class CostModel:
 
     def fit(self, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, jobs: int | None = None) -> "CostModel":
         """``jobs``: processor cores to fit on (scikit-learn's n_jobs; None: one)."""
-        from sklearn.ensemble import (
-            ExtraTreesRegressor,  # here: most commands never learn
-        )
+        from sklearn.ensemble import ExtraTreesRegressor  # here: most commands never learn
 
         self.forest = ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=2, max_features=0.5,
                                           random_state=self.seed, n_jobs=jobs).fit(x, y, sample_weight=weight)

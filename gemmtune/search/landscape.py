@@ -19,14 +19,7 @@ from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo, read_device_info
 from gemmtune.models import shipped_prior
 from gemmtune.precision import Precision, get_precision
-from gemmtune.space import (
-    Config,
-    FamilySpace,
-    Space,
-    config_key,
-    load_space,
-    shipped_families,
-)
+from gemmtune.space import Config, FamilySpace, Space, config_key, load_space, shipped_families
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,7 @@ from gemmtune.search.ahead import AheadProposer, Journal, NotReady, ahead_possib
 from gemmtune.search.pipeline import Pipeline
 from gemmtune.search.prior import PriorModels, search_prior, sources
 from gemmtune.search.proposals import Proposals
-from gemmtune.search.recording import (
-    claim_text,
-    is_recorded,
-    read_results,
-    record,
-    summarize,
-)
+from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.session import Proposer, StudySession, quiet_heartbeat
 from gemmtune.space import Config, Space, config_key

@@ -63,13 +63,7 @@ from gemmtune.inputs import check_jobs
 from gemmtune.models import analytic, learned
 
 # A landscape is what a replay searches: its callers load and describe one through this module.
-from gemmtune.search.landscape import (  # noqa: F401
-    Landscape,
-    device_for,
-    load_landscape,
-    nearby_configs,
-    other_studies,
-)
+from gemmtune.search.landscape import Landscape, device_for, load_landscape, nearby_configs, other_studies  # noqa: F401
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.session import Proposer, memory_study, quiet_optuna
 from gemmtune.space import Config

@@ -19,9 +19,7 @@ class Tpe(Strategy):
     def sampler(self, constant_liar: bool = False) -> optuna.samplers.BaseSampler:
         import optuna
 
-        from gemmtune.optuna_adapter import (
-            GroupedTpe,  # TPESampler, multivariate and grouped
-        )
+        from gemmtune.optuna_adapter import GroupedTpe  # TPESampler, multivariate and grouped
 
         # Arguments spelled out: Optuna 5 changed TPE's defaults, and results should not move with
         # them. With several candidates in flight, the constant liar keeps TPE from proposing them
