@@ -5,7 +5,6 @@ its plans compared with the families' Python plans; its selection with best_conf
 from __future__ import annotations
 
 import ctypes as C
-import os
 import random
 import shutil
 import subprocess
@@ -17,11 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from gemmtune import clib
+from gemmtune.clib.binding import COL_MAJOR, OPS, ROW_MAJOR, Facts, Plan, load, scalar
 from gemmtune.cli import cli
 from gemmtune.db.store import Store
 from gemmtune.defaults import default_config
 from gemmtune.device import open_device
-from gemmtune.export import best_entries
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.kernels import build_options, defines
@@ -33,68 +32,8 @@ from gemmtune.verify import Reference, compare, random_matrix
 
 CC = shutil.which("cc") or "gcc"   # .ci/run installs gcc, cmake and the OpenCL headers and loader
 WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
-ROW, COL = 101, 102
-OPS = {"N": 111, "T": 112, "C": 113}
+ROW, COL = ROW_MAJOR, COL_MAJOR
 HERE = Path(__file__).parent
-
-
-# ---------------------------------------------------------------- ctypes view of gemmtune.h
-
-class Arg(C.Structure):
-    _fields_ = [("kind", C.c_int), ("value", C.c_int64)]
-
-
-class Launch(C.Structure):
-    _fields_ = [("kernel", C.c_char * 32), ("gemm", C.c_int), ("dims", C.c_int), ("global_size", C.c_size_t * 3),
-                ("local_size", C.c_size_t * 3), ("nargs", C.c_int), ("args", Arg * 24), ("defines", C.c_char * 256)]
-
-
-class Scratch(C.Structure):
-    _fields_ = [("name", C.c_char * 16), ("nbytes", C.c_size_t), ("rows", C.c_int), ("cols", C.c_int),
-                ("table", C.POINTER(C.c_int))]
-
-
-class Plan(C.Structure):
-    _fields_ = [("family", C.c_char * 16), ("source", C.c_char * 8), ("shape", C.c_int64 * 3), ("nparams", C.c_int),
-                ("param_names", C.c_char_p * 40), ("param_values", C.c_int * 40), ("options", C.c_char * 1024),
-                ("nscratch", C.c_int), ("scratch", Scratch * 5), ("nlaunches", C.c_int), ("launches", Launch * 4)]
-
-
-class Facts(C.Structure):
-    _fields_ = [("max_work_group_size", C.c_size_t), ("max_work_item_sizes", C.c_size_t * 3),
-                ("compute_units", C.c_int64)]
-
-
-class Float2(C.Structure):
-    _fields_ = [("x", C.c_float), ("y", C.c_float)]
-
-
-class Double2(C.Structure):
-    _fields_ = [("x", C.c_double), ("y", C.c_double)]
-
-
-SCALARS = {"s": C.c_float, "d": C.c_double, "c": Float2, "z": Double2}
-
-
-def load(path: Path) -> C.CDLL:
-    lib = C.CDLL(str(path))
-    i64, vp = C.c_int64, C.c_void_p
-    for code, scalar in SCALARS.items():
-        f = getattr(lib, f"gemmtune_{code}gemm")
-        f.argtypes = [vp, vp, C.c_int, C.c_int, C.c_int, i64, i64, i64, scalar, vp, i64, i64, vp, i64, i64, scalar,
-                      vp, i64, i64, C.POINTER(vp)]
-    lib.gemmtune_create.argtypes = [vp, vp, C.POINTER(vp)]
-    lib.gemmtune_release.argtypes = [vp]
-    lib.gemmtune_last_error.argtypes = [vp]
-    lib.gemmtune_last_error.restype = C.c_char_p
-    lib.gemmtune_status_message.restype = C.c_char_p
-    lib.gemmtune_plan.argtypes = [vp, C.c_char, C.c_int, C.c_int, i64, i64, i64, i64, i64, i64, C.c_int,
-                                  C.POINTER(Plan)]
-    lib.gemmtune_plan_config.argtypes = [C.c_char_p, C.c_int, C.POINTER(C.c_char_p), C.POINTER(C.c_int),
-                                         C.POINTER(Facts), C.c_char, C.c_int, C.c_int, i64, i64, i64, i64, i64, i64,
-                                         C.c_int, C.POINTER(Plan)]
-    lib.gemmtune_plan_release.argtypes = [C.POINTER(Plan)]
-    return lib
 
 
 def compile_library(directory: Path) -> Path:
@@ -201,10 +140,6 @@ def handles(built, opened):
 
 
 # ---------------------------------------------------------------- calls
-
-def scalar(prec: str, value: complex):
-    return SCALARS[prec](value.real, value.imag) if prec in "cz" else SCALARS[prec](value.real)
-
 
 class Operand:
     """A matrix (its numpy value) stored in a device buffer as BLAS stores it: at ``offset``, its

@@ -6,12 +6,14 @@ for the same configuration, and the host cost of a C call beyond the OpenCL enqu
 Exports the library from ``--db`` (default: $GEMMTUNE_DB, else the default database) into a
 temporary directory and compiles it with the system's C compiler. Then, on one device:
 
-* device time: the median, over ``--repeats`` calls, of the product's kernel (the last enqueued)
-  as the queue's profiling measures it, for the C call (through ctypes) and for ``Gemm`` given the
-  configuration the C library chose; and the median time of a call followed by ``finish``;
-* host cost, measured in C: the median time of one ``gemmtune_sgemm`` call (its operation
-  prepared, no wait) beside the median time of enqueuing a kernel that does nothing, over
-  ``--calls`` each; the cost beyond the enqueues is the call's time less that many enqueues.
+* device time: the median, over ``--repeats`` calls of each in turn, of the product's kernel (the
+  last enqueued) as the queue's profiling measures it, for the C call (through ctypes) and for
+  ``Gemm`` given the configuration the C library chose; and the median time of a call followed by
+  a wait for it;
+* host cost, measured in C at min(size, 64): the median time of one ``gemmtune_sgemm`` call (its
+  operation prepared, no wait) and, after each, of as many enqueues of a kernel that does nothing
+  as the call makes, over ``--calls`` turns; the cost beyond the enqueues is the call's time less
+  those enqueues'.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import ctypes as C
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,7 +49,7 @@ int main(int argc, char **argv) {
   gemmtune_handle h;
   gemmtune_launch_plan plan;
   const char *nothing = "__kernel void nothing(__global float* x) { }";
-  double *t = malloc(sizeof *t * (size_t)calls), call, trivial;
+  double *t = malloc(sizeof *t * (size_t)calls), *u = malloc(sizeof *u * (size_t)calls), call, trivial;
   size_t one = 1;
   clGetPlatformIDs(16, platforms, &np);
   clGetDeviceIDs(platforms[pi], CL_DEVICE_TYPE_ALL, 16, devices, &nd);
@@ -61,27 +62,25 @@ int main(int argc, char **argv) {
   if (gemmtune_plan(h, 's', GEMMTUNE_NO_TRANS, GEMMTUNE_NO_TRANS, n, n, n, n, n, n, 0, &plan) != GEMMTUNE_SUCCESS) return 1;
   launches = plan.nlaunches;
   gemmtune_plan_release(&plan);
-  for (i = -100; i < calls; i++) {
-    double t0 = now();
-    if (gemmtune_sgemm(h, q, GEMMTUNE_COL_MAJOR, GEMMTUNE_NO_TRANS, GEMMTUNE_NO_TRANS, n, n, n, 1.0f, a, 0, n, b, 0, n,
-                       0.0f, c, 0, n, NULL) != GEMMTUNE_SUCCESS) return 1;
-    if (i >= 0) t[i] = now() - t0;
-    if (i % 50 == 49) clFinish(q);   /* outside the timed calls: a queue that never drains */
-  }
-  clFinish(q);
-  call = median(t, calls);
   cl_program p = clCreateProgramWithSource(ctx, 1, &nothing, NULL, &err);
   clBuildProgram(p, 1, &devices[di], "", NULL, NULL);
   cl_kernel k = clCreateKernel(p, "nothing", &err);
   clSetKernelArg(k, 0, sizeof c, &c);
+  /* the call and as many trivial enqueues in turn, so that both see the same machine */
   for (i = -100; i < calls; i++) {
-    double t0 = now();
-    clEnqueueNDRangeKernel(q, k, 1, NULL, &one, &one, 0, NULL, NULL);   /* a fixed group, as every plan gives */
-    if (i >= 0) t[i] = now() - t0;
-    if (i % 50 == 49) clFinish(q);
+    double t0 = now(), t1, t2;
+    int j;
+    if (gemmtune_sgemm(h, q, GEMMTUNE_COL_MAJOR, GEMMTUNE_NO_TRANS, GEMMTUNE_NO_TRANS, n, n, n, 1.0f, a, 0, n, b, 0, n,
+                       0.0f, c, 0, n, NULL) != GEMMTUNE_SUCCESS) return 1;
+    t1 = now();
+    for (j = 0; j < launches; j++) clEnqueueNDRangeKernel(q, k, 1, NULL, &one, &one, 0, NULL, NULL);
+    t2 = now();
+    if (i >= 0) { t[i] = t1 - t0; u[i] = t2 - t1; }
+    if (i % 50 == 49) clFinish(q);   /* outside the timed calls: a queue that never drains */
   }
   clFinish(q);
-  trivial = median(t, calls);
+  call = median(t, calls);
+  trivial = median(u, calls) / launches;
   printf("%d %.9f %.9f\n", launches, call, trivial);
   return 0;
 }
@@ -127,8 +126,7 @@ def main(argv=None) -> dict:
         (where / "host_cost.c").write_text(HOST_COST)
         subprocess.run([cc, "-O2", f"-I{where}", str(where / "host_cost.c"), str(where / "gemmtune.c"), "-o",
                         str(where / "host_cost"), "-lOpenCL", "-lm"], check=True)
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from test_clib import OPS, SCALARS, Plan, load as load_library, scalar
+        from gemmtune.clib.binding import OPS, Plan, load as load_library, scalar
 
         lib = load_library(where / "libgemmtune.so")
         context = cl.Context([device])
@@ -172,12 +170,13 @@ def main(argv=None) -> dict:
 
         for fn in (c_call, python_call):
             fn()   # builds
-        results = {
-            "c_device_ms": statistics.median(c_call() for _ in range(args.repeats)),
-            "gemm_device_ms": statistics.median(python_call() for _ in range(args.repeats)),
-            "c_call_finish_ms": statistics.median(wall(c_call) for _ in range(args.repeats)),
-            "gemm_call_finish_ms": statistics.median(wall(python_call) for _ in range(args.repeats)),
-        }
+        # in turn, so that both see the same machine (other processes' load comes and goes)
+        device = [(c_call(), python_call()) for _ in range(args.repeats)]
+        walls = [(wall(c_call), wall(python_call)) for _ in range(args.repeats)]
+        results = {"c_device_ms": statistics.median(d[0] for d in device),
+                   "gemm_device_ms": statistics.median(d[1] for d in device),
+                   "c_call_finish_ms": statistics.median(w[0] for w in walls),
+                   "gemm_call_finish_ms": statistics.median(w[1] for w in walls)}
         assert lib.gemmtune_release(handle) == 0
         out = subprocess.run([str(where / "host_cost"), str(info.platform_index), str(info.device_index), str(min(n, 64)),
                               str(args.calls)], check=True, capture_output=True, text=True).stdout.split()
