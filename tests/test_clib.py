@@ -429,6 +429,15 @@ def test_the_example_builds_with_cmake_and_with_one_compiler_line(built, opened,
 HOSTILE = 'Evil "GPU" \\ ??/ ??= */ /* \n#error x\r\t\u00e9\U0001F600'
 
 
+def test_the_docs_example_compiles(built, tmp_path):
+    _, out, _ = built
+    text = (HERE.parent / "docs" / "c.md").read_text(encoding="utf-8")
+    example = tmp_path / "multiply.c"
+    example.write_text(text.split("```c\n", 1)[1].split("```", 1)[0])
+    subprocess.run([CC, *WARNINGS, f"-I{out}", "-c", str(example), "-o", str(tmp_path / "multiply.o")], check=True,
+                   timeout=120)
+
+
 def test_names_from_the_database_cannot_break_the_c_file(tmp_path):
     """A device name (as a database may hold it) with quotes, backslashes, trigraphs, comment
     delimiters, a newline and UTF-8 compiles cleanly and reaches C byte for byte, so that the
