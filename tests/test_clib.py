@@ -274,6 +274,7 @@ def test_bad_arguments_are_statuses(built, handles, opened):
     assert call(k=30, ldb=30) == -6                        # B's 30 x 4 run past the buffer's 100 elements
     assert call(m=10, n=11, lda=10, ldc=10) == -6          # C runs past its buffer
     assert call(m=1 << 20, n=1 << 12, lda=1 << 20, ldc=1 << 20, k=1) == -7   # past what an int indexes
+    assert call(m=1 << 62, lda=1 << 62, ldc=1 << 62) == -7 and call(offset=1 << 40) == -7   # no overflow on the way
     messages = [lib.gemmtune_status_message(status) for status in range(-13, 1)]
     assert len(set(messages)) == 14 and lib.gemmtune_status_message(-14) == b"unknown status" not in messages
     out = C.c_void_p()
@@ -394,6 +395,11 @@ def test_plan_config_refuses_what_is_not_a_configuration(built):
     assert c_plan(lib, Config.of("xgemm_nope", {}), PRECISIONS["s"], Problem(4, 4, 4), dev) == -9
     assert c_plan(lib, Config.of("xgemm_direct", {**good.params, "NOPE": 1}), PRECISIONS["s"], Problem(4, 4, 4), dev) == -9
     assert c_plan(lib, good, PRECISIONS["s"], Problem(4, 4, 4, lda=3), dev) == -5
+    for name in ("MDIMC", "KWG", "MWG"):   # divisors: 0 is out of their range, as is 1 << 30
+        for value in (0, 1 << 30):
+            broken = Config.of("xgemm_direct", {**good.params, name: value})
+            assert c_plan(lib, broken, PRECISIONS["s"], Problem(4, 4, 4), dev) == -9
+    assert c_plan(lib, good, PRECISIONS["s"], Problem(1 << 31, 4, 4), dev) == -7
 
 
 # ---------------------------------------------------------------- building it as a user does

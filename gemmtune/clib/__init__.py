@@ -101,9 +101,10 @@ def _families() -> tuple[list[str], dict[str, int]]:
         params = parameters(family)
         lines.append(f"static const char *const gt_params_{i}[] = {{{', '.join(c_string(p) for p in params)}}};")
         lines.append(f"static const int gt_defaults_{i}[] = {{{', '.join(str(family.defaults[p]) for p in params)}}};")
+        lines.append(f"static const int gt_ranges_{i}[][2] = {_brace([family.value_range(p) for p in params])};")
         tile = ", ".join(c_string(p) for p in family.tile_params)
         rows.append(f"  {{{c_string(name)}, {KINDS[name]}, {int(family.takes_views)}, gt_source_{i}, {len(source)}, "
-                    f"{len(params)}, gt_params_{i}, gt_defaults_{i}, {{{tile}}}}},")
+                    f"{len(params)}, gt_params_{i}, gt_defaults_{i}, gt_ranges_{i}, {{{tile}}}}},")
     return [*lines, "static const gt_family gt_families[] = {", *rows, "};"], order
 
 
@@ -201,7 +202,7 @@ def generate(entries: list[dict], devices: dict[str, DeviceInfo | None], databas
         "/* the tuned problems of each device and precision, best first (tuned.py's order for ties) */",
         "static const gt_tuned gt_tuned_rows[] = {", *tuned_lines, "  {0, 0, 0, 'N', 'N', -1}  /* end */", "};",
         "static const gt_device gt_devices[] = {", *device_lines,
-        f"  {{\"\", {{{{0, 0}}}}, {{{{-1}}}}, {{{{-1}}}}}}  /* end */", "};",
+        "  {\"\", {{0, 0}}, {{-1}}, {{-1}}}  /* end */", "};",
         f"/* the defaults of a device not described here, by type ({', '.join(DEVICE_TYPES)}), precision and class */",
         f"static const int gt_type_defaults[3][4][GT_NCLASSES] = {_brace(type_defaults)};",
         f"static const int gt_type_views[3][4][GT_NCLASSES] = {_brace(type_views)};",

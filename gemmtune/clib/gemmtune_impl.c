@@ -24,6 +24,7 @@ typedef struct {
   int nparams;
   const char *const *params;
   const int *defaults;
+  const int (*ranges)[2];       /* each parameter's lowest and highest value (Family.value_range) */
   const char *tile[3];          /* the parameters whose values the padded shape rounds to */
 } gt_family;
 
@@ -902,6 +903,10 @@ static int gt_problem_of(int layout, int trans_a, int trans_b, int64_t m, int64_
   if (layout != GEMMTUNE_ROW_MAJOR && layout != GEMMTUNE_COL_MAJOR) return GEMMTUNE_INVALID_LAYOUT;
   if (!gt_trans(trans_a, &ta) || !gt_trans(trans_b, &tb)) return GEMMTUNE_INVALID_TRANSPOSE;
   if (m < 0 || n < 0 || k < 0) return GEMMTUNE_INVALID_SIZE;
+  /* beyond what the kernels' int indexes (and what a product of two sizes could overflow) */
+  if (m >= GT_INDEX_LIMIT || n >= GT_INDEX_LIMIT || k >= GT_INDEX_LIMIT || lda >= GT_INDEX_LIMIT
+      || ldb >= GT_INDEX_LIMIT || ldc >= GT_INDEX_LIMIT)
+    return GEMMTUNE_TOO_LARGE;
   *swap = layout == GEMMTUNE_ROW_MAJOR;
   if (*swap) {
     p->m = n; p->n = m; p->ta = tb; p->tb = ta; p->lda = ldb; p->ldb = lda;
@@ -945,6 +950,7 @@ static int gt_gemm(gemmtune_handle h, cl_command_queue queue, int prec, int layo
   status = gt_problem_of(layout, trans_a, trans_b, m, n, k, lda, ldb, ldc, &p, &swap);
   if (status != GEMMTUNE_SUCCESS) return status;
   if (a_offset < 0 || b_offset < 0 || c_offset < 0) return GEMMTUNE_INVALID_SIZE;
+  if (a_offset >= GT_INDEX_LIMIT || b_offset >= GT_INDEX_LIMIT || c_offset >= GT_INDEX_LIMIT) return GEMMTUNE_TOO_LARGE;
   if (prec % 2 == 1 && !h->doubles) return GEMMTUNE_UNSUPPORTED_PRECISION;
   if (!queue) return gt_fail(h, GEMMTUNE_INVALID_ARGUMENT, "a null queue", CL_INVALID_COMMAND_QUEUE);
   buffers[0] = swap ? b : a; buffers[1] = swap ? a : b; buffers[2] = c;
@@ -1086,10 +1092,15 @@ int gemmtune_plan_config(const char *family, int nparams, const char *const *nam
   if (f == GT_NFAMILIES) return GEMMTUNE_INVALID_CONFIGURATION;
   for (i = 0; i < gt_families[f].nparams; i++) given[i] = gt_families[f].defaults[i];
   for (j = 0; j < nparams; j++) {
+    if (!names[j]) return GEMMTUNE_INVALID_ARGUMENT;
     for (i = 0; i < gt_families[f].nparams && strcmp(gt_families[f].params[i], names[j]) != 0; i++) {}
     if (i == gt_families[f].nparams) return GEMMTUNE_INVALID_CONFIGURATION;
     given[i] = values[j];
   }
+  /* within each parameter's range: no divisor is 0, no size overflows */
+  for (i = 0; i < gt_families[f].nparams; i++)
+    if (given[i] < gt_families[f].ranges[i][0] || given[i] > gt_families[f].ranges[i][1])
+      return GEMMTUNE_INVALID_CONFIGURATION;
   status = gt_problem_of(GEMMTUNE_COL_MAJOR, trans_a, trans_b, m, n, k, lda, ldb, ldc, &p, &swap);
   if (status != GEMMTUNE_SUCCESS) return status;
   if (m == 0 || n == 0 || k == 0) return GEMMTUNE_INVALID_SIZE;
