@@ -130,6 +130,11 @@ def header_choice(entries: list[dict]) -> dict[tuple[str, str], dict]:
 
 
 HEADER_USAGE = """\
+For a library that chooses the configuration at run time from the device's name and the
+problem, and carries out every launch of every family (padding, packing, stream-K's pieces and
+fix-up): gemmtune export --format c -o DIR (gemmtune's docs/c.md). This header leaves both to
+the includer.
+
 Define, then #include this file, in both the host program and the OpenCL source:
 
   GEMMTUNE_DEVICE_<DEVICE>  the macro of your device, from the list below, and
@@ -143,14 +148,14 @@ OTHER one. Every block defines the kernel parameters and
   GEMMTUNE_KERNEL         the kernel family, e.g. "xgemm_k5"
   GEMMTUNE_KERNEL_SOURCE  its file in gemmtune's kernels/, e.g. "xgemm_k5.cl"
   GEMMTUNE_TUNED          1 for a tuned configuration, 0 for a default.
-In the OpenCL source, put the #include before the text of GEMMTUNE_KERNEL_SOURCE (which
-includes common.cl and pad.cl, xgemm_rt.cl its parts xgemm_rt_*.cl, and xgemm_cpu.cl
-xgemm_cpu_planar.cl): these #defines take
-the place of its #ifndef defaults. The
-host launches that kernel with the geometry the parameters imply (see the comments at the
-top of the file). Per device and precision the block holds the best configuration of the
-largest shape tuned (m*n*k); a configuration is valid for every shape, since operands are
-padded to tile multiples. A configuration tuned on NVIDIA's compute capability 9.0 may take
+In the OpenCL source, put the #include before the text of GEMMTUNE_KERNEL_SOURCE (each
+includes common.cl; xgemm_k5.cl and xgemm_rt.cl include pad.cl, xgemm_rt.cl its parts
+xgemm_rt_*.cl, and xgemm_cpu.cl xgemm_cpu_planar.cl): these #defines take the place of its
+#ifndef defaults. The host launches that kernel with the geometry the parameters imply
+(gemmtune's docs/kernels.md, "Host launches, generated"). Per device and precision the block
+holds the best configuration of the largest shape tuned (m*n*k); a configuration is valid for
+every shape: xgemm_k5 and xgemm_rt read operands padded to tile multiples, the other families
+read them in place and guard the edges. A configuration tuned on NVIDIA's compute capability 9.0 may take
 up to 226 KiB of local memory, which its OpenCL driver builds although it reports 48 KiB.
 xgemm_rt's PIPE 5 to 7 copy with NVIDIA's cp.async only where the
 OpenCL build defines CP_ASYNC=1 (compute capability 8.0 and later, as gemmtune's own builds
