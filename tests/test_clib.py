@@ -67,6 +67,7 @@ CASES = [
 ]
 STREAM_K = cfg("xgemm_rt", **{**RT, "STREAMK": 1})
 DEVICES = (0, 1)
+BROKEN = ((41, 43, 47, "N", "N"), cfg("xgemm_direct", MWG=16, NWG=16, MDIMC=8, NDIMC=8))
 
 
 def stream_k_case(info: DeviceInfo) -> tuple:
@@ -115,6 +116,9 @@ def built(tmp_path_factory, opened):
             add_row(store, zero, prec, problem, config, 100.0 + i)
         # a worse row of the first problem, which is not the one chosen
         add_row(store, zero, CASES[0][0], CASES[0][1], cfg("xgemm_cpu"), 1.0)
+        # a problem whose best row breaks a constraint here (a work-group of 8192): its next best counts
+        add_row(store, zero, "s", BROKEN[0], cfg("xgemm_direct", MWG=64, NWG=128, MDIMC=64, NDIMC=128), 1000.0)
+        add_row(store, zero, "s", BROKEN[0], BROKEN[1], 10.0)
         # Intel's runtime: one s problem tuned (the nearest of every other), d, c and z not at all
         one = opened[1].info
         add_row(store, one, "s", (64, 64, 64, "N", "N"), default_config(one, PRECISIONS["s"], (64, 64, 64)), 50.0)
@@ -240,6 +244,14 @@ def test_untuned_problems_take_the_nearest_or_the_default(built, handles, opened
     assert plan_of(lib, handles[device], prec, problem, views=True)[:2] == (views.kernel, views.params)
     run_case(lib, handles[device], dev, prec, problem, ROW, (1, 2, 3), (1, 1, 1), beta=-1 + 0.5j, seed=device)
     run_case(lib, handles[device], dev, prec, problem, COL, seed=device + 1)
+
+
+def test_a_best_row_that_breaks_a_constraint_gives_way_to_the_next(built, handles, opened):
+    db, _, lib = built
+    clear_cache()
+    expected = best_config(*BROKEN[0][:3], "s", device=opened[0].info, db=db)
+    assert (expected.config, expected.source) == (BROKEN[1], "tuned")
+    assert plan_of(lib, handles[0], "s", BROKEN[0]) == (BROKEN[1].kernel, BROKEN[1].params, "tuned")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -450,7 +462,7 @@ def test_names_from_the_database_cannot_break_the_c_file(tmp_path):
     device of that name finds its configurations; the database URL lands in a comment."""
     config = cfg("xgemm_direct")
     entries = [{"device": f"P | {HOSTILE} | 1", "device_name": HOSTILE, "precision": "s", "m": 8, "n": 8, "k": 8,
-                "ops": "NN", "kernel": config.kernel, "params": config.params, "gflops": 1.0}]
+                "ops": "NN", "config": config}]
     clib.write(clib.generate(entries, {}, "sqlite:////tmp/x */ #error ??/\n.db"), tmp_path)
     probe = tmp_path / "probe.c"
     probe.write_text('#include "gemmtune.c"\n#include <stdio.h>\nint main(void) {\n'

@@ -108,7 +108,6 @@ def main(argv=None) -> dict:
     from gemmtune import clib
     from gemmtune.db.urls import database_url
     from gemmtune.device import open_device
-    from gemmtune.export import best_entries
     from gemmtune.precision import get_precision
     from gemmtune.report import load
     from gemmtune.space import make_config, shipped_families
@@ -120,7 +119,7 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
         found = load(database_url(args.db))
-        clib.write(clib.generate(best_entries(found.rows), found.devices, found.shown), where)
+        clib.write(clib.generate(clib.ranked_rows(found.rows, found.devices), found.devices, found.shown), where)
         subprocess.run([cc, "-O2", "-fPIC", "-shared", str(where / "gemmtune.c"), "-o", str(where / "libgemmtune.so"),
                         "-lOpenCL", "-lm"], check=True)
         (where / "host_cost.c").write_text(HOST_COST)

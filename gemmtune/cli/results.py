@@ -118,12 +118,13 @@ def export(filters, db, fmt, output):
     found = load(db, filters)
     if found.skipped_note():
         click.echo(found.skipped_note(), err=True)
-    entries = ex.best_entries(found.rows)
     if fmt == "c":
-        clib.write(clib.generate(entries, found.devices, found.shown), output)
-        if not entries:
+        ranked = clib.ranked_rows(found.rows, found.devices)
+        clib.write(clib.generate(ranked, found.devices, found.shown), output)
+        if not ranked:
             click.echo(found.nothing_message() + " Exported the shipped defaults only.", err=True)
         return 0
+    entries = ex.best_entries(found.rows)
     text = ex.to_json(entries, found.shown) if fmt == "json" else ex.to_header(entries, found.shown)
     if not entries:
         click.echo(found.nothing_message() + " Exported "

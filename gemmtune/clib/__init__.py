@@ -126,37 +126,53 @@ def _brace(table) -> str:
     return "{" + ", ".join(_brace(x) if isinstance(x, (list, tuple)) else str(x) for x in table) + "}"
 
 
-def generate(entries: list[dict], devices: dict[str, DeviceInfo | None], database: str) -> dict[str, str]:
-    """The library's files by name. ``entries``: ``export.best_entries`` of the results;
+def ranked_rows(rows, devices: dict[str, DeviceInfo | None]) -> list[dict]:
+    """The ``ok`` rows of ``results`` (a DataFrame, ``report.load``'s) as best_config ranks them
+    (``tuned_shapes``): configurations of a shipped family that are valid on their device (as far
+    as its stored description tells), best first (GFLOP/s, then the earlier row)."""
+    from gemmtune.space import shipped_families
+    from gemmtune.tuned import shipped_config
+
+    space = shipped_families()
+    ranked = []
+    for row in rows[rows.status == "ok"].sort_values(["gflops", "id"], ascending=[False, True]).itertuples():
+        config = shipped_config(row.kernel, row.params, space)
+        info, prec = devices.get(row.device), PRECISIONS[row.precision]
+        if config is None or (info is not None and FAMILIES[config.kernel].broken(config.params, info, prec)):
+            continue
+        ranked.append({"device": row.device, "device_name": row.device_name, "precision": row.precision,
+                       "m": int(row.m), "n": int(row.n), "k": int(row.k), "ops": _op(row.trans_a) + _op(row.trans_b),
+                       "config": config})
+    return ranked
+
+
+def _op(value) -> str:
+    return value if value in ("N", "T", "C") else "N"   # rows recorded before ops were: N
+
+
+def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database: str) -> dict[str, str]:
+    """The library's files by name. ``ranked``: the tuned results, best first (``ranked_rows``);
     ``devices``: the stored description of each device key (None where there is none)."""
     from gemmtune import __version__
-    from gemmtune.tuned import shipped_config
 
     for cls, shape in EXAMPLES.items():
         assert shape_class(*shape) == cls, (cls, shape)
     emit = _Emitter()
     family_lines, family_index = _families()
-    # Devices by name: keys that differ in the driver version alone are one device here.
+    # Devices by name: keys that differ in the driver version alone are one device here. Per
+    # precision, the first (best) row of each problem, in the order of their best rows: the
+    # order best_config breaks a tie of distances in.
     names: dict[str, dict] = {}
-    for e in entries:
-        info = devices.get(e["device"])
+    for e in ranked:
         device = names.setdefault(e["device_name"], {"info": None, "rows": {}})
-        device["info"] = device["info"] or info
-        config = shipped_config(e["kernel"], e["params"])
-        prec = PRECISIONS[e["precision"]]
-        if config is None or (info is not None and FAMILIES[config.kernel].broken(config.params, info, prec)):
-            continue
-        key = (e["m"], e["n"], e["k"], e["ops"])
-        best = device["rows"].setdefault(e["precision"], {})
-        if key not in best or e["gflops"] > best[key][1]:
-            best[key] = (config, e["gflops"])
+        device["info"] = device["info"] or devices.get(e["device"])
+        device["rows"].setdefault(e["precision"], {}).setdefault((e["m"], e["n"], e["k"], e["ops"]), e["config"])
     tuned_lines, device_lines = [], []
     for name, device in sorted(names.items()):
         spans = []
         for code in PRECISIONS:
-            rows = sorted(device["rows"].get(code, {}).items(), key=lambda item: -item[1][1])  # best first
             first = len(tuned_lines)
-            for (m, n, k, ops), (config, _) in rows:
+            for (m, n, k, ops), config in device["rows"].get(code, {}).items():
                 tuned_lines.append(f"  {{{m}, {n}, {k}, '{ops[0]}', '{ops[1]}', {emit.config(config)}}},")
             spans.append((first, len(tuned_lines)))
         info = device["info"]
