@@ -428,7 +428,7 @@ def run_example(program: Path, info: DeviceInfo) -> None:
 
 def test_the_example_builds_with_cmake_and_with_one_compiler_line(built, opened, tmp_path):
     """docs/c.md's two ways: the CMake file beside the user's (a static library), and the plain
-    line ``cc -std=c99 example.c gemmtune.c -lOpenCL -lm``."""
+    Makefile rule."""
     _, out, _ = built
     build = tmp_path / "build"
     for step in (["cmake", "-S", str(EXAMPLE), "-B", str(build), f"-DGEMMTUNE_DIR={out}",
@@ -438,10 +438,15 @@ def test_the_example_builds_with_cmake_and_with_one_compiler_line(built, opened,
         assert result.returncode == 0, (result.stdout, result.stderr)
     assert (build / "gemmtune" / "libgemmtune.a").exists()
     run_example(build / "example", opened[0].info)
-    plain = tmp_path / "example"
-    subprocess.run([CC, *WARNINGS, "-O2", f"-I{out}", str(EXAMPLE / "example.c"), str(out / "gemmtune.c"), "-o",
-                    str(plain), "-lOpenCL", "-lm"], check=True, timeout=300)
-    run_example(plain, opened[0].info)
+    # docs/c.md's Makefile, with the example for app.c and the export where it says gemmtune_c
+    docs = (HERE.parent / "docs" / "c.md").read_text(encoding="utf-8")
+    makefile = docs.split("```make\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "app.c").write_text((EXAMPLE / "example.c").read_text())
+    (tmp_path / "Makefile").write_text(makefile.replace("gemmtune_c", str(out)))
+    result = subprocess.run(["make", "-C", str(tmp_path), "app", f"CFLAGS={' '.join(WARNINGS)}"], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    run_example(tmp_path / "app", opened[0].info)
 
 
 HOSTILE = 'Evil "GPU" \\ ??/ ??= */ /* \n#error x\r\t\u00e9\U0001F600'
