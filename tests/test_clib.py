@@ -9,6 +9,7 @@ import random
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyopencl as cl
@@ -187,11 +188,11 @@ def run_case(lib, handle, dev: Opened, prec: str, problem, layout: int, offsets=
         ops[0].buffer.int_ptr, ops[0].offset, ops[0].ld, ops[1].buffer.int_ptr, ops[1].offset, ops[1].ld,
         scalar(prec, beta), ops[2].buffer.int_ptr, ops[2].offset, ops[2].ld, C.byref(event))
     assert status == 0, (lib.gemmtune_status_message(status), lib.gemmtune_last_error(handle))
+    # the call's last event (released with the Python object) ends it, on an out-of-order queue too
+    cl.Event.from_int_ptr(event.value, retain=False).wait()
     after = np.empty_like(ops[2].host)
     cl.enqueue_copy(dev.queue, after, ops[2].buffer)
     dev.queue.finish()
-    if event.value:
-        cl.Event.from_int_ptr(event.value, retain=False)   # released with the Python object
     outside = np.ones(after.shape, bool)
     ops[2].view(outside)[...] = False
     np.testing.assert_array_equal(after[outside], before[outside])
@@ -244,6 +245,19 @@ def test_untuned_problems_take_the_nearest_or_the_default(built, handles, opened
     assert plan_of(lib, handles[device], prec, problem, views=True)[:2] == (views.kernel, views.params)
     run_case(lib, handles[device], dev, prec, problem, ROW, (1, 2, 3), (1, 1, 1), beta=-1 + 0.5j, seed=device)
     run_case(lib, handles[device], dev, prec, problem, COL, seed=device + 1)
+
+
+def test_an_out_of_order_queue_runs_the_launches_in_order(built, handles, opened):
+    """Plans of several launches (packing, K's parts and their sum, padding with stream-K's fixup)
+    on an out-of-order queue: each kernel waits for the one before it."""
+    _, _, lib = built
+    dev = opened[0]
+    queue = cl.CommandQueue(dev.context, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    unordered = SimpleNamespace(context=dev.context, queue=queue)
+    for prec, problem, config in (CASES[0], CASES[2], stream_k_case(dev.info)):
+        assert len(FAMILIES[config.kernel].plan(config.params, PRECISIONS[prec], Problem(*problem), dev.info,
+                                                dev.info.compute_units).launches) >= 2
+        run_case(lib, handles[0], unordered, prec, problem, COL, seed=3)
 
 
 def test_a_best_row_that_breaks_a_constraint_gives_way_to_the_next(built, handles, opened):
@@ -503,3 +517,28 @@ def test_the_launches_in_the_docs_are_the_plans():
     text = (HERE.parent / "docs" / "kernels.md").read_text(encoding="utf-8")
     assert clib.launch_docs() in text, ("docs/kernels.md's launches differ from the plans: run "
                                         "python -c \"import gemmtune.clib as c; c.write_launch_docs('docs/kernels.md')\"")
+
+
+def test_a_device_the_export_does_not_hold_gets_its_types_defaults(opened, tmp_path):
+    """Exported from a database without results: PoCL's CPU takes the defaults of the CPU-256
+    table (which fit any CPU's registers) by shape class, views included, and computes right."""
+    from gemmtune.defaults import class_entry, shape_class, shipped_defaults
+
+    result = CliRunner().invoke(cli, ["export", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--format", "c", "-o",
+                                      str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lib = load(compile_library(tmp_path))
+    dev = opened[0]
+    handle = C.c_void_p()
+    assert lib.gemmtune_create(dev.context.int_ptr, dev.device.int_ptr, C.byref(handle)) == 0
+    try:
+        for prec, problem in (("s", (1, 1, 1, "N", "N")), ("d", (300, 300, 300, "T", "N")),
+                              ("c", (2000, 2000, 2000, "N", "C")), ("z", (1, 2, 2048, "C", "T"))):
+            found = shipped_defaults(clib.TYPE_TABLES["CPU"], PRECISIONS[prec])
+            expected = class_entry(found, shape_class(*problem[:3]))
+            assert plan_of(lib, handle, prec, problem) == (expected.kernel, expected.params, "default")
+            views = expected if FAMILIES[expected.kernel].takes_views else class_entry(found, "views")
+            assert plan_of(lib, handle, prec, problem, views=True)[:2] == (views.kernel, views.params)
+        run_case(lib, handle, dev, "c", (9, 7, 5, "C", "N"), ROW, (1, 0, 2), (0, 1, 0), beta=1j)
+    finally:
+        assert lib.gemmtune_release(handle) == 0
