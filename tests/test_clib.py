@@ -449,7 +449,7 @@ def run_example(program: Path, info: DeviceInfo) -> None:
     assert result.stdout.startswith(f"{info.name}: sgemm 67x45x31, largest error")
 
 
-def test_the_example_builds_with_cmake_and_with_one_compiler_line(built, opened, tmp_path):
+def test_the_example_builds_with_cmake_and_with_the_makefile_rule(built, opened, tmp_path):
     """docs/c.md's two ways: the CMake file beside the user's (a static library), and the plain
     Makefile rule."""
     _, out, _ = built
