@@ -196,6 +196,11 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
     configs = sorted(emit.configs.items(), key=lambda item: item[1])
     defines = [f"#define GT_VERSION {c_string(__version__)}",
                f"#define GT_NCLASSES {len(CLASSES)}",
+               f"#define GT_PRECISION_CODES {c_string(''.join(PRECISIONS))}",
+               f"#define GT_PRECISION_DEFINES {_brace([p.cl_define for p in PRECISIONS.values()])}",
+               f"#define GT_PRECISION_BYTES {_brace([p.bytes for p in PRECISIONS.values()])}",
+               f"#define GT_PRECISION_COMPLEX {_brace([int(p.is_complex) for p in PRECISIONS.values()])}",
+               f"#define GT_PRECISION_DOUBLE {_brace([int(p.needs_double) for p in PRECISIONS.values()])}",
                *(f"#define GT_CLASS_{cls.upper()} {i}" for i, cls in enumerate(CLASSES)),
                f"#define GT_TINY_VOLUME {TINY_VOLUME}.0", f"#define GT_SMALL_VOLUME {SMALL_VOLUME}.0",
                f"#define GT_MEDIUM_VOLUME {MEDIUM_VOLUME}.0", f"#define GT_SKINNY {SKINNY}",

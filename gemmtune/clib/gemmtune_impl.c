@@ -41,9 +41,17 @@ typedef struct {
 
 /* @DATA@ */
 
-static const char *const gt_precisions = "sdcz";
-static const int gt_precision_define[4] = {32, 64, 3232, 6464};
-static const int gt_precision_bytes[4] = {4, 8, 8, 16};
+/* precision.py's: BLAS's letters, common.cl's PRECISION, bytes per element */
+static const char *const gt_precisions = GT_PRECISION_CODES;
+static const int gt_precision_define[4] = GT_PRECISION_DEFINES;
+static const int gt_precision_bytes[4] = GT_PRECISION_BYTES;
+static const int gt_precision_complex[4] = GT_PRECISION_COMPLEX;
+static const int gt_precision_double[4] = GT_PRECISION_DOUBLE;
+
+static int gt_precision_index(char precision) {
+  const char *at = precision ? strchr(gt_precisions, precision) : NULL;
+  return at ? (int)(at - gt_precisions) : -1;
+}
 
 /* ------------------------------------------------------------------ plans */
 
@@ -155,7 +163,7 @@ enum { PRODUCT = 1, PREPARATION = 2, FIXUP = 3 };
 /* families/cpu.py */
 static int gt_plan_cpu(const gt_cfg *c, const gt_problem *p, gemmtune_launch_plan *plan) {
   int64_t mr = gt_param(c, "MV") * gt_param(c, "VW"), nr = gt_param(c, "NR"), wgs = gt_param(c, "WGS");
-  int complex = c->prec >= 2, planar = gt_param(c, "VW") > 1 && complex, pass, npacked = 0;
+  int complex = gt_precision_complex[c->prec], planar = gt_param(c, "VW") > 1 && complex, pass, npacked = 0;
   const char *packed[2];
   int64_t rows, cols, g[2], l[2];
   gemmtune_launch *product;
@@ -951,7 +959,7 @@ static int gt_gemm(gemmtune_handle h, cl_command_queue queue, int prec, int layo
   if (status != GEMMTUNE_SUCCESS) return status;
   if (a_offset < 0 || b_offset < 0 || c_offset < 0) return GEMMTUNE_INVALID_SIZE;
   if (a_offset >= GT_INDEX_LIMIT || b_offset >= GT_INDEX_LIMIT || c_offset >= GT_INDEX_LIMIT) return GEMMTUNE_TOO_LARGE;
-  if (prec % 2 == 1 && !h->doubles) return GEMMTUNE_UNSUPPORTED_PRECISION;
+  if (gt_precision_double[prec] && !h->doubles) return GEMMTUNE_UNSUPPORTED_PRECISION;
   if (!queue) return gt_fail(h, GEMMTUNE_INVALID_ARGUMENT, "a null queue", CL_INVALID_COMMAND_QUEUE);
   buffers[0] = swap ? b : a; buffers[1] = swap ? a : b; buffers[2] = c;
   offsets[0] = (cl_int)(swap ? b_offset : a_offset); offsets[1] = (cl_int)(swap ? a_offset : b_offset);
@@ -1019,40 +1027,35 @@ int gemmtune_sgemm(gemmtune_handle h, cl_command_queue queue, int layout, int tr
                    int64_t n, int64_t k, float alpha, cl_mem a, int64_t a_offset, int64_t lda, cl_mem b,
                    int64_t b_offset, int64_t ldb, float beta, cl_mem c, int64_t c_offset, int64_t ldc,
                    cl_event *event) {
-  return gt_gemm(h, queue, 0, layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset, lda, b, b_offset, ldb,
-                 &beta, c, c_offset, ldc, event);
+  return gt_gemm(h, queue, gt_precision_index('s'), layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset,
+                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, event);
 }
 
 int gemmtune_dgemm(gemmtune_handle h, cl_command_queue queue, int layout, int trans_a, int trans_b, int64_t m,
                    int64_t n, int64_t k, double alpha, cl_mem a, int64_t a_offset, int64_t lda, cl_mem b,
                    int64_t b_offset, int64_t ldb, double beta, cl_mem c, int64_t c_offset, int64_t ldc,
                    cl_event *event) {
-  return gt_gemm(h, queue, 1, layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset, lda, b, b_offset, ldb,
-                 &beta, c, c_offset, ldc, event);
+  return gt_gemm(h, queue, gt_precision_index('d'), layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset,
+                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, event);
 }
 
 int gemmtune_cgemm(gemmtune_handle h, cl_command_queue queue, int layout, int trans_a, int trans_b, int64_t m,
                    int64_t n, int64_t k, cl_float2 alpha, cl_mem a, int64_t a_offset, int64_t lda, cl_mem b,
                    int64_t b_offset, int64_t ldb, cl_float2 beta, cl_mem c, int64_t c_offset, int64_t ldc,
                    cl_event *event) {
-  return gt_gemm(h, queue, 2, layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset, lda, b, b_offset, ldb,
-                 &beta, c, c_offset, ldc, event);
+  return gt_gemm(h, queue, gt_precision_index('c'), layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset,
+                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, event);
 }
 
 int gemmtune_zgemm(gemmtune_handle h, cl_command_queue queue, int layout, int trans_a, int trans_b, int64_t m,
                    int64_t n, int64_t k, cl_double2 alpha, cl_mem a, int64_t a_offset, int64_t lda, cl_mem b,
                    int64_t b_offset, int64_t ldb, cl_double2 beta, cl_mem c, int64_t c_offset, int64_t ldc,
                    cl_event *event) {
-  return gt_gemm(h, queue, 3, layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset, lda, b, b_offset, ldb,
-                 &beta, c, c_offset, ldc, event);
+  return gt_gemm(h, queue, gt_precision_index('z'), layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset,
+                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, event);
 }
 
 /* ------------------------------------------------------------------ introspection */
-
-static int gt_precision_index(char precision) {
-  const char *at = precision ? strchr(gt_precisions, precision) : NULL;
-  return at ? (int)(at - gt_precisions) : -1;
-}
 
 int gemmtune_plan(gemmtune_handle h, char precision, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                   int64_t lda, int64_t ldb, int64_t ldc, int views, gemmtune_launch_plan *plan) {
@@ -1064,7 +1067,7 @@ int gemmtune_plan(gemmtune_handle h, char precision, int trans_a, int trans_b, i
   if (!plan) return GEMMTUNE_INVALID_ARGUMENT;
   memset(plan, 0, sizeof *plan);
   if (prec < 0) return GEMMTUNE_INVALID_ARGUMENT;
-  if (prec % 2 == 1 && !h->doubles) return GEMMTUNE_UNSUPPORTED_PRECISION;
+  if (gt_precision_double[prec] && !h->doubles) return GEMMTUNE_UNSUPPORTED_PRECISION;
   status = gt_problem_of(GEMMTUNE_COL_MAJOR, trans_a, trans_b, m, n, k, lda, ldb, ldc, &p, &swap);
   if (status != GEMMTUNE_SUCCESS) return status;
   if (m == 0 || n == 0 || k == 0) return GEMMTUNE_INVALID_SIZE;   /* no kernel of a family runs */
