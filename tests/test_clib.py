@@ -306,6 +306,7 @@ def test_bad_arguments_are_statuses(built, handles, opened):
                 -6: call(a=None)}
     assert expected == {status: status for status in expected}
     assert call(ldc=3, layout=ROW) == -5 and call(k=-2) == -4 and call(offset=-1) == -4
+    assert lib.gemmtune_last_error(handle) == lib.gemmtune_status_message(-4)   # the last failure's
     assert call(k=30, ldb=30) == -6                        # B's 30 x 4 run past the buffer's 100 elements
     assert call(m=10, n=11, lda=10, ldc=10) == -6          # C runs past its buffer
     assert call(m=1 << 20, n=1 << 12, lda=1 << 20, ldc=1 << 20, k=1) == -7   # past what an int indexes

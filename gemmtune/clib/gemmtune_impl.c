@@ -594,13 +594,17 @@ struct gemmtune_handle_ {
   gt_operation operations[GT_OPERATIONS];
   uint64_t clock;
   cl_kernel scale[4];
+  unsigned long failures;   /* how many times error was written */
   char error[8192];
 };
 
 static char gt_null_error[] = "no handle";
 
 static int gt_fail(gemmtune_handle h, int status, const char *what, cl_int code) {
-  if (h) snprintf(h->error, sizeof h->error, "%s (OpenCL error %d)", what, (int)code);
+  if (h) {
+    snprintf(h->error, sizeof h->error, "%s (OpenCL error %d)", what, (int)code);
+    h->failures++;
+  }
   return status;
 }
 
@@ -750,6 +754,7 @@ static int gt_build(gemmtune_handle h, const gt_family *family, const char *sour
     if (used < sizeof h->error)
       clGetProgramBuildInfo(program, h->device, CL_PROGRAM_BUILD_LOG, sizeof h->error - used - 1, h->error + used, NULL);
     h->error[sizeof h->error - 1] = 0;
+    h->failures++;
     clReleaseProgram(program);
     return GEMMTUNE_BUILD_FAILURE;
   }
@@ -942,7 +947,7 @@ static int gt_check_operand(gemmtune_handle h, cl_mem buffer, int64_t offset, in
   return GEMMTUNE_SUCCESS;
 }
 
-static int gt_gemm(gemmtune_handle h, cl_command_queue queue, int prec, int layout, int trans_a, int trans_b,
+static int gt_gemm_call(gemmtune_handle h, cl_command_queue queue, int prec, int layout, int trans_a, int trans_b,
                    int64_t m, int64_t n, int64_t k, const void *alpha, cl_mem a, int64_t a_offset, int64_t lda,
                    cl_mem b, int64_t b_offset, int64_t ldb, const void *beta, cl_mem c, int64_t c_offset,
                    int64_t ldc, cl_event *event) {
@@ -1021,6 +1026,25 @@ static int gt_gemm(gemmtune_handle h, cl_command_queue queue, int prec, int layo
     else if (!in_order) previous = done;
   }
   return GEMMTUNE_SUCCESS;
+}
+
+/* A call; where it failed without saying more (an argument's check), its status's message is
+ * the handle's error. */
+static int gt_gemm(gemmtune_handle h, cl_command_queue queue, int prec, int layout, int trans_a, int trans_b,
+                   int64_t m, int64_t n, int64_t k, const void *alpha, cl_mem a, int64_t a_offset, int64_t lda,
+                   cl_mem b, int64_t b_offset, int64_t ldb, const void *beta, cl_mem c, int64_t c_offset,
+                   int64_t ldc, cl_event *event) {
+  unsigned long failures;
+  int status;
+  if (!h) return GEMMTUNE_INVALID_HANDLE;
+  failures = h->failures;
+  status = gt_gemm_call(h, queue, prec, layout, trans_a, trans_b, m, n, k, alpha, a, a_offset, lda, b, b_offset, ldb,
+                        beta, c, c_offset, ldc, event);
+  if (status != GEMMTUNE_SUCCESS && h->failures == failures) {
+    snprintf(h->error, sizeof h->error, "%s", gemmtune_status_message(status));
+    h->failures++;
+  }
+  return status;
 }
 
 int gemmtune_sgemm(gemmtune_handle h, cl_command_queue queue, int layout, int trans_a, int trans_b, int64_t m,
