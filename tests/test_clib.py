@@ -5,6 +5,7 @@ its plans compared with the families' Python plans; its selection with best_conf
 from __future__ import annotations
 
 import ctypes as C
+import os
 import random
 import shutil
 import subprocess
@@ -550,5 +551,46 @@ def test_a_device_the_export_does_not_hold_gets_its_types_defaults(opened, tmp_p
             views = expected if FAMILIES[expected.kernel].takes_views else class_entry(found, "views")
             assert plan_of(lib, handle, prec, problem, views=True)[:2] == (views.kernel, views.params)
         run_case(lib, handle, dev, "c", (9, 7, 5, "C", "N"), ROW, (1, 0, 2), (0, 1, 0), beta=1j)
+    finally:
+        assert lib.gemmtune_release(handle) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prec", list(PRECISIONS))
+def test_the_gpu_defaults_on_a_gpu(prec, tmp_path):
+    """On a GPU (``python -m pytest -m gpu``; $GEMMTUNE_TEST_GPU picks it): the shipped GPU
+    defaults (xgemm_rt with stream-K, FP64 matrix instructions in d where the GPU has them) from
+    an export without results, on problems whose last tiles stream-K cuts, every op, both layouts,
+    and at views (which take the views' default)."""
+    from gemmtune.device import list_devices
+
+    gpus = [d for d in list_devices() if d.type == "GPU"]
+    chosen = next((d for d in gpus if str(d.index) == os.environ.get("GEMMTUNE_TEST_GPU")), gpus[0] if gpus else None)
+    assert chosen is not None, "no GPU OpenCL device: run the gpu suite on a machine with one"
+    dev = Opened(chosen.index)
+    result = CliRunner().invoke(cli, ["export", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--format", "c", "-o",
+                                      str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lib = load(compile_library(tmp_path))
+    handle = C.c_void_p()
+    assert lib.gemmtune_create(dev.context.int_ptr, dev.device.int_ptr, C.byref(handle)) == 0
+    try:
+        split = []
+        for size in range(520, 2100, 40):
+            problem = (size, size + 24, 300, "N", "N")
+            plan = Plan()
+            assert lib.gemmtune_plan(handle, prec.encode(), OPS["N"], OPS["N"], *problem[:3], size, 300, size, 0,
+                                     C.byref(plan)) == 0
+            kernels = [plan.launches[i].kernel for i in range(plan.nlaunches)]
+            lib.gemmtune_plan_release(C.byref(plan))
+            if b"xgemm_fixup" in kernels:
+                split.append(problem)
+                if len(split) == 2:
+                    break
+        assert split, "no problem up to 2100 has stream-K's fixup with the GPU default"
+        for i, (ta, tb) in enumerate(("NN", "TC", "CT")):
+            m, n, k, _, _ = split[i % len(split)]
+            run_case(lib, handle, dev, prec, (m, n, k, ta, tb), (COL, ROW)[i % 2], seed=i)
+        run_case(lib, handle, dev, prec, (97, 65, 33, "C", "N"), ROW, (5, 3, 1), (2, 0, 1), beta=0.5 - 1j)
     finally:
         assert lib.gemmtune_release(handle) == 0
