@@ -8,7 +8,9 @@ import ctypes as C
 import os
 import random
 import shutil
+import re
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -553,6 +555,21 @@ def test_a_device_the_export_does_not_hold_gets_its_types_defaults(opened, tmp_p
         run_case(lib, handle, dev, "c", (9, 7, 5, "C", "N"), ROW, (1, 0, 2), (0, 1, 0), beta=1j)
     finally:
         assert lib.gemmtune_release(handle) == 0
+
+
+def test_the_benchmark_prints_both_device_times_and_the_host_cost(tmp_path):
+    """tools/clib_bench.py on something small (its figures are measurements: their form and
+    arithmetic are checked, not their size)."""
+    done = subprocess.run([sys.executable, str(HERE.parent / "tools" / "clib_bench.py"), "--size", "32", "--repeats",
+                           "3", "--calls", "50", "--db", f"sqlite:///{tmp_path / 'none.db'}"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    figures = {name.strip(): float(value) for name, value in
+               re.findall(r"^(device time, C call|device time, Gemm|C / Gemm|trivial launch|beyond its enqueues)"
+                          r"\s+(-?[\d.]+)", done.stdout, re.M)}
+    assert len(figures) == 5 and figures["device time, Gemm"] > 0, done.stdout
+    assert figures["C / Gemm"] == pytest.approx(figures["device time, C call"] / figures["device time, Gemm"],
+                                                rel=0.05)
 
 
 @pytest.mark.gpu

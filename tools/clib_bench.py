@@ -184,8 +184,8 @@ def main(argv=None) -> dict:
                    beyond_enqueues_us=(call_s - launches * trivial_s) * 1e6,
                    device_ratio=results["c_device_ms"] / results["gemm_device_ms"])
     print(f"device {info.index} ({info.name}), {prec.code}gemm {n}^3, {source} configuration {config.kernel} {config}")
-    print(f"device time, C call        {results['c_device_ms']:9.4f} ms   (the product's kernel, median of {args.repeats})")
-    print(f"device time, Gemm          {results['gemm_device_ms']:9.4f} ms")
+    print(f"device time, C call        {results['c_device_ms']:9.5f} ms   (the product's kernel, median of {args.repeats})")
+    print(f"device time, Gemm          {results['gemm_device_ms']:9.5f} ms")
     print(f"C / Gemm                   {results['device_ratio']:9.3f}")
     print(f"C call + wait              {results['c_call_finish_ms']:9.4f} ms")
     print(f"Gemm call + finish         {results['gemm_call_finish_ms']:9.4f} ms")
