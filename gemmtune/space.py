@@ -93,11 +93,18 @@ class Config:
     def params(self) -> dict[str, int]:
         return dict(self.items)
 
+    @property
+    def key(self) -> tuple:
+        """What identifies the configuration whatever the order of its parameters (``config_key``):
+        two Configs of one point of the space compare unequal if built in other orders."""
+        return (self.kernel, tuple(sorted(self.items)))
+
     def __str__(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.items)
 
 
 def config_key(kernel: str, params: Mapping[str, int]) -> tuple:
+    """``Config.key`` of a configuration given as its kernel and parameters (a row's, a trial's)."""
     return (kernel, tuple(sorted(params.items())))   # the same, whatever order params come in
 
 

@@ -23,7 +23,7 @@ from gemmtune.optuna_adapter import BatchedStorage  # noqa: E402
 from gemmtune.search.ahead import AHEAD, AheadProposer, Journal, NotReady, ahead_possible  # noqa: E402
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.session import Proposer, StudyCopy  # noqa: E402
-from gemmtune.space import config_key, parse_space  # noqa: E402
+from gemmtune.space import parse_space  # noqa: E402
 from gemmtune.strategies import make_strategy  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not ahead_possible(), reason="proposals are made ahead where fork is the way")
@@ -45,9 +45,9 @@ def ahead_proposer(study, claim=None, refresh=None, valid=None):
     copy = StudyCopy(study, strategy.sampler(constant_liar=True), proposals)
     measured = Journal()
     valid = configs() if valid is None else valid
-    keys = {config_key(c.kernel, c.params) for c in valid}
+    keys = {c.key for c in valid}
     inner = Proposer(study, proposals, valid, measured, strategy, random.Random(3), [], claim=claim, refresh=refresh,
-                     is_valid=lambda c: config_key(c.kernel, c.params) in keys, copy=copy)
+                     is_valid=lambda c: c.key in keys, copy=copy)
     return AheadProposer(inner), measured
 
 
@@ -106,7 +106,7 @@ def test_a_proposal_measured_meanwhile_is_passed_over_and_told_to_the_child(stud
     try:
         fill(ahead, AHEAD)
         number, config = ahead.ready[0]
-        key = config_key(config.kernel, config.params)
+        key = config.key
         measured[key] = ("ok", 3.0)   # another process's result, read after the child proposed it
         trial, got, got_key = take(ahead)
         assert got_key != key
@@ -168,6 +168,6 @@ def test_every_configuration_proposed_once_then_none(study):
             got.append(key)
             ahead.tell(trial, config, 1.0, "ok")
             measured[key] = ("ok", 1.0)
-        assert sorted(got) == sorted(config_key(c.kernel, c.params) for c in valid)
+        assert sorted(got) == sorted(c.key for c in valid)
     finally:
         ahead.close()

@@ -86,7 +86,7 @@ TRANSPOSEY = [16]
 def test_a_searchs_seeds_are_bred_where_the_space_is_larger_than_the_sample(tmp_path, monkeypatch):
     """The model's own first pick among the seeds (``learned.LEARNED_FIRST``) is its best over
     the whole valid space, which the sample drawn for the seeds does not hold."""
-    from gemmtune.search import lane
+    from gemmtune.search import opening
     from gemmtune.search.prior import PriorModels
     from gemmtune.valid import ValidConfigs
 
@@ -108,10 +108,10 @@ def test_a_searchs_seeds_are_bred_where_the_space_is_larger_than_the_sample(tmp_
     predicted = fitted.predict(learned.features(everything, problem))[0]
     best = everything[int(np.argmax(predicted))]
     assert len(everything) > 6 and sorted(predicted)[-2] < predicted.max()   # one best, in a space larger than the sample
-    monkeypatch.setattr(lane, "MODEL_SAMPLE", 6)
+    monkeypatch.setattr(opening, "MODEL_SAMPLE", 6)
 
     def seeds(rng_seed):
-        return lane.model_seeds(valid, 10, problem, random.Random(rng_seed), set(), [], prior, priors)
+        return opening.model_seeds(valid, 10, problem, random.Random(rng_seed), set(), [], prior, priors)
 
     drawn = [valid.sample(6, random.Random(seed)) for seed in range(4)]
     unlucky = [seed for seed in range(4) if best not in drawn[seed]]
@@ -123,5 +123,5 @@ def test_a_searchs_seeds_are_bred_where_the_space_is_larger_than_the_sample(tmp_
         assert parents[0] == best and len(parents) == min(breeding.PARENTS, len(set(parents)))
         scores = fitted.score(parents, problem)
         assert list(scores) == sorted(scores, reverse=True)
-    monkeypatch.setattr(lane, "evolve", lambda *args: {})   # unbred: the model's pick is the sample's best
+    monkeypatch.setattr(opening, "evolve", lambda *args: {})   # unbred: the model's pick is the sample's best
     assert all(best not in seeds(seed)[0] + seeds(seed)[1] for seed in unlucky)

@@ -172,7 +172,7 @@ def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_mod
     fitted = learned.prior_model(rp.other_studies(land), dev)
     near = [recorded_as(k5(128, 128, 64))]
     alone = learned.seeds(configs, problem, 10, near)
-    assert alone == analytic.seeds(configs, dev, land.precision, *land.shape, count=10, near=near)
+    assert alone == analytic.best_tilings(configs, dev, land.precision, *land.shape, count=10, near=near)
     assert len(alone) >= 5 and {c.params["TSK"] for c in alone} == {64}
     monkeypatch.setattr(learned, "LEARNED_FIRST", 0)
     paired = learned.seeds(configs, problem, 10, near, fitted)
@@ -229,12 +229,12 @@ def test_replay_default_is_what_search_does_without_options(two_studies, monkeyp
     """"default" replays the search's default strategy, seeded by the model where that strategy
     allows it, with the same prior, after the nearest other tuned shape's best."""
     land, dev = rp.load_landscape(two_studies, "at-256"), gpu()
-    nearby = rp.nearby_configs(land, dev)
+    nearby = rp.recorded_nearby(land, dev)
     assert len(nearby) == 1 and land.gflops(nearby[0]) < land.best   # at-512's best is not at-256's
     monkeypatch.setattr(rp, "DEFAULT", "tpe")
     seeded = rp.replay(land, ["default", "tpe-seeded"], seeds=3, target=1.0, device=dev)
     assert seeded.trials["default"] == [t + 1 for t in seeded.trials["tpe-seeded"]]
-    monkeypatch.setattr(rp, "nearby_configs", lambda land, dev: [])
+    monkeypatch.setattr(rp, "recorded_nearby", lambda land, dev: [])
     seeded = rp.replay(land, ["default", "tpe-seeded"], seeds=3, target=1.0, device=dev)
     assert seeded.trials["default"] == seeded.trials["tpe-seeded"]
     # With the learned strategy as the default: it measures after the baseline, the nearest
@@ -427,7 +427,7 @@ def test_a_learned_search_learns_from_the_devices_other_studies(tmp_path):
 
 
 def test_the_seeds_model_fitted_while_the_workers_start_serves_only_the_same_rows(two_studies):
-    """A search fits its seeds' model on a thread as it opens its workers; a lane takes that
+    """A search fits its seeds' model on a thread as it opens its workers; a study's search takes that
     model where its prior is exactly the rows it learned from, and fits its own otherwise."""
     from gemmtune.search.prior import PriorModels
 

@@ -247,9 +247,9 @@ def test_seeds_are_the_best_predictions_one_per_distinct_prediction():
     a, b = rt(UNROLL=1), rt(UNROLL=8)                  # the model cannot tell these apart
     worse = k5(TSM=16, TSN=16, TSK=16, WPTN=1, PAD=0)
     assert analytic.rank([worse, a, b], GPU, S, 512, 512, 512) == [a, b, worse]
-    assert analytic.seeds([worse, a, b], GPU, S, 512, 512, 512, count=2) == [a, worse]
-    assert analytic.seeds([worse, a, b], GPU, S, 512, 512, 512, count=1) == [a]
-    assert analytic.seeds([worse, a, b], GPU, S, 512, 512, 512, count=10) == [a, worse]
+    assert analytic.best_tilings([worse, a, b], GPU, S, 512, 512, 512, count=2) == [a, worse]
+    assert analytic.best_tilings([worse, a, b], GPU, S, 512, 512, 512, count=1) == [a]
+    assert analytic.best_tilings([worse, a, b], GPU, S, 512, 512, 512, count=10) == [a, worse]
 
 
 def test_each_seed_is_the_one_of_its_prediction_nearest_a_known_good_configuration():
@@ -259,11 +259,11 @@ def test_each_seed_is_the_one_of_its_prediction_nearest_a_known_good_configurati
     a, b, c = rt(UNROLL=1, PADL=0, VWG=1), rt(UNROLL=8, PADL=0, VWG=4), rt(UNROLL=4, PADL=4, VWG=4)
     worse = k5(TSM=16, TSN=16, TSK=16, WPTN=1, PAD=0)
     tied = [a, b, c, worse]
-    assert analytic.seeds(tied, GPU, S, 512, 512, 512, count=2) == [a, worse]
-    assert analytic.seeds(tied, GPU, S, 512, 512, 512, count=2, near=[rt(UNROLL=8, PADL=0, VWG=2)]) == [b, worse]
-    assert analytic.seeds(tied, GPU, S, 512, 512, 512, count=2,
+    assert analytic.best_tilings(tied, GPU, S, 512, 512, 512, count=2) == [a, worse]
+    assert analytic.best_tilings(tied, GPU, S, 512, 512, 512, count=2, near=[rt(UNROLL=8, PADL=0, VWG=2)]) == [b, worse]
+    assert analytic.best_tilings(tied, GPU, S, 512, 512, 512, count=2,
                        near=[k5(TSM=64, TSN=64, TSK=32, WPTN=8, PAD=2), rt(UNROLL=4, PADL=2, VWG=4)]) == [c, worse]
-    assert analytic.seeds(tied, GPU, S, 512, 512, 512, count=2, near=[worse]) == [a, worse]
+    assert analytic.best_tilings(tied, GPU, S, 512, 512, 512, count=2, near=[worse]) == [a, worse]
 
 
 @pytest.mark.parametrize("code", ["d", "z"])
@@ -288,8 +288,8 @@ def test_seeds_include_matrix_configurations_where_they_pay():
     mma = rt(MWG=64, NWG=64, KWG=8, MDIMC=16, NDIMC=8, VLM=1, VLN=1, STAGE=1, MMA=1)
     d = get_precision("d")
     assert analytic.predict(fma, tensor, d, 2048, 2048, 2048).efficiency > analytic.predict(mma, tensor, d, 2048, 2048, 2048).efficiency
-    assert analytic.seeds([fma, mma], tensor, d, 2048, 2048, 2048, count=1) == [mma]
-    assert analytic.seeds([fma, mma], GPU, d, 2048, 2048, 2048, count=1) == [fma]
+    assert analytic.best_tilings([fma, mma], tensor, d, 2048, 2048, 2048, count=1) == [mma]
+    assert analytic.best_tilings([fma, mma], GPU, d, 2048, 2048, 2048, count=1) == [fma]
 
 
 def test_spearman_on_known_data():

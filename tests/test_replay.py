@@ -488,10 +488,10 @@ def test_default_starts_from_the_best_of_the_nearest_tuned_shape(tmp_path):
     landscape(with_other, lambda c: 5000.0 if c == SYNTHETIC[0] else 10.0, study="same-shape")
 
     land = rp.load_landscape(f"sqlite:///{with_other}", "synthetic")
-    assert rp.nearby_configs(land, dev) == [recorded_as(best)]
+    assert rp.recorded_nearby(land, dev) == [recorded_as(best)]
     assert rp.replay(land, ["default"], seeds=3, target=1.0, device=dev).trials["default"] == [1, 1, 1]
     land = rp.load_landscape(f"sqlite:///{alone}", "synthetic")
-    assert rp.nearby_configs(land, dev) == []
+    assert rp.recorded_nearby(land, dev) == []
     assert min(rp.replay(land, ["default"], seeds=3, target=1.0, device=dev).trials["default"]) > 10
 
 

@@ -307,7 +307,7 @@ def test_problem_checks_name_what_is_wrong():
 
 
 def test_the_model_best_predictions_are_measured_right_after_the_baseline(tmp_path):
-    from gemmtune.models.analytic import seeds
+    from gemmtune.models.analytic import best_tilings
 
     space_file = tmp_path / "seed.toml"
     space_file.write_text(TINY_SPACE.replace("TSK = [16]", "TSK = [8, 16, 32]").replace("PAD = [1]", "PAD = [0, 2]"))
@@ -316,7 +316,7 @@ def test_the_model_best_predictions_are_measured_right_after_the_baseline(tmp_pa
     got = [json.loads(r["params"]) for r in rows(db)]
     dev, prec = resolve_device(0), get_precision("s")
     others = [c for c in valid_configs(load_space(space_file), dev, prec) if c.params != got[0]]
-    assert got[1:] == [c.params for c in seeds(others, dev, prec, 40, 40, 40, count=2)]
+    assert got[1:] == [c.params for c in best_tilings(others, dev, prec, 40, 40, 40, count=2)]
     # With --no-seed the sampler alone decides after the baseline (TPE's first proposals are random).
     db2 = tmp_path / "n.db"
     search("--size", "40", "--trials", "3", "--space", str(space_file), "--seed", "4", "--no-seed", db=db2)

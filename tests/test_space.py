@@ -774,7 +774,6 @@ def test_a_fork_of_the_search_counts_for_itself(tmp_path, monkeypatch):
 
 def test_a_random_unmeasured_pick_from_a_large_valid_set_never_counts_it(tmp_path, monkeypatch):
     from gemmtune.search.candidates import Unmeasured
-    from gemmtune.space import config_key
 
     monkeypatch.setattr(space_module, "CHUNK_ROWS", 64)
     space = load_space(two_family_space(tmp_path))
@@ -784,9 +783,9 @@ def test_a_random_unmeasured_pick_from_a_large_valid_set_never_counts_it(tmp_pat
     picker.valid = ValidConfigs(space, GPU_LIKE, prec)
     picker.rng = random.Random(5)
     # All but three measured: the draws are mostly rejected, and the last ones come from the list.
-    picker.measured = {config_key(c.kernel, c.params): ("ok", 1.0) for c in listed[3:]}
+    picker.measured = {c.key: ("ok", 1.0) for c in listed[3:]}
     assert picker.random_unmeasured() in listed[:3]
-    picker.measured = {config_key(c.kernel, c.params): ("ok", 1.0) for c in listed[: len(listed) // 2]}
+    picker.measured = {c.key: ("ok", 1.0) for c in listed[: len(listed) // 2]}
     picks = [picker.random_unmeasured() for _ in range(50)]
     assert picker.valid._counts is None   # drawn from the product, never counted
     assert set(picks) <= set(listed[len(listed) // 2:]) and len(set(picks)) > 10

@@ -55,9 +55,9 @@ def test_the_copy_starts_from_the_finished_trials_of_the_database(study):
         study.tell(proposals.start(study, config), value)
     proposals.start(study, running)   # another process's, still running
     copy = StudyCopy(study, optuna.samplers.RandomSampler(seed=1), proposals)
-    got = {config_key(c.kernel, c.params): t.value for t in copy.study.trials
+    got = {c.key: t.value for t in copy.study.trials
            for c in [proposals.decode(t.params)]}
-    assert got == {config_key(c.kernel, c.params): v for c, v in zip(done, (5.0, 7.0))}
+    assert got == {c.key: v for c, v in zip(done, (5.0, 7.0))}
 
 
 def test_every_stored_trial_is_told_to_its_copy_alike(study):
@@ -120,12 +120,12 @@ def test_other_processes_results_are_learned_once_and_only_theirs(study, tmp_pat
                                                         (theirs, "ok", 9.0), (failed, "wrong_result", None))):
         store.add(study="s", trial=number, device="d", device_name="d", precision="s", m=8, n=8, k=8,
                   kernel=config.kernel, params=json.dumps(config.params), status=status, gflops=gflops)
-    measured = {config_key(mine.kernel, mine.params): ("ok", 3.0),
-                config_key(in_flight.kernel, in_flight.params): ("in_flight", None)}
+    measured = {mine.key: ("ok", 3.0),
+                in_flight.key: ("in_flight", None)}
     read_results(store, "s", SPACE, 0, measured, copy.learn)
     learned = {config_key(*_kp(proposals, t)): (t.state, t.value) for t in copy.study.trials}
-    assert learned == {config_key(theirs.kernel, theirs.params): (TrialState.COMPLETE, 9.0),
-                       config_key(failed.kernel, failed.params): (TrialState.PRUNED, None)}
+    assert learned == {theirs.key: (TrialState.COMPLETE, 9.0),
+                       failed.key: (TrialState.PRUNED, None)}
     # Read again (another refresh, or a row of a configuration already known): nothing new.
     copy.learn(theirs, 9.0)
     read_results(store, "s", SPACE, 0, measured, copy.learn)
@@ -181,12 +181,12 @@ def test_an_unmeasured_neighbour_differs_in_one_parameter_a_step_first():
         for j in (i - 1, i + 1):
             if 0 <= j < len(choices):
                 c = Config.of("xgemm_k5", {**middle.params, name: choices[j]})
-                p.measured[config_key(c.kernel, c.params)] = ("ok", 1.0)
+                p.measured[c.key] = ("ok", 1.0)
     got = p.unmeasured_neighbour(middle)
     (name,) = _differ(middle, got)
     assert abs(values[name].index(got.params[name]) - values[name].index(middle.params[name])) > 1
     for c in configs(WIDE):
-        p.measured[config_key(c.kernel, c.params)] = ("ok", 1.0)
+        p.measured[c.key] = ("ok", 1.0)
     assert p.unmeasured_neighbour(middle) is None
 
 

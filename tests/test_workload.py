@@ -221,12 +221,12 @@ class Found:
 
 
 def fake_workers(monkeypatch, search, clock, opened=None, start: float = 0.0):
-    """The workload's Workers replaced by ``search`` (req -> summaries) and its clock by ``clock``;
+    """The workload's Testbed replaced by ``search`` (req -> summaries) and its clock by ``clock``;
     starting them takes ``start`` seconds."""
     from gemmtune import search as search_module
     from gemmtune.search import workload
 
-    class FakeWorkers:
+    class FakeTestbed:
         def __init__(self, req, problems):
             if opened is not None:
                 opened.append([p[1:] for p in problems])
@@ -238,9 +238,9 @@ def fake_workers(monkeypatch, search, clock, opened=None, start: float = 0.0):
         def __exit__(self, *exc):
             pass
 
-    FakeWorkers.search = staticmethod(search)
+    FakeTestbed.search = staticmethod(search)
     monkeypatch.setattr(workload.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(search_module, "Workers", FakeWorkers)
+    monkeypatch.setattr(search_module, "Testbed", FakeTestbed)
     monkeypatch.setattr(workload, "nearby_configs", lambda *args: [])
 
 

@@ -6,7 +6,7 @@ search's is to the device's other problems; the device is the landscapes'.
     python tools/breed_bench.py --db land25.db -p s --shape 1792,1536,1280 [--samples 4] [--device nvidia-h200]
 
 ``--db``: a landscapes' database as tools/replay_bench.py writes it (written first where it
-does not exist). Per sample of ``lane.MODEL_SAMPLE`` configurations (the seeds' sample), a row:
+does not exist). Per sample of ``opening.MODEL_SAMPLE`` configurations (the seeds' sample), a row:
 the model's best score in the sample and after breeding from it (its predicted log GFLOP/s
 relative to the problem's best: 0 is the best, higher is better), how many configurations
 breeding scored, the seconds each took, and the tile of the best bred configuration.
@@ -30,7 +30,7 @@ def breed(db: Path, precision: str, shape: tuple[int, int, int], samples: int) -
     from gemmtune.errors import GemmtuneError
     from gemmtune.models import learned
     from gemmtune.precision import get_precision
-    from gemmtune.search import lane, replay
+    from gemmtune.search import opening, replay
     from gemmtune.space import load_space
     from gemmtune.valid import ValidConfigs
 
@@ -56,11 +56,11 @@ def breed(db: Path, precision: str, shape: tuple[int, int, int], samples: int) -
     for seed in range(samples):
         rng = random.Random(seed)
         start = time.perf_counter()
-        sample = valid.sample(lane.MODEL_SAMPLE, rng)
+        sample = valid.sample(opening.MODEL_SAMPLE, rng)
         scores = score(sample)
         drawn_s = time.perf_counter() - start
         start = time.perf_counter()
-        bred = lane.breed(valid, score, dict(zip(sample, scores)), rng)   # as a search breeds its seeds' sample
+        bred = opening.breed(valid, score, dict(zip(sample, scores)), rng)   # as a search breeds its seeds' sample
         bred_s = time.perf_counter() - start
         top = max(bred, key=bred.get) if bred else None
         out.append({"sample": float(scores.max()), "bred": max(float(scores.max()), *bred.values()),

@@ -54,7 +54,6 @@ def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
     from gemmtune.execution.messages import Outcome
     from gemmtune.models import analytic
     from gemmtune.precision import get_precision
-    from gemmtune.space import config_key
     from gemmtune.timing import Timing
 
     settings = _settings()
@@ -64,7 +63,7 @@ def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
         t0 = time.perf_counter()
         prec = get_precision(job.precision)
         predicted = analytic.predict(job.config, dev, prec, job.m, job.n, job.k, trans_a=job.trans_a, trans_b=job.trans_b)
-        noise = zlib.crc32(repr(config_key(job.config.kernel, job.config.params)).encode()) % 1000 / 1000
+        noise = zlib.crc32(repr(job.config.key).encode()) % 1000 / 1000
         ms = predicted.time_s * 1e3 * math.exp(0.3 * (noise - 0.5))
         time.sleep(max(0.0, settings["device_ms"] / 1e3 - (time.perf_counter() - t0)))
         samples = (ms,) * 8

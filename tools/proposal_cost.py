@@ -51,10 +51,10 @@ def main(argv=None) -> int:
 
     from gemmtune.models import analytic
     from gemmtune.precision import get_precision
-    from gemmtune.search.lane import Broken
+    from gemmtune.search.study_search import Broken
     from gemmtune.search.proposals import Proposals
     from gemmtune.search.session import Proposer, quiet_optuna
-    from gemmtune.space import config_key, load_space
+    from gemmtune.space import load_space
     from gemmtune.strategies import DEFAULT, make_strategy
     from gemmtune.valid import ValidConfigs
 
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     flops = prec.flops(m, n, k)
 
     def measure(config):
-        h = zlib.crc32(repr(config_key(config.kernel, config.params)).encode())
+        h = zlib.crc32(repr(config.key).encode())
         if h % 10 == 0:
             return None
         noise = math.exp(0.3 * ((h >> 8) % 1000 / 1000 - 0.5))

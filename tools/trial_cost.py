@@ -37,7 +37,7 @@ def measure(url: str, trials: int, device: str, precision: str) -> dict[str, lis
     from gemmtune.search.proposals import Proposals
     from gemmtune.search.recording import claim_text, record
     from gemmtune.search.session import Proposer, StudySession, quiet_heartbeat
-    from gemmtune.space import config_key, load_space
+    from gemmtune.space import load_space
     from gemmtune.strategies import DEFAULT, make_strategy
     from gemmtune.timing import Timing
     from gemmtune.valid import ValidConfigs
@@ -61,7 +61,7 @@ def measure(url: str, trials: int, device: str, precision: str) -> dict[str, lis
     try:
         with quiet_heartbeat():
             for i, config in enumerate(configs):
-                key = config_key(config.kernel, config.params)
+                key = config.key
                 t0 = time.perf_counter()
                 trial = proposer.store(config)
                 t1 = time.perf_counter()

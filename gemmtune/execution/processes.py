@@ -36,7 +36,7 @@ def _child(main, conn, device, parent, *args) -> None:
 
 # ---------------------------------------------------------------- parent side (no OpenCL)
 
-class Worker:
+class WorkerProcess:
     """One worker process running ``main`` on a device, one job at a time, replaceable at will.
 
     ``device`` is resolved by the process; bad specs raise GemmtuneError from ``start``.
@@ -155,7 +155,7 @@ class Runner:
 
         self.spec = device_spec(device)
         self.trial_timeout = trial_timeout
-        self.worker = Worker(worker_main, self.spec, quiet, cores)
+        self.worker = WorkerProcess(worker_main, self.spec, quiet, cores)
         self.waiting: deque = deque()   # (job, tag) sent behind the one in flight
         self.device: DeviceInfo | None = None
         self.worker.launch()
@@ -240,7 +240,7 @@ class Compilers:
                  cores: tuple[int, ...] | None = None):
         check_jobs(count)
         self.timeout = timeout
-        self.workers = [Worker(compiler_main, device, quiet, cores) for _ in range(count)]
+        self.workers = [WorkerProcess(compiler_main, device, quiet, cores) for _ in range(count)]
         for w in self.workers:
             w.launch()
         try:
@@ -250,14 +250,14 @@ class Compilers:
             self.close()
             raise
 
-    def idle(self) -> Worker | None:
+    def idle(self) -> WorkerProcess | None:
         return next((w for w in self.workers if w.idle), None)
 
     @property
-    def busy(self) -> list[Worker]:
+    def busy(self) -> list[WorkerProcess]:
         return [w for w in self.workers if not w.idle]
 
-    def collect(self, worker: Worker) -> Built:
+    def collect(self, worker: WorkerProcess) -> Built:
         if not worker.connection.poll(0):
             worker.restart()
             return Built("timeout", detail=f"no build within the trial timeout of {self.timeout:g} s")

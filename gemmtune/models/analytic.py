@@ -290,8 +290,9 @@ def farthest(tied: Sequence[Config], taken: Sequence[Config]) -> Config:
     return max(kin, key=lambda c: min((distance(c, ref) for ref in taken), default=0.0))
 
 
-def seeds(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: int, n: int, k: int,
-          count: int = 10, peaks: Mapping[str, float] | None = None, near: Sequence[Config] = ()) -> list[Config]:
+def best_tilings(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: int, n: int, k: int,
+                 count: int = 10, peaks: Mapping[str, float] | None = None,
+                 near: Sequence[Config] = ()) -> list[Config]:
     """The ``count`` best-predicted configurations to measure first, one per distinct prediction
     (``tied_groups``), so that the seeds try ``count`` different tilings. Of the configurations
     the model cannot tell apart, the one nearest a configuration of ``near`` (those the device is

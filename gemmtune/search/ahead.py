@@ -31,7 +31,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.execution.child import die_with_parent
 from gemmtune.info import forking_is_safe as ahead_possible
 from gemmtune.search.session import Proposer
-from gemmtune.space import config_key
+
 
 AHEAD = 4   # proposals the child keeps ready: enough to cover a burst of free builders
 
@@ -174,7 +174,7 @@ class AheadProposer:
             if item is None:
                 return None
             number, config = item
-            key = config_key(config.kernel, config.params)
+            key = config.key
             if key in self.measured:   # became known after the child proposed it
                 self._send("known", number, *self.measured[key])
                 continue

@@ -19,7 +19,7 @@ from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo, read_device_info
 from gemmtune.models import shipped_prior
 from gemmtune.precision import Precision, get_precision
-from gemmtune.space import Config, FamilySpace, Space, config_key, load_space, shipped_families
+from gemmtune.space import Config, FamilySpace, Space, load_space, shipped_families
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Landscape:
 
     def gflops(self, config: Config) -> float | None:
         """The measured GFLOP/s of an ``ok`` configuration, else None."""
-        status, value = self.values[config_key(config.kernel, config.params)]
+        status, value = self.values[config.key]
         return value if status == "ok" else None
 
 
@@ -104,7 +104,7 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
         if placed is None:
             continue
         position, config = placed
-        key = config_key(config.kernel, config.params)
+        key = config.key
         configs.setdefault(key, (position, config))
         gflops = None if pd.isna(row.gflops) else float(row.gflops)
         values[key] = (row.status, gflops)  # later rows win, as in search
@@ -119,13 +119,14 @@ def load_landscape(db: str | None, study: str, space_file: str | Path | None = N
                      None if space_file is None else str(space_file))
 
 
-def nearby_configs(land: Landscape, dev: DeviceInfo) -> list[Config]:
-    """What a search at the study's shape starts from after its baseline: the best configurations of
-    the nearest other tuned shapes in the same database, as the landscape spells those it recorded."""
+def recorded_nearby(land: Landscape, dev: DeviceInfo) -> list[Config]:
+    """What a search at the study's shape starts from after its baseline (``tuned.nearby_configs``:
+    the best configurations of the nearest other tuned shapes in the same database), as the
+    landscape spells those it recorded."""
     from gemmtune.tuned import nearby_configs as tuned_nearby
 
     placed = [place(land.space, c.kernel, c.params) for c in tuned_nearby(land.url, dev, land.precision, *land.shape)]
-    return [config for _, config in filter(None, placed) if config_key(config.kernel, config.params) in land.values]
+    return [config for _, config in filter(None, placed) if config.key in land.values]
 
 
 def other_studies(land: Landscape, device: DeviceInfo | None = None) -> pd.DataFrame:

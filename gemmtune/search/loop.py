@@ -1,6 +1,6 @@
 """The search loop: Optuna proposes configurations of the valid space (``session``), the
 pipeline builds and measures them (``pipeline``), and every measured trial becomes one row of
-``results``, committed when the trial ends (``recording``). One lane per study (``lane``).
+``results``, committed when the trial ends (``recording``). One StudySearch per study (``study_search``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from gemmtune.execution.processes import Compilers, Runner
 from gemmtune.info import core_plan, host_cores
 from gemmtune.inputs import check_jobs, check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
-from gemmtune.search.lane import Lane
+from gemmtune.search.study_search import StudySearch
 from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
 from gemmtune.space import Space, load_space
@@ -51,11 +51,11 @@ def check_request(req: SearchRequest) -> None:
 def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None = None) -> list[Summary]:
     """Search, measure and record on every device of ``req.device``; one Summary per study
     (devices of one model share one). Ctrl-C ends it early (``stopped_by``)."""
-    with Workers(req) as workers:
-        return workers.search(req, progress)
+    with Testbed(req) as testbed:
+        return testbed.search(req, progress)
 
 
-class Workers:
+class Testbed:
     """The timing workers, compiler processes and database of a search, opened once for every
     problem searched with them: a workload's problems share them, so each pays for its trials,
     not for starting processes and opening devices again (seconds each, on a GPU)."""
@@ -141,16 +141,16 @@ class Workers:
         if self.store is None:   # opened last: bad input above leaves no database behind
             self.store = Store(database_url(req.db))
             self.lock = self.early_lock or self.store.lock()
-        lanes: list[Lane] = []
+        searches: list[StudySearch] = []
         with writing(self.store.url):   # a database failing mid-search (a full disk): one error, rows kept
             try:
                 for group, searched, valid in plans:
-                    lanes.append(Lane(req, prec, searched, valid, group, self.compilers[group[0].device.key],
-                                      self.store, self.priors))
-                return _search(lanes, req, progress)
+                    searches.append(StudySearch(req, prec, searched, valid, group,
+                                                self.compilers[group[0].device.key], self.store, self.priors))
+                return _search(searches, req, progress)
             finally:
-                for lane in lanes:
-                    lane.close()  # the proposing process, then Optuna's connections, before the store's
+                for search in searches:
+                    search.close()  # the proposing process, then Optuna's connections, before the store's
 
     def close(self) -> None:
         if self.store is not None:
@@ -206,43 +206,43 @@ class _CtrlC:
         self._writer.close()
 
 
-def _search(lanes: list[Lane], req: SearchRequest, progress) -> list[Summary]:
+def _search(searches: list[StudySearch], req: SearchRequest, progress) -> list[Summary]:
     with _CtrlC() as ctrl_c:
-        return _run_lanes(lanes, req, progress, ctrl_c)
+        return _run_searches(searches, req, progress, ctrl_c)
 
 
-def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) -> list[Summary]:
+def _run_searches(searches: list[StudySearch], req: SearchRequest, progress, ctrl_c: _CtrlC) -> list[Summary]:
     start = time.monotonic()
-    for lane in lanes:
-        lane.start, lane.progress = start, progress
-        lane.pipeline.idle.start = start
-        lane.heartbeat()  # trials of searches that died before this one started
-    beat, beat_s = start, min(lane.session.beat for lane in lanes)
+    for search in searches:
+        search.start, search.progress = start, progress
+        search.pipeline.idle.start = start
+        search.heartbeat()  # trials of searches that died before this one started
+    beat, beat_s = start, min(search.session.beat for search in searches)
     try:
         while True:
             if ctrl_c.pressed:
                 raise KeyboardInterrupt
             now = time.monotonic()
             asked = False
-            for lane in lanes:
-                if lane.stopped_by is None and req.timeout is not None and now - start >= req.timeout:
-                    lane.stop("timeout")
-                lane.pipeline.collect()
-                lane.pipeline.feed()
-                asked = lane.fill_one() or asked
-                lane.pipeline.feed()
-                lane.pipeline.idle.note(lane.pipeline, time.monotonic(), winding_down=not lane.asking)
+            for search in searches:
+                if search.stopped_by is None and req.timeout is not None and now - start >= req.timeout:
+                    search.stop("timeout")
+                search.pipeline.collect()
+                search.pipeline.feed()
+                asked = search.fill_one() or asked
+                search.pipeline.feed()
+                search.pipeline.idle.note(search.pipeline, time.monotonic(), winding_down=not search.asking)
             if now - beat >= beat_s:
                 beat = now
-                for lane in lanes:
-                    lane.heartbeat()
-            if all(lane.finished for lane in lanes):
+                for search in searches:
+                    search.heartbeat()
+            if all(search.finished for search in searches):
                 break
             waits, deadlines = [], []
-            for lane in lanes:
-                w, d = lane.pipeline.waits()
-                if lane.ahead and lane.stopped_by is None and lane.pipeline.has_room():
-                    w.append(lane.proposer.connection)   # a proposal made ahead would be taken
+            for search in searches:
+                w, d = search.pipeline.waits()
+                if search.ahead and search.stopped_by is None and search.pipeline.has_room():
+                    w.append(search.proposer.connection)   # a proposal made ahead would be taken
                 waits += w
                 deadlines += d
             if asked:
@@ -251,9 +251,10 @@ def _run_lanes(lanes: list[Lane], req: SearchRequest, progress, ctrl_c: _CtrlC) 
             mp_connection.wait(waits + [ctrl_c.wakeup], timeout=max(0.0, until - time.monotonic()))
             ctrl_c.drain()
     except KeyboardInterrupt:
-        for lane in lanes:
-            lane.interrupt()
+        for search in searches:
+            search.interrupt()
     elapsed = time.monotonic() - start
-    for lane in lanes:
-        lane.pipeline.idle.note(lane.pipeline, start + elapsed)
-    return [lane.summary(elapsed, lane.pipeline.idle.shares(elapsed, len(lane.pipeline.runners))) for lane in lanes]
+    for search in searches:
+        search.pipeline.idle.note(search.pipeline, start + elapsed)
+    return [search.summary(elapsed, search.pipeline.idle.shares(elapsed, len(search.pipeline.runners)))
+            for search in searches]

@@ -4,7 +4,7 @@ fitted to them (``learned.prior_model``, for ``learned.seeds``).
 
 Fitting takes seconds on a busy host (scikit-learn's import, the features of every row, the
 trees), so it starts on a thread when the search opens its workers, which take seconds to start
-anyway. A lane takes that model where its own prior is exactly the rows it learned from, and
+anyway. A study's search takes that model where its own prior is exactly the rows it learned from, and
 fits its own otherwise (a resumed study, a workload's later problem)."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def sources(prior: pd.DataFrame, dev: DeviceInfo, fitted: learned.CostModel | No
 
 class PriorModels:
     """``early``: fit the devices' models on a thread now (a search with seeds); else each is
-    fitted when a lane asks for it."""
+    fitted when a study's search asks for it."""
 
     def __init__(self, url: str, devices: list[DeviceInfo], early: bool = True):
         self._fitted: dict[str, tuple[tuple[int, ...], learned.CostModel | None]] = {}
@@ -67,12 +67,12 @@ class PriorModels:
                     self._fitted[dev.key] = tuple(rows.id), fitted
             finally:
                 store.close()
-        except Exception:  # noqa: BLE001  the lane fits for itself; what failed here fails there, reported
+        except Exception:  # noqa: BLE001  the study's search fits for itself; what failed here fails there, reported
             pass
 
     def model(self, prior: pd.DataFrame | None, dev: DeviceInfo, peaks) -> learned.CostModel | None:
         """The cost model of ``prior`` (the device's rows at other studies): the one fitted early
-        or last if it learned from exactly these rows, else one fitted now. A lane asks twice, for
+        or last if it learned from exactly these rows, else one fitted now. A study's search asks twice, for
         its seeds and for a learning strategy, and a fit takes seconds."""
         if self._thread.ident is not None:
             self._thread.join()

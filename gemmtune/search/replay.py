@@ -14,7 +14,7 @@ replay drives an in-memory Optuna study with ask/tell over the same parameter sp
 * after ``strategies.MAX_FREE_PROPOSALS`` proposals in a row that did not count, a random
   unmeasured recorded configuration is enqueued (as search does with the valid space);
 * the study's baseline configuration (its row with ``baseline`` = 1), if any, is the first
-  trial, as in search; ``tpe-seeded`` then enqueues the model's K seeds (``analytic.seeds``: the
+  trial, as in search; ``tpe-seeded`` then enqueues the model's K seeds (``analytic.best_tilings``: the
   best-predicted configurations, one per distinct prediction);
 * ``default`` replays what ``gemmtune search`` does without ``--sampler`` and ``--no-seed``:
   after the baseline, the best configurations of the nearest other tuned shapes of the device
@@ -63,7 +63,8 @@ from gemmtune.inputs import check_jobs
 from gemmtune.models import analytic, learned
 
 # A landscape is what a replay searches: its callers load and describe one through this module.
-from gemmtune.search.landscape import Landscape, device_for, load_landscape, nearby_configs, other_studies  # noqa: F401
+from gemmtune.search.landscape import Landscape, device_for, load_landscape, other_studies, recorded_nearby  # noqa: F401
+from gemmtune.search.opening import opening
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.session import Proposer, memory_study, quiet_optuna
 from gemmtune.space import Config
@@ -109,15 +110,13 @@ def replay_once(land: Landscape, sampler: str, seed: int, target: float,
         strategy.prepare(learned.Problem(device, land.precision, *land.shape, peaks=land.peaks), prior, fitted)
     if not (strategy.model_seeded or (sampler == "default" and strategy.allows_model_seeds)):
         first = ()
-    if sampler == "default":
-        first = [*nearby, *first]
+    # The search's opening; configurations not recorded are left to the proposer, as invalid.
+    pending = opening(land.baseline, nearby if sampler == "default" else (), first)
     with quiet_optuna():
-        return _replay(land, strategy, memory_study(strategy), random.Random(seed), threshold, first)
+        return _replay(land, strategy, memory_study(strategy), random.Random(seed), threshold, pending)
 
 
-def _replay(land: Landscape, strategy, study, rng: random.Random, threshold: float, first) -> ReplayRun:
-    pending = [land.baseline] if land.baseline is not None else []
-    pending += [c for c in first if c not in pending]
+def _replay(land: Landscape, strategy, study, rng: random.Random, threshold: float, pending) -> ReplayRun:
     measured: dict[tuple, tuple[str, float | None]] = {}
     order: list[Config] = []
     # The search's own proposer: configurations not recorded count as invalid.
@@ -225,7 +224,7 @@ def replay(land: Landscape, samplers=SAMPLERS, seeds: int = 20, target: float = 
         top = model_seeds(land, device, seed_count, fitted)
         result.model_spearman = model_spearman(land, device)
         result.learned_spearman = learned_spearman(land, device, fitted)
-    nearby = nearby_configs(land, device) if "default" in samplers and device is not None else []
+    nearby = recorded_nearby(land, device) if "default" in samplers and device is not None else []
     workers = min(seeds, jobs or os.cpu_count() or 1)
     tasks = [(sampler, range(first, seeds, workers)) for sampler in samplers for first in range(workers)]
     args = (target, top, device, prior, nearby, fitted)

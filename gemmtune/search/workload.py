@@ -18,7 +18,7 @@ from typing import Callable
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.shapes import Shape
-from gemmtune.tuned import nearby_configs as tuned_nearby
+from gemmtune.tuned import nearby_configs
 
 NEARBY = 5           # configurations of the nearest tuned problems measured first
 MIN_SECONDS = 5.0    # a problem after the first gets at least this much of the budget, or is left for a later run
@@ -37,16 +37,12 @@ class Step:
     second: bool = False    # the second pass, where the first paid
 
 
-def nearby_configs(url: str, dev, prec, shape: Shape, count: int = NEARBY) -> list:
-    return tuned_nearby(url, dev, prec, shape.m, shape.n, shape.k, shape.trans_a + shape.trans_b, count)
-
-
 def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Step], None] | None = None):
     """One search per problem of ``shapes`` (each with its precision) under ``req``'s budget:
     ``req.timeout`` for the whole workload, ``req.trials`` per problem and pass. Returns one
     summary per problem searched and the problems left for lack of time.
 
-    The problems share one set of timing workers and compiler processes (search.Workers). With
+    The problems share one set of timing testbed and compiler processes ((search.Testbed)). With
     a time budget and several problems the budget goes out in two passes: FIRST_SHARE of it
     evenly, then the rest in proportion to what each problem's first pass gained over its
     baseline (at least GAIN_FLOOR), so that time goes where searching paid."""
@@ -63,14 +59,14 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     found: dict[Shape, object] = {}   # shape -> its summary so far (trials added up over passes)
     precisions = {shape: get_precision(shape.precision or req.precision) for shape in shapes}
 
-    def search(workers, i: int, total: int, shape: Shape, seconds: float | None, second: bool = False) -> bool:
+    def search(testbed, i: int, total: int, shape: Shape, seconds: float | None, second: bool = False) -> bool:
         prec = precisions[shape]
-        start = nearby_configs(url, dev, prec, shape)
+        start = nearby_configs(url, dev, prec, shape.m, shape.n, shape.k, shape.trans_a + shape.trans_b, NEARBY)
         if on_step:
             on_step(Step(i, total, shape, seconds, len(start), second))
         sub = replace(req, precision=prec.code, m=shape.m, n=shape.n, k=shape.k, trans_a=shape.trans_a,
                       trans_b=shape.trans_b, timeout=seconds, start=tuple(start), study=None)
-        for s in workers.search(sub, progress):
+        for s in testbed.search(sub, progress):
             before = found.get(shape)
             found[shape] = s if before is None else replace(
                 s, trials=before.trials + s.trials, elapsed=before.elapsed + s.elapsed,
@@ -85,24 +81,24 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     first_end = time.monotonic() + FIRST_SHARE * req.timeout if two_passes else deadline
     # A budget below the minimum is the first problem's whole share: it is searched, however briefly.
     least = None if deadline is None else min(MIN_SECONDS, req.timeout)
-    with searching.Workers(req, [(precisions[s], s.m, s.n, s.k) for s in shapes]) as workers:
+    with searching.Testbed(req, [(precisions[s], s.m, s.n, s.k) for s in shapes]) as testbed:
         for i, shape in enumerate(shapes):
             seconds = None
             if deadline is not None:
                 # Searches overrun their share a little (trials in flight finish): a late problem
                 # still gets its minimum while the whole budget has it. The first problem always
-                # runs, though starting the workers took part of the budget.
+                # runs, though starting the testbed took part of the budget.
                 now = time.monotonic()
                 seconds = max((first_end - now) / (len(shapes) - i), least)
                 if i and now + seconds > deadline:
                     return list(found.values()), shapes[i:]
-            if not search(workers, i + 1, len(shapes), shape, seconds):
+            if not search(testbed, i + 1, len(shapes), shape, seconds):
                 return list(found.values()), shapes[i + 1:]
         if two_passes:
             gains = {s: max((found[s].speedup or 1.0) - 1.0, GAIN_FLOOR) for s in shapes}
             order = sorted(shapes, key=lambda s: -gains[s])
             for i, shape in enumerate(order):
                 seconds = (deadline - time.monotonic()) * gains[shape] / sum(gains[s] for s in order[i:])
-                if seconds >= MIN_SECONDS and not search(workers, i + 1, len(order), shape, seconds, second=True):
+                if seconds >= MIN_SECONDS and not search(testbed, i + 1, len(order), shape, seconds, second=True):
                     break
     return [found[s] for s in shapes if s in found], []

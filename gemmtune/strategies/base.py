@@ -96,7 +96,7 @@ class Strategy:
 
     def breed_from(self, parents: Sequence[Config]) -> None:
         """The cost model's best configurations found before the first proposal, best first (the
-        seeds' bred sample, ``search.lane.model_seeds``): a strategy that breeds the model's best
+        seeds' bred sample, ``search.opening.model_seeds``): a strategy that breeds the model's best
         goes on from them rather than from a random draw. The others ignore them."""
 
     def tell(self, config: Config, value: float | None) -> None:

@@ -42,7 +42,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from gemmtune.models import breeding
-from gemmtune.space import config_key
 from gemmtune.strategies.base import ASK, MAX_FREE_PROPOSALS
 from gemmtune.strategies.tpe import Tpe
 
@@ -97,7 +96,7 @@ class Learned(Tpe):
 
     def tell(self, config, value) -> None:
         if value is not None and value > 0:
-            self.mine[config_key(config.kernel, config.params)] = (config, value)
+            self.mine[config.key] = (config, value)
             self.stale = True
 
     def _rows(self, configs) -> np.ndarray:

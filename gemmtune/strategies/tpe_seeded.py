@@ -1,6 +1,6 @@
-"""TPE after the performance model's best predictions (``analytic.seeds``). A search seeds every
-strategy that allows it unless ``--no-seed``; this name lets ``gemmtune replay`` compare TPE
-with and without the seeds."""
+"""TPE after the performance model's best predictions (``analytic.best_tilings``). A search
+seeds every strategy that allows it unless ``--no-seed``; this name lets ``gemmtune replay``
+compare TPE with and without the seeds."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""A lane: one study, searched here by the devices of one device key (same model and driver).
-It ties the Optuna session (what to measure), the pipeline (build and measure) and the results
-rows (what was measured, here or by another process) together."""
+"""StudySearch: one study, searched here by the devices of one device key (same model and
+driver). It ties the Optuna session (what to measure), the pipeline (build and measure) and the
+results rows (what was measured, here or by another process) together, and starts from the
+opening (``opening``)."""
 
 from __future__ import annotations
 
@@ -20,46 +21,18 @@ from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
 from gemmtune.launch import Problem
 from gemmtune.models import learned
-from gemmtune.models.breeding import PARENTS, evolve
 from gemmtune.precision import Precision
 from gemmtune.search.ahead import AheadProposer, Journal, NotReady, ahead_possible
+from gemmtune.search.opening import model_seeds, opening
 from gemmtune.search.pipeline import Pipeline
 from gemmtune.search.prior import PriorModels, search_prior, sources
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.session import Proposer, StudySession, quiet_heartbeat
-from gemmtune.space import Config, Space, config_key
+from gemmtune.space import Config, Space
 from gemmtune.strategies import make_strategy
 from gemmtune.valid import ValidConfigs
-
-MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole space may be 10^5
-
-
-def breed(valid: ValidConfigs, score, scored: dict[Config, float], rng: random.Random) -> dict[Config, float]:
-    """The valid configurations bred from ``scored`` by the model's ``score`` (``evolve``), with
-    their scores: children take other values of the space's parameters."""
-    return evolve(score, scored, lambda kernel: valid.space.family(kernel).values, valid.__contains__, rng)
-
-
-def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: random.Random, skip: set,
-                near: list[Config], prior: pd.DataFrame | None, priors: PriorModels) -> tuple[list[Config], list[Config]]:
-    """What the search measures first after its baseline and the nearest tuned shapes' bests
-    (``learned.seeds``), none of ``skip``, drawn from a random sample when the space is large;
-    ``prior`` (the device's other studies) teaches a model whose picks are among them (``priors``:
-    fitted early where it has the same rows). Second, where the sample was bred, its
-    ``breeding.PARENTS`` best by the model, best first: a strategy that breeds goes on from them."""
-    sample = valid.sample(MODEL_SAMPLE, rng)   # drawn from the product: the space is never listed
-    fitted, scores = priors.model(prior, problem.dev, problem.peaks), None
-    if fitted is not None and len(sample) >= MODEL_SAMPLE:
-        # A sample holds the model's best only by luck where the space is larger: breed it,
-        # and hand the seeds the scores (the sample's are a third of a second on a laptop).
-        scores = dict(zip(sample, fitted.score(sample, problem)))
-        scores.update(breed(valid, lambda configs: fitted.score(configs, problem), scores, rng))
-        sample = list(scores)
-    sample = [c for c in sample if config_key(c.kernel, c.params) not in skip]
-    parents = [] if scores is None else sorted(sample, key=scores.__getitem__, reverse=True)[:PARENTS]
-    return learned.seeds(sample, problem, count, near, fitted, scores), parents
 
 
 def prepare(strategy, req: SearchRequest, prec: Precision, dev: DeviceInfo, store: Store,
@@ -88,30 +61,26 @@ class Broken:
 def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid: ValidConfigs, store: Store,
                      proposer: Proposer, strategy, rng: random.Random, prior: pd.DataFrame | None,
                      priors: PriorModels) -> tuple[tuple, list[Config]]:
-    """The baseline's key, and what to measure first: the shipped default (or the valid
-    configuration nearest it), the best of the nearest tuned shapes (or ``--start``), and the
-    model's seeds where the strategy takes them; none measured before."""
+    """The baseline's key, and the opening: the shipped default (or the valid configuration
+    nearest it), the best of the nearest tuned shapes (or ``--start``), and the model's seeds
+    where the strategy takes them; none measured before."""
     m, n, k = req.m, req.n, req.k
     measured = proposer.measured
     baseline = default_config(dev, prec, (m, n, k))
     if not proposer.is_valid(baseline):
         baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
-    baseline_key = config_key(baseline.kernel, baseline.params)
-    first = [baseline] if baseline_key not in measured else []
     start = req.start if req.start is not None else tuned.nearby_configs(store.url, dev, prec, m, n, k,
                                                                         req.trans_a + req.trans_b)
-    first += [c for c in start if config_key(c.kernel, c.params) not in {baseline_key, *measured}
-              and proposer.is_valid(c)]
+    seeds = []
     if req.seeds and strategy.allows_model_seeds:
         problem = learned.Problem(dev, prec, m, n, k, req.trans_a, req.trans_b, store.latest_peaks(dev.key))
-        seeds, parents = model_seeds(valid, req.seeds, problem, rng, {*measured, baseline_key}, [baseline, *start],
+        seeds, parents = model_seeds(valid, req.seeds, problem, rng, {*measured, baseline.key}, [baseline, *start],
                                      prior, priors)
-        first += seeds
         strategy.breed_from(parents)
-    return baseline_key, first
+    return baseline.key, opening(baseline, start, seeds, measured, proposer.is_valid)
 
 
-class Lane:
+class StudySearch:
     """Other processes (``--db postgresql://...``) may search the same study: Optuna shares the
     trials, the claims table makes sure each configuration is measured once, and the results
     rows tell each process what the others found. A trial whose process stops sending
