@@ -127,7 +127,8 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
   __local real Blm[NBUF * KWG * LDBL] __attribute__((aligned(128)));
 #endif
 #if MMA && !MMA_F64
-  __local double mma_frag[WGS / 32][16 * 8 + 8 * 8];   // the spelled-out matrix instructions' operands
+  // the spelled-out matrix instructions' operands (xgemm_rt_mma.cl)
+  __local double mma_frag[WGS / 32][MMA_FRAG_DOUBLES] __attribute__((aligned(16)));
 #endif
 
   const int tid = get_local_id(1) * MDIMC + get_local_id(0);

@@ -30,6 +30,7 @@
   // fb_, the warp's 16 x 8 and 8 x 8 doubles) as the matrices they are, and each lane sums its
   // four results. Every work-item reaches every multiply, so the barriers are safe; on such
   // devices this path is for tests.
+  #define MMA_FRAG_DOUBLES (16 * 8 + 8 * 8)   // the warp's scratch: fa_ and fb_
   #define MMA16X8X8(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, fa_, fb_, g, q) { \
         fa_[g * 8 + q] = (a0); fa_[(g + 8) * 8 + q] = (a1); \
         fa_[g * 8 + q + 4] = (a2); fa_[(g + 8) * 8 + q + 4] = (a3); \
@@ -82,25 +83,6 @@
 // fragments of one step (4 values of k) take half the registers of MMA 1's, so that two steps'
 // fit where one did: pipe_ahead reads the next step's while this one's matrix instructions run,
 // across the barrier between slices too, as CUTLASS's multistage loop does.
-#if MMA_F64
-  #define MMA16X8X4(d0, d1, d2, d3, a0, a1, b0, fa_, fb_, g, q) { \
-        double c0 = (d0), c1 = (d1), c2 = (d2), c3 = (d3); \
-        __asm__ __volatile__("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, " \
-                             "{%4, %5}, {%6}, {%0, %1, %2, %3};" \
-                             : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3) : "d"(a0), "d"(a1), "d"(b0)); \
-        (d0) = c0; (d1) = c1; (d2) = c2; (d3) = c3; \
-      }
-#else
-  #define MMA16X8X4(d0, d1, d2, d3, a0, a1, b0, fa_, fb_, g, q) { \
-        fa_[g * 4 + q] = (a0); fa_[(g + 8) * 4 + q] = (a1); fb_[g * 4 + q] = (b0); \
-        barrier(CLK_LOCAL_MEM_FENCE); \
-        for (int k = 0; k < 4; k++) { \
-          (d0) += fa_[g * 4 + k] * fb_[2 * q * 4 + k]; (d1) += fa_[g * 4 + k] * fb_[(2 * q + 1) * 4 + k]; \
-          (d2) += fa_[(g + 8) * 4 + k] * fb_[2 * q * 4 + k]; (d3) += fa_[(g + 8) * 4 + k] * fb_[(2 * q + 1) * 4 + k]; \
-        } \
-        barrier(CLK_LOCAL_MEM_FENCE); \
-      }
-#endif
 // One step's fragments: A's two values per 16-row block, B's one per 8-column block.
 typedef struct { real a[WPTM / 2][2]; real b[WPTN / 2]; } step_fragments;
 // f: the fragments of values k to k + 3 of the slice at aslice and bslice.
@@ -112,6 +94,14 @@ typedef struct { real a[WPTM / 2][2]; real b[WPTN / 2]; } step_fragments;
     PRAGMA(unroll) \
     for (int j = 0; j < WPTN / 2; j++) { f.b[j] = blo[8 * j]; } \
   }
+#if MMA_F64
+  #define MMA16X8X4(d0, d1, d2, d3, a0, a1, b0, fa_, fb_, g, q) { \
+        double c0 = (d0), c1 = (d1), c2 = (d2), c3 = (d3); \
+        __asm__ __volatile__("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, " \
+                             "{%4, %5}, {%6}, {%0, %1, %2, %3};" \
+                             : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3) : "d"(a0), "d"(a1), "d"(b0)); \
+        (d0) = c0; (d1) = c1; (d2) = c2; (d3) = c3; \
+      }
 #define STEP_MMA(acc, fa_, fb_, g, q, i, j, P, a0, a1, b0) \
   MMA16X8X4(acc[2 * (i)][2 * (j)]P, acc[2 * (i)][2 * (j) + 1]P, acc[2 * (i) + 1][2 * (j)]P, \
             acc[2 * (i) + 1][2 * (j) + 1]P, a0, a1, b0, fa_, fb_, g, q)
@@ -135,6 +125,36 @@ typedef struct { real a[WPTM / 2][2]; real b[WPTN / 2]; } step_fragments;
     for (int i = (first); i < (end); i++) { \
       PRAGMA(unroll) \
       for (int j = 0; j < WPTN / 2; j++) { STEP_MMA(acc, fa_, fb_, g, q, i, j, , f.a[i][0], f.a[i][1], f.b[j]) } \
+    }
+#endif
+#else
+  // The step's matrix instructions spelled out for devices without them (this path is for tests):
+  // the warp's fragments of row blocks first .. end - 1 and of B go through local memory (the
+  // warp's scratch at fa_) as the matrices they are, and each lane sums the products of its
+  // results from there. Two barriers a call: with two an instruction, the unrolled pipelines held
+  // hundreds, and PoCL's compiler took up to ten minutes over one kernel. Every work-item makes
+  // every call with rows to multiply (a constant condition), so the barriers are safe.
+  #undef MMA_FRAG_DOUBLES
+  #define MMA_FRAG_DOUBLES (((WPTM / 2) * 64 + (WPTN / 2) * 32) * sizeof(real) / sizeof(double))
+  #define MULTIPLY_ROWS(acc, f, fa_, fb_, g, q, first, end) if ((first) < (end)) { \
+      __local real* const sa_ = (__local real*)(fa_);   /* [block i][row 0..15][k 0..3] */ \
+      __local real* const sb_ = sa_ + (WPTM / 2) * 64;  /* [block j][column 0..7][k 0..3] */ \
+      for (int i = (first); i < (end); i++) { \
+        sa_[(16 * i + g) * 4 + q] = f.a[i][0]; sa_[(16 * i + g + 8) * 4 + q] = f.a[i][1]; \
+      } \
+      for (int j = 0; j < WPTN / 2; j++) { sb_[(8 * j + g) * 4 + q] = f.b[j]; } \
+      barrier(CLK_LOCAL_MEM_FENCE); \
+      for (int i = (first); i < (end); i++) { \
+        for (int j = 0; j < WPTN / 2; j++) { \
+          for (int k = 0; k < 4; k++) { \
+            const real a0 = sa_[(16 * i + g) * 4 + k], a1 = sa_[(16 * i + g + 8) * 4 + k]; \
+            const real b0 = sb_[(8 * j + 2 * q) * 4 + k], b1 = sb_[(8 * j + 2 * q + 1) * 4 + k]; \
+            MULADD(acc[2 * i][2 * j], a0, b0); MULADD(acc[2 * i][2 * j + 1], a0, b1); \
+            MULADD(acc[2 * i + 1][2 * j], a1, b0); MULADD(acc[2 * i + 1][2 * j + 1], a1, b1); \
+          } \
+        } \
+      } \
+      barrier(CLK_LOCAL_MEM_FENCE); \
     }
 #endif
 // MULTIPLY_ROWS: a step's matrix instructions of row blocks first .. end - 1. The next step's

@@ -555,13 +555,13 @@ def test_test_configurations_cover_the_features():
     assert {code for code, _ in CASES} == set("sdcz")
 
 
-def run_case(code: str, config: dict, shape, ta: str, tb: str, alpha, beta, c_kind, rng):
+def run_case(code: str, config: dict, shape, ta: str, tb: str, alpha, beta, c_kind, rng, device=None):
     dtype = DTYPES[code]
     m, n, k = shape
     a = uniform((m, k) if ta == "N" else (k, m), dtype, rng)
     b = uniform((k, n) if tb == "N" else (n, k), dtype, rng)
     c = {None: None, "nan": np.full((m, n), np.nan, dtype=dtype), "random": uniform((m, n), dtype, rng)}[c_kind]
-    got = gemmtune.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, config=rt(config))
+    got = gemmtune.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, config=rt(config), device=device)
     return a, b, c, got
 
 
@@ -623,11 +623,20 @@ MMA_CASES = [
 
 @pytest.fixture
 def fp64_matrix_device(monkeypatch):
+    """The device the spelled-out instructions run on, told it has FP64 matrix instructions:
+    Intel's runtime where it is there (the `intel` extra of the test dependencies), else device 0.
+    PoCL makes a loop over the work-items of each stretch between barriers and copies the code
+    after a barrier in a conditional block for each way into it; these pipelines hold many such
+    barriers, and PoCL 3.1 took 10 to 90 s of one core over each kernel where Intel's compiler
+    takes about a second."""
+    from conftest import implementation_device
     from gemmtune import compute
 
-    dev = compute.get_device(None)
+    intel = implementation_device("intel")
+    dev = compute.get_device(intel.index if intel else None)
     assert not dev.info.fp64_matrix
     monkeypatch.setattr(dev, "info", dataclasses.replace(dev.info, fp64_matrix=True))
+    return intel.index if intel else None
 
 
 # gemm hands numpy's row-major product to the kernel transposed: the kernel's M is the n of these
@@ -642,10 +651,10 @@ def test_gemm_with_matrix_instructions_matches_numpy(fp64_matrix_device, code, c
 
     assert rt_broken(config, resolve_device(0), code) == [12]
     assert not rt_broken(config, make_device(fp64_matrix=True), code)
-    check_every_case(code, config, shape)
+    check_every_case(code, config, shape, device=fp64_matrix_device)
 
 
-def check_every_case(code: str, config: dict, shape) -> None:
+def check_every_case(code: str, config: dict, shape, device=None) -> None:
     dtype = DTYPES[code]
     prec = precision_of(dtype)
     complex_ = code in "cz"
@@ -656,7 +665,7 @@ def check_every_case(code: str, config: dict, shape) -> None:
         for tb in flags:
             for alpha, beta, c_kind in COMPLEX_SCALARS if complex_ else REAL_SCALARS:
                 case = f"{code} {shape} trans_a={ta} trans_b={tb} alpha={alpha} beta={beta} c={c_kind}"
-                a, b, c, got = run_case(code, config, shape, ta, tb, alpha, beta, c_kind, rng)
+                a, b, c, got = run_case(code, config, shape, ta, tb, alpha, beta, c_kind, rng, device)
                 assert got.dtype == dtype and got.shape == (m, n), case
                 assert np.all(np.isfinite(got)), case
                 value, scale = numpy_product(a, b, c, alpha, beta, ta, tb)
