@@ -126,20 +126,23 @@ def _device_info(device) -> DeviceInfo:
     return _devices[spec]
 
 
-def tuned_shapes(url: str, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
-    """Per tuned problem (shape and ops), its best row that is a valid configuration here."""
-    if url == DEFAULT_DB and not Path(DEFAULT_DB_FILE).exists():
+def tuned_shapes(db, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
+    """Per tuned problem (shape and ops), its best row that is a valid configuration here.
+    ``db``: a database URL, opened for reading and closed, or a ``Store`` open already (a
+    search's own), read as it is."""
+    if db == DEFAULT_DB and not Path(DEFAULT_DB_FILE).exists():
         # Nothing tuned yet, known without loading SQLAlchemy and pandas: a process's first
         # call on a machine that never searched pays neither import (0.2 s on a laptop).
         return []
     from gemmtune.db.rows import screen
     from gemmtune.db.store import Store
 
-    store = Store(url, create=False)
+    store = db if isinstance(db, Store) else Store(db, create=False)
     try:
         rows = store.frame(device=dev.key, precision=prec.code, status="ok")
     finally:
-        store.close()
+        if store is not db:
+            store.close()
     space = shipped_families()   # records of any shipped family, if valid here
     rows = screen(rows, space).rows
     best: dict[tuple, _Tuned] = {}
@@ -205,12 +208,13 @@ def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, dev
 best_config.cache_clear = clear_cache
 
 
-def nearby_configs(url: str, dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, ops: str = "NN",
+def nearby_configs(db, dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, ops: str = "NN",
                    count: int = 5) -> list[Config]:
     """The best recorded configurations of the ``count`` tuned problems nearest (m, n, k) with
     ``ops`` (itself excluded; the same shape with other ops is near), nearest first: where a
-    search at a new problem starts (tilings carry over between neighbouring shapes)."""
+    search at a new problem starts (tilings carry over between neighbouring shapes). ``db``: a
+    URL or an open ``Store``, as ``tuned_shapes`` takes it."""
     here = (m, n, k)
-    others = [t for t in tuned_shapes(url, dev, prec) if (t.shape, t.ops) != (here, ops)]
+    others = [t for t in tuned_shapes(db, dev, prec) if (t.shape, t.ops) != (here, ops)]
     others.sort(key=lambda t: shape_distance(t.shape, here) + OTHER_OPS * (t.ops != ops))
     return list(dict.fromkeys(t.config for t in others[:count]))

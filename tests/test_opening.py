@@ -6,6 +6,8 @@ from __future__ import annotations
 from gemmtune.search.opening import opening
 from gemmtune.space import Config, config_key
 
+SIZES = [16, 32, 64, 128]   # test_replay's synthetic landscape's tile sizes
+
 
 def cfg(kernel: str = "xgemm_k5", **params) -> Config:
     return Config.of(kernel, params)
@@ -32,3 +34,29 @@ def test_the_opening_leaves_out_what_was_measured_and_what_is_not_allowed():
     measured = {base.key, near.key}
     assert opening(base, [near, other], [seed], measured) == [other, seed]
     assert opening(base, [near, other], [seed], allowed=lambda c: c != other) == [base, near, seed]
+
+
+def test_the_nearby_shapes_are_read_through_the_searchs_own_store(tmp_path, monkeypatch):
+    """A search reads the nearest tuned shapes' bests through the store it opened: the same
+    configurations as from its URL, and no second store (and engine) opened for them."""
+    from test_replay import gpu, landscape
+
+    from gemmtune import tuned
+    from gemmtune.db import store as store_module
+    from gemmtune.precision import get_precision
+
+    db = tmp_path / "t.db"
+    landscape(db, lambda c: 100.0 + SIZES.index(c.params["TSM"]), m=256)
+    landscape(db, lambda c: 50.0, study="other", m=1024)
+    url, dev, prec = f"sqlite:///{db}", gpu(), get_precision("s")
+    from_url = tuned.nearby_configs(url, dev, prec, 512, 512, 512)
+    store = store_module.Store(url)
+    opened = []
+    monkeypatch.setattr(store_module.Store, "__init__", lambda *args, **kw: opened.append(args))
+    try:
+        assert tuned.nearby_configs(store, dev, prec, 512, 512, 512) == from_url and len(from_url) == 2
+        assert not opened and store.engine is not None
+    finally:
+        monkeypatch.undo()
+        store.close()
+

@@ -227,6 +227,8 @@ def fake_workers(monkeypatch, search, clock, opened=None, start: float = 0.0):
     from gemmtune.search import workload
 
     class FakeTestbed:
+        db = None
+
         def __init__(self, req, problems):
             if opened is not None:
                 opened.append([p[1:] for p in problems])

@@ -76,11 +76,17 @@ class Testbed:
         for prec, m, n, k in problems or [(get_precision(req.precision), req.m, req.n, req.k)]:
             for info in self.infos:
                 check_problem(info, prec, m, n, k)
-        self.early_lock = probe(database_url(req.db), lock=True)
+        self.url = database_url(req.db)   # resolved once: every part of the search opens this one
+        self.early_lock = probe(self.url, lock=True)
         self.runners: list[Runner] = []
         self.compilers: dict[str, Compilers | None] = {}
         self.valid: dict[tuple[str, str], tuple[Space, ValidConfigs]] = {}
         self.store = self.lock = self.priors = None
+
+    @property
+    def db(self):
+        """The database as the search reads it: its store once open (no engine more), else its URL."""
+        return self.store if self.store is not None else self.url
 
     def __enter__(self):
         try:
@@ -97,7 +103,7 @@ class Testbed:
         # The cost model of the seeds and the learned strategy, fitted while the workers start
         # (seconds each, on a GPU).
         early = STRATEGIES[self.req.sampler].fits_model(self.req.seeds)
-        self.priors = PriorModels(database_url(self.req.db), self.infos, early=early)
+        self.priors = PriorModels(self.url, self.infos, early=early)
         # Several timing workers share the host: each gets cores of its own, and the compilers
         # the rest. Measured on two H200s of one host, two unpinned workers each spent 1.6 times
         # as long per trial on the host (read-back, comparison, even waiting for the device) as
@@ -139,7 +145,7 @@ class Testbed:
             check_problem(info, prec, req.m, req.n, req.k)
         plans = [(group, *self._valid(group[0].device, prec)) for group in self.groups.values()]
         if self.store is None:   # opened last: bad input above leaves no database behind
-            self.store = Store(database_url(req.db))
+            self.store = Store(self.url)
             self.lock = self.early_lock or self.store.lock()
         searches: list[StudySearch] = []
         with writing(self.store.url):   # a database failing mid-search (a full disk): one error, rows kept

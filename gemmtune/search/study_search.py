@@ -69,7 +69,7 @@ def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid
     baseline = default_config(dev, prec, (m, n, k))
     if not proposer.is_valid(baseline):
         baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
-    start = req.start if req.start is not None else tuned.nearby_configs(store.url, dev, prec, m, n, k,
+    start = req.start if req.start is not None else tuned.nearby_configs(store, dev, prec, m, n, k,
                                                                         req.trans_a + req.trans_b)
     seeds = []
     if req.seeds and strategy.allows_model_seeds:

@@ -42,18 +42,16 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     ``req.timeout`` for the whole workload, ``req.trials`` per problem and pass. Returns one
     summary per problem searched and the problems left for lack of time.
 
-    The problems share one set of timing testbed and compiler processes ((search.Testbed)). With
+    The problems share one set of timing workers and compiler processes (``search.Testbed``). With
     a time budget and several problems the budget goes out in two passes: FIRST_SHARE of it
     evenly, then the rest in proportion to what each problem's first pass gained over its
     baseline (at least GAIN_FLOOR), so that time goes where searching paid."""
     from gemmtune import search as searching
-    from gemmtune.db.store import database_url
     from gemmtune.device import resolve_device
     from gemmtune.precision import get_precision
 
     if req.timeout is not None and not 0 < req.timeout < math.inf:   # nan is neither
         raise GemmtuneError(f"a workload's timeout must be a positive number of seconds, got {req.timeout!r}")
-    url = database_url(req.db)
     dev = resolve_device(req.device)
     deadline = None if req.timeout is None else time.monotonic() + req.timeout
     found: dict[Shape, object] = {}   # shape -> its summary so far (trials added up over passes)
@@ -61,7 +59,8 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
 
     def search(testbed, i: int, total: int, shape: Shape, seconds: float | None, second: bool = False) -> bool:
         prec = precisions[shape]
-        start = nearby_configs(url, dev, prec, shape.m, shape.n, shape.k, shape.trans_a + shape.trans_b, NEARBY)
+        start = nearby_configs(testbed.db, dev, prec, shape.m, shape.n, shape.k, shape.trans_a + shape.trans_b,
+                               NEARBY)
         if on_step:
             on_step(Step(i, total, shape, seconds, len(start), second))
         sub = replace(req, precision=prec.code, m=shape.m, n=shape.n, k=shape.k, trans_a=shape.trans_a,
