@@ -6,6 +6,8 @@ import math
 import tomllib
 from functools import lru_cache
 
+import numpy as np
+
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
@@ -88,8 +90,28 @@ def distance(a: Config, b: Config) -> float:
     """Distance between two configurations of one family: summed log2 ratios of their values."""
     if a.kernel != b.kernel:
         return math.inf
-    pa, pb = a.params, b.params
-    return sum(abs(math.log2((pa[k] + 1) / (pb[k] + 1))) for k in pa if k in pb)  # +1: PAD may be 0
+    return float(_log_steps(a.params, b.params))
+
+
+def _log_steps(pa, pb):
+    """Summed |log2| ratios of the values ``pa`` and ``pb`` share: numbers, or ``pb`` columns of
+    a space's points (one distance each), in the same order of operations either way, so that
+    equal distances compare equal whichever form measured them."""
+    return sum(abs(np.log2((pa[k] + 1) / (pb[k] + 1))) for k in pa if k in pb)  # +1: PAD may be 0
+
+
+def nearest_valid(config: Config, dev: DeviceInfo, prec: Precision) -> Config | None:
+    """The valid configuration of ``config``'s family nearest to it (the first in the space's
+    order among equals), None where none is. Measured chunk by chunk on columns: a GPU's space
+    holds millions of valid points, and listing them as configurations took over a minute."""
+    space = load_space(device=dev).family(config.kernel)
+    best = None
+    for cols in space.valid_chunks(dev, prec):
+        d = _log_steps(config.params, cols)
+        j = int(np.argmin(d))
+        if best is None or d[j] < best[0]:
+            best = (d[j], {name: c[j:j + 1] for name, c in cols.items()})
+    return None if best is None else space.to_configs(best[1])[0]
 
 
 def default_config(dev: DeviceInfo, prec: Precision, shape: tuple[int, int, int] | None = None,
@@ -109,8 +131,8 @@ def default_config(dev: DeviceInfo, prec: Precision, shape: tuple[int, int, int]
             continue
         if FAMILIES[candidate.kernel].broken(candidate.params, dev, prec) is None:
             return candidate
-        valid = load_space(device=dev).family(candidate.kernel).valid(dev, prec)
-        if valid:
-            return min(valid, key=lambda c: distance(candidate, c))
+        nearest = nearest_valid(candidate, dev, prec)
+        if nearest is not None:
+            return nearest
     raise GemmtuneError(f"no configuration of the shipped space is valid on device {dev.index} ({dev.name}) "
                         f"for precision {prec.code}")
