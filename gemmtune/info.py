@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.files import read_text
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,6 @@ def substitute(dev: DeviceInfo) -> dict[str, object]:
 def read_device_info(info_file: str | Path, name: str | None = None) -> DeviceInfo:
     """The device ``info_file`` describes (what ``gemmtune devices --format json`` printed on its
     machine): the entry named ``name``, or the only one; GemmtuneError otherwise."""
-    from gemmtune.inputs import read_text   # inputs imports this module
-
     try:
         entries = json.loads(read_text(info_file, "device description"))
     except (json.JSONDecodeError, RecursionError) as e:

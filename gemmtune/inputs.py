@@ -10,52 +10,18 @@ from __future__ import annotations
 import math
 import os
 import re
-import tomllib
-from pathlib import Path
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.info import DeviceInfo, host_cores
-from gemmtune.precision import Precision
+from gemmtune.precision import Precision, require_precision
 
 SEED_MAX = 2**32 - 1   # numpy's and Optuna's samplers take seeds 0 .. 2**32 - 1
-# Files a user names (shapes, spaces, device descriptions, kernel sources) are a few KiB; this
-# bounds what one can make the parsers hold, and what a device file given by mistake reads.
-MAX_FILE_BYTES = 16 * 2**20
 
 # Study names end up in SQL rows, Optuna's tables, file names people derive from them and
 # comments of the exported C header: letters, digits and a few marks that mean nothing to any
 # of them.
 STUDY_CHARACTERS = "A-Z a-z 0-9 _ . : + = @ -"
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.:+=@-]{1,200}")
-
-
-def read_text(path: str | Path, what: str, limit: int | None = None) -> str:
-    """The UTF-8 text of the file ``path`` (``what`` says what it is, for errors), read no
-    further than ``limit`` bytes (default MAX_FILE_BYTES)."""
-    limit = MAX_FILE_BYTES if limit is None else limit
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError as e:
-        raise GemmtuneError(f"cannot read {what} {path}: {e.strerror or e}") from None
-    if len(data) > limit:
-        raise GemmtuneError(f"cannot read {what} {path}: larger than {limit:,} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise GemmtuneError(f"cannot read {what} {path}: not UTF-8 text "
-                            f"(byte {e.start} is {data[e.start]:#04x})") from None
-
-
-def parse_toml(text: str, what: str) -> dict:
-    """``text`` as TOML; GemmtuneError naming ``what`` (a file) where it is not valid."""
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise GemmtuneError(f"{what} is not valid TOML: {e}") from None
-    except RecursionError:
-        # tomllib descends one Python call per level of nested arrays and inline tables
-        raise GemmtuneError(f"{what} nests arrays or inline tables too deeply") from None
 
 
 def check_seed(seed, option: str = "--seed") -> None:
@@ -115,8 +81,6 @@ def available_host_bytes() -> int | None:
 def check_problem(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, host: bool = True) -> None:
     """A product that fits ``dev`` (its memory and its largest allocation) and, with ``host``,
     the host's memory for checking it; GemmtuneError saying which does not."""
-    from gemmtune.space import require_precision
-
     require_precision(dev, prec)
     need = device_bytes(prec, m, n, k)
     if need > dev.global_mem_bytes:

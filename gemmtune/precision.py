@@ -69,3 +69,10 @@ def precision_of(dtype) -> Precision:
         if p.dtype == dtype:
             return p
     raise ValueError(f"unsupported dtype {dtype}: use float32, float64, complex64 or complex128")
+
+
+def require_precision(dev, prec: Precision) -> None:
+    """Constraint 6: d and z only where the device (a ``DeviceInfo``) has doubles."""
+    if prec.needs_double and not dev.double_precision:
+        raise GemmtuneError(f"device {dev.index} ({dev.name}) does not support double precision, "
+                            f"needed for precision {prec.code!r}")

@@ -42,7 +42,7 @@ def load_kernel_source(name: str, base: Path | None = None) -> str:
     remove, is a GemmtuneError naming the chain of files.
     """
     from gemmtune.errors import GemmtuneError
-    from gemmtune.inputs import read_text
+    from gemmtune.files import read_text
 
     first = Path(str(kernel_file(name, base))).resolve()
     roots = (Path(str(kernels_dir())).resolve(), first.parent)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.inputs import parse_toml, read_text
+from gemmtune.files import parse_toml, read_text
 from gemmtune.precision import PRECISIONS
 
 COLUMNS = ("m", "n", "k", "precision", "trans_a", "trans_b")

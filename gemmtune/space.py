@@ -22,8 +22,8 @@ import numpy as np
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES, Constraint, Family, kernel_parameters
 from gemmtune.info import DeviceInfo
-from gemmtune.inputs import parse_toml, read_text
-from gemmtune.precision import Precision
+from gemmtune.files import parse_toml, read_text
+from gemmtune.precision import Precision, require_precision
 from gemmtune.resources import configs_dir, load_kernel_source
 
 RESERVED = {"PRECISION"}  # set by gemmtune itself, never tuned
@@ -355,13 +355,6 @@ def shipped_families() -> Space:
         for fs in _shipped(name).families:
             families.setdefault(fs.family.name, fs)
     return Space(list(families.values()), "the shipped spaces")
-
-
-def require_precision(dev: DeviceInfo, prec: Precision) -> None:
-    """Constraint 6: d and z only where the device has doubles."""
-    if prec.needs_double and not dev.double_precision:
-        raise GemmtuneError(f"device {dev.index} ({dev.name}) does not support double precision, "
-                            f"needed for precision {prec.code!r}")
 
 
 def check_config(config: Config, dev: DeviceInfo, prec: Precision) -> None:

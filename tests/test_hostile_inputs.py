@@ -21,7 +21,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_foundation import TINY_SPACE  # noqa: E402
 
-from gemmtune import inputs  # noqa: E402
+from gemmtune import files as user_files  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.resources import load_kernel_source  # noqa: E402
@@ -65,7 +65,7 @@ def test_toml_nested_beyond_the_parser_is_refused_wherever_toml_is_read(tmp_path
 
 
 def test_a_file_larger_than_any_real_one_is_refused_unread(tmp_path, monkeypatch):
-    monkeypatch.setattr(inputs, "MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr(user_files, "MAX_FILE_BYTES", 1000)
     big = tmp_path / "big.csv"
     big.write_text("m,n,k\n" + "16,16,16\n" * 200)
     with pytest.raises(GemmtuneError, match="larger than"):

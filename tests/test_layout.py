@@ -30,7 +30,7 @@ LAYERS = [
     ("strategies", {"strategies"}),
     ("models", {"models", "tuned"}),
     ("services", {"db", "execution", "valid", "optuna_adapter"}),
-    ("core", {"errors", "precision", "launch", "output", "config_text", "resources", "inputs", "info", "icd",
+    ("core", {"errors", "precision", "launch", "output", "config_text", "resources", "files", "inputs", "info", "icd",
               "device", "families", "space", "defaults", "timing", "verify", "shapes", "kernels"}),
 ]
 
@@ -98,30 +98,11 @@ def test_execution_is_the_searchs_alone():
     assert not outside, outside
 
 
-def _imports_at_load(name: str, path: Path, known: set[str]) -> set[str]:
-    """The package's modules that ``name`` imports when it is loaded (module level, not inside
-    functions, not under TYPE_CHECKING)."""
-    tree = ast.parse(path.read_text())
-    found = set()
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        for sub in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) else ():
-            if isinstance(sub, ast.Import):
-                found |= {a.name for a in sub.names}
-            elif isinstance(sub, ast.ImportFrom):
-                base = sub.module or ""
-                if sub.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - sub.level + 1] + ([base] if base else []))
-                found.add(base)
-                found |= {f"{base}.{a.name}" for a in sub.names}
-    return {m for m in found if m in known and m != name}
-
-
 def test_no_import_cycle_inside_the_package():
+    """Not even through an import inside a function: such a cycle is a concept split across two
+    modules. The root package (the public names, loaded lazily) is no module's dependency."""
     found = modules()
-    graph = {name: _imports_at_load(name, path, set(found)) for name, path in found.items()}
+    graph = {name: _imports_anywhere(path, set(found) - {"gemmtune", name}) for name, path in found.items()}
     # A package's __init__ re-exporting its own modules is not a cycle of the code's layers.
     for name in graph:
         graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}

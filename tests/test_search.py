@@ -685,7 +685,7 @@ def test_search_without_trials_or_timeout_has_a_time_budget(monkeypatch, tmp_pat
 
 
 def test_progress_shows_the_time_left(capsys):
-    from gemmtune.cli import _ProgressLine
+    from gemmtune.cli.tune import _ProgressLine
     from gemmtune.search import Progress
 
     line = _ProgressLine(quiet=False)

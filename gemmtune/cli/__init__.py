@@ -7,6 +7,5 @@ register themselves on the group when imported here.
 
 from gemmtune.cli import measure, results, tune  # noqa: F401 - registers the commands
 from gemmtune.cli.base import cli, emit, main
-from gemmtune.cli.tune import _ProgressLine
 
-__all__ = ["_ProgressLine", "cli", "emit", "main"]
+__all__ = ["cli", "emit", "main"]

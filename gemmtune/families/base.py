@@ -5,7 +5,7 @@ A family's tunable parameters, their defaults and one-line descriptions are read
 ``#ifndef NAME / #define NAME value // comment`` blocks of its ``.cl`` file, so the kernel
 source stays the single place where a parameter is declared. The constraints that bind them
 are declared in the family's module, each next to the geometry it protects; the kernel's
-``#error`` checks mirror them (tests/test_families.py builds configurations that break each).
+``#error`` checks mirror them (tests/test_kernel_checks.py builds configurations that break each).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from gemmtune.precision import Precision
 from gemmtune.resources import load_kernel_source
 
 if TYPE_CHECKING:
-    from gemmtune.families.rt import Split
+    from gemmtune.families.split import Split
 
 _PARAMETER = re.compile(
     r"#ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#define[ \t]+\1[ \t]+(-?\d+)[ \t]*(?://[ \t]*(.*))?\n[ \t]*#endif"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from gemmtune.families.base import (FIXUP, MODE, PADDING, TILE, WIDTH, Constraint, Params, _safe, register_budget,
                                     work_group_fits, part_defines, work_per_item)
 from gemmtune.families.padded import TRANSPOSE_FITS, TRANSPOSE_RANGES, Padded
+from gemmtune.families.split import Split
 from gemmtune.info import DeviceInfo
 from gemmtune.launch import ALPHA, BETA, C, Launch, Scratch
 from gemmtune.precision import Precision
@@ -18,24 +18,6 @@ from gemmtune.precision import Precision
 # Stream-K shares the last round's tiles out only when it leaves at least this share of the
 # work-groups of a round idle: sharing costs a pass over the parts of the split tiles.
 IDLE_WORTH_SHARING = 0.1
-
-
-@dataclass(frozen=True)
-class Split:
-    """How a launch cuts the tiles of its last round along K (xgemm_rt's STREAMK).
-
-    Each tile before ``first`` is one work-group, in whole rounds; after them come ``pieces``,
-    one work-group each, as (tile, first K-slice, end K-slice, slot): slot -1 for a whole tile,
-    else where the part's sum goes. ``fixups`` lists each split tile as (tile, first slot,
-    parts), its parts in consecutive slots in the order of their K-slices.
-    """
-    first: int
-    pieces: tuple[tuple[int, int, int, int], ...] = ()
-    fixups: tuple[tuple[int, int, int], ...] = ()
-
-    @property
-    def slots(self) -> int:
-        return sum(parts for _, _, parts in self.fixups)
 
 
 def stream_k_pieces(first: int, tiles: int, slices: int, runs: int) -> Split:
