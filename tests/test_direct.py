@@ -131,14 +131,19 @@ def test_candidates_share_one_build_of_the_sum_of_parts(queue, family, shape):
     launch it from one program, and each product's program holds the product alone."""
     import pyopencl as cl
 
+    from itertools import islice
+
     from gemmtune.kernels import GemmOperation
-    from gemmtune.valid import valid_configs
+    from gemmtune.space import Space
+    from gemmtune.valid import iter_valid_configs
 
     s, space = get_precision("s"), load_space()
     problem = Problem(*shape)
-    cut = [c for c in valid_configs(space, _pocl_info(), s) if c.kernel == family
-           and len(FAMILIES[family].plan(c.params, s, problem, queue.device, queue.device.max_compute_units).launches) == 2]
-    ops = [GemmOperation(queue, c, space.family(family).source, s, *shape) for c in cut[:2]]
+    # the family's valid configurations streamed, the first two that cut K taken
+    own = iter_valid_configs(Space([space.family(family)]), _pocl_info(), s)
+    cut = list(islice((c for c in own if len(FAMILIES[family].plan(
+        c.params, s, problem, queue.device, queue.device.max_compute_units).launches) == 2), 2))
+    ops = [GemmOperation(queue, c, space.family(family).source, s, *shape) for c in cut]
     programs = [[kernel.get_info(cl.kernel_info.PROGRAM).int_ptr for kernel, _, _ in op.launches] for op in ops]
     assert len(ops) == 2 and programs[0][1] == programs[1][1] and programs[0][0] != programs[1][0]
     assert [op.program.get_info(cl.program_info.KERNEL_NAMES) for op in ops] == [FAMILIES[family].kernel_name] * 2
