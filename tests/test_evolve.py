@@ -101,7 +101,7 @@ def test_a_searchs_seeds_are_bred_where_the_space_is_larger_than_the_sample(tmp_
     store.close()
     dev, s = gpu(), get_precision("s")
     valid = ValidConfigs(parse_space(SPACE, "test"), dev, s)
-    problem = learned.Problem(dev, s, 256, 256, 256)
+    problem = learned.DeviceProblem(dev, s, 256, 256, 256)
     priors = PriorModels(f"sqlite:///{db}", [dev], early=False)
     fitted = priors.model(prior, dev, None)
     everything = list(valid)

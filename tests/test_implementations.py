@@ -121,7 +121,7 @@ def test_model_space_seeds_and_defaults_on_a_device_reporting_zeros(kind, tmp_pa
         # stored peaks that are no measurement (0, negative) are not used
         assert analytic.resolve_peaks(dev, prec, {code: 0.0, "bandwidth": -1.0}) == analytic.resolve_peaks(dev, prec)
         assert analytic.best_tilings(valid, dev, prec, 100, 90, 80, count=3)
-        assert learned.seeds(valid, learned.Problem(dev, prec, 100, 90, 80), count=3)
+        assert learned.seeds(valid, learned.DeviceProblem(dev, prec, 100, 90, 80), count=3)
     assert PeakSizes().madd_items(dev) > 0 and PeakSizes().copy_bytes(dev) > 0
 
 

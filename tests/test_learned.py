@@ -61,7 +61,7 @@ def two_runnable_studies(tmp_path):
 
 def test_features_describe_each_configuration_at_its_problem():
     dev, s = gpu(), get_precision("s")
-    small, large = learned.Problem(dev, s, 64, 64, 64), learned.Problem(dev, s, 4096, 4096, 4096)
+    small, large = learned.DeviceProblem(dev, s, 64, 64, 64), learned.DeviceProblem(dev, s, 4096, 4096, 4096)
     x = learned.features(SYNTHETIC[:3], small)
     assert x.shape[0] == 3 and np.isfinite(x).all()
     assert not np.array_equal(x[0], x[1])                                     # the parameters differ
@@ -168,7 +168,7 @@ def test_seeds_take_each_best_tiling_as_known_configurations_and_the_learned_mod
     the analytic model cannot see, and the learned picks have each tiling's smallest."""
     land, dev = rp.load_landscape(two_runnable_studies, "at-256"), gpu()
     configs = [c for c in land.configs if land.gflops(c) is not None]   # the valid space
-    problem = learned.Problem(dev, land.precision, *land.shape)
+    problem = learned.DeviceProblem(dev, land.precision, *land.shape)
     fitted = learned.prior_model(rp.other_studies(land), dev)
     near = [recorded_as(k5(128, 128, 64))]
     alone = learned.seeds(configs, problem, 10, near)
@@ -213,7 +213,7 @@ def test_without_other_studies_the_learned_strategy_proposes_as_tpe_does(tmp_pat
     land, dev = rp.load_landscape(f"sqlite:///{alone}", "at-256"), gpu()
     assert len(rp.other_studies(land)) == 0
     strategy = STRATEGIES["learned"](0)
-    strategy.prepare(learned.Problem(dev, land.precision, *land.shape), rp.other_studies(land))
+    strategy.prepare(learned.DeviceProblem(dev, land.precision, *land.shape), rp.other_studies(land))
     assert not strategy.learns and strategy.model is None and strategy.allows_model_seeds
     runs = {s: [rp.replay_once(land, s, seed, 1.0, device=dev, prior=rp.other_studies(land)).measured
                 for seed in range(4)] for s in ("tpe", "learned")}
@@ -291,7 +291,7 @@ def test_in_a_search_the_model_is_refitted_beside_it_not_in_its_way(two_studies)
     fitted = learned.prior_model(prior, dev)
     strategy = STRATEGIES["learned"](0)
     strategy.asynchronous = True
-    strategy.prepare(learned.Problem(dev, land.precision, *land.shape), prior, fitted)
+    strategy.prepare(learned.DeviceProblem(dev, land.precision, *land.shape), prior, fitted)
     assert strategy.learns and strategy._fit() and strategy.model is fitted
     strategy.fitting.result()
     strategy.tell(land.configs[0], 1234.0)
@@ -338,7 +338,7 @@ def _ranking_strategy(two_studies, monkeypatch, pool):
     land = rp.load_landscape(two_studies, "at-256")
     prior, dev = rp.other_studies(land), gpu()
     fitted = learned.prior_model(prior, dev)
-    problem = learned.Problem(dev, land.precision, *land.shape)
+    problem = learned.DeviceProblem(dev, land.precision, *land.shape)
     strategy = STRATEGIES["learned"](0)
     strategy.prepare(problem, prior, fitted)
     return strategy, land, fitted, problem
@@ -443,7 +443,7 @@ def test_the_seeds_model_fitted_while_the_workers_start_serves_only_the_same_row
     own = priors.model(land_rows, dev, None)                                         # a study's own rows left out
     assert own is not None and own is not early
     assert priors.model(land_rows.copy(), dev, None) is own and priors.model(every, dev, None) is early  # asked again
-    fresh = learned.features(SYNTHETIC[:5], learned.Problem(dev, land.precision, 256, 256, 256))
+    fresh = learned.features(SYNTHETIC[:5], learned.DeviceProblem(dev, land.precision, 256, 256, 256))
     assert np.array_equal(own.predict(fresh)[0], learned.prior_model(land_rows, dev).predict(fresh)[0])
     assert PriorModels(two_studies, [gpu("Other GPU")]).model(None, gpu("Other GPU"), None) is None
     late = PriorModels(two_studies, [dev], early=False).model(every, dev, None)   # a search without seeds

@@ -47,7 +47,7 @@ def breed(db: Path, precision: str, shape: tuple[int, int, int], samples: int) -
     if fitted is None:
         raise GemmtuneError(f"{db} holds too few usable rows to fit a model")
     valid = ValidConfigs(load_space(device=dev), dev, prec)
-    problem = learned.Problem(dev, prec, *shape, peaks=land.peaks)
+    problem = learned.DeviceProblem(dev, prec, *shape, peaks=land.peaks)
 
     def score(configs):
         return fitted.score(configs, problem)

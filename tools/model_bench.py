@@ -33,7 +33,7 @@ def within(land, dev, folds: int, seed: int) -> float:
     from gemmtune.models import analytic, learned
 
     ok = [c for c in land.configs if land.gflops(c) is not None]
-    x = learned.features(ok, learned.Problem(dev, land.precision, *land.shape, peaks=land.peaks))
+    x = learned.features(ok, learned.DeviceProblem(dev, land.precision, *land.shape, peaks=land.peaks))
     gflops = np.array([land.gflops(c) for c in ok])
     y = learned.relative_targets(gflops, np.zeros(len(ok)))
     predicted = np.empty(len(ok))

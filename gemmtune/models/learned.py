@@ -39,7 +39,7 @@ KERNELS = list(FAMILIES)
 
 
 @dataclass(frozen=True)
-class Problem:
+class DeviceProblem:
     """What a configuration is measured at: the device, precision, shape and ops."""
     dev: DeviceInfo
     prec: Precision
@@ -51,7 +51,7 @@ class Problem:
     peaks: Mapping[str, float] | None = None
 
 
-def features(configs: Sequence[Config], problem: Problem) -> np.ndarray:
+def features(configs: Sequence[Config], problem: DeviceProblem) -> np.ndarray:
     """One row of numbers per configuration at ``problem``."""
     p = problem
     fixed = [math.log2(p.m), math.log2(p.n), math.log2(p.k), math.log2(min(p.m, p.n)), p.prec.bytes,
@@ -102,7 +102,7 @@ class CostModel:
         each = np.stack([tree.predict(x) for tree in self.forest.estimators_])
         return each.mean(axis=0), each.std(axis=0)
 
-    def score(self, configs: Sequence[Config], problem: Problem) -> np.ndarray:
+    def score(self, configs: Sequence[Config], problem: DeviceProblem) -> np.ndarray:
         """The mean predicted target of each of ``configs`` at ``problem`` (higher: faster)."""
         return self.predict(features(configs, problem))[0]
 
@@ -176,7 +176,7 @@ def _compute_study_rows(part: pd.DataFrame, dev: DeviceInfo, peaks) -> list[tupl
         # splits on those that remain (docs/search.md, "The older grids").
         chosen = np.flatnonzero(_runnable(configs, dev, prec)).tolist()
         if chosen:
-            problem = Problem(dev, prec, int(m), int(n), int(k), ta, tb, peaks)
+            problem = DeviceProblem(dev, prec, int(m), int(n), int(k), ta, tb, peaks)
             out.append((features([configs[i] for i in chosen], problem), rows.gflops.to_numpy(dtype=float)[chosen]))
     return out
 
@@ -212,7 +212,7 @@ def prior_model(rows: pd.DataFrame | None, dev: DeviceInfo, peaks=None, jobs: in
     return CostModel(seed).fit(x, y, jobs=jobs) if len(y) >= MIN_ROWS else None
 
 
-def seeds(configs: Sequence[Config], problem: Problem, count: int = 10, near: Sequence[Config] = (),
+def seeds(configs: Sequence[Config], problem: DeviceProblem, count: int = 10, near: Sequence[Config] = (),
           fitted: CostModel | None = None, scores: Mapping[Config, float] | None = None) -> list[Config]:
     """What a search measures first after its baseline and the nearest tuned shapes' bests: the
     analytic model's best tilings (``analytic.tied_groups``), each as the configuration of its

@@ -46,7 +46,7 @@ def breed(valid: ValidConfigs, score, scored: dict[Config, float], rng: random.R
     return evolve(score, scored, lambda kernel: valid.space.family(kernel).values, valid.__contains__, rng)
 
 
-def model_seeds(valid: ValidConfigs, count: int, problem: learned.Problem, rng: random.Random, skip: set,
+def model_seeds(valid: ValidConfigs, count: int, problem: learned.DeviceProblem, rng: random.Random, skip: set,
                 near: Sequence[Config], prior: pd.DataFrame | None,
                 priors: PriorModels) -> tuple[list[Config], list[Config]]:
     """A search's seeds (``learned.seeds``), none of ``skip``, drawn from a random sample when the

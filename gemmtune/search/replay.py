@@ -63,7 +63,8 @@ from gemmtune.inputs import check_jobs
 from gemmtune.models import analytic, learned
 
 # A landscape is what a replay searches: its callers load and describe one through this module.
-from gemmtune.search.landscape import Landscape, device_for, load_landscape, other_studies, recorded_nearby  # noqa: F401
+from gemmtune.search.landscape import (Landscape, device_for, load_landscape, other_studies,  # noqa: F401
+                                       recorded_nearby)
 from gemmtune.search.opening import opening
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.session import Proposer, memory_study, quiet_optuna
@@ -107,7 +108,7 @@ def replay_once(land: Landscape, sampler: str, seed: int, target: float,
     threshold = target * land.best
     strategy = STRATEGIES[DEFAULT if sampler == "default" else sampler](seed)
     if device is not None:
-        strategy.prepare(learned.Problem(device, land.precision, *land.shape, peaks=land.peaks), prior, fitted)
+        strategy.prepare(learned.DeviceProblem(device, land.precision, *land.shape, peaks=land.peaks), prior, fitted)
     if not (strategy.model_seeded or (sampler == "default" and strategy.allows_model_seeds)):
         first = ()
     # The search's opening; configurations not recorded are left to the proposer, as invalid.
@@ -172,7 +173,7 @@ def model_seeds(land: Landscape, dev: DeviceInfo, count: int, fitted=None) -> li
     m, n, k = land.shape
     near = [*([land.baseline] if land.baseline is not None else []),
             *tuned_nearby(land.url, dev, land.precision, m, n, k)]
-    problem = learned.Problem(dev, land.precision, m, n, k, peaks=land.peaks)
+    problem = learned.DeviceProblem(dev, land.precision, m, n, k, peaks=land.peaks)
     return learned.seeds(land.configs, problem, count, near, fitted)
 
 
@@ -189,7 +190,7 @@ def learned_spearman(land: Landscape, dev: DeviceInfo, fitted) -> float | None:
     if fitted is None:
         return None
     ok = [c for c in land.configs if land.gflops(c) is not None]
-    problem = learned.Problem(dev, land.precision, *land.shape, peaks=land.peaks)
+    problem = learned.DeviceProblem(dev, land.precision, *land.shape, peaks=land.peaks)
     predicted, _ = fitted.predict(learned.features(ok, problem))
     return analytic.spearman(-predicted, [1 / land.gflops(c) for c in ok])
 

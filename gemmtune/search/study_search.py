@@ -41,7 +41,8 @@ def prepare(strategy, req: SearchRequest, prec: Precision, dev: DeviceInfo, stor
     the other studies (every shape the device measured) with their model, fitted once for the
     seeds and the strategy alike."""
     strategy.asynchronous = True   # a learning strategy learns beside the search, not in its way
-    problem = learned.Problem(dev, prec, req.m, req.n, req.k, req.trans_a, req.trans_b, store.latest_peaks(dev.key))
+    problem = learned.DeviceProblem(dev, prec, req.m, req.n, req.k, req.trans_a, req.trans_b,
+                                    store.latest_peaks(dev.key))
     if strategy.wants_prior:
         strategy.prepare(problem, prior, priors.model(prior, dev, problem.peaks))
     else:
@@ -73,7 +74,7 @@ def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid
                                                                         req.trans_a + req.trans_b)
     seeds = []
     if req.seeds and strategy.allows_model_seeds:
-        problem = learned.Problem(dev, prec, m, n, k, req.trans_a, req.trans_b, store.latest_peaks(dev.key))
+        problem = learned.DeviceProblem(dev, prec, m, n, k, req.trans_a, req.trans_b, store.latest_peaks(dev.key))
         seeds, parents = model_seeds(valid, req.seeds, problem, rng, {*measured, baseline.key}, [baseline, *start],
                                      prior, priors)
         strategy.breed_from(parents)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import optuna
     import pandas as pd
 
-    from gemmtune.models.learned import CostModel, Problem
+    from gemmtune.models.learned import CostModel, DeviceProblem
     from gemmtune.space import Config
 
 MAX_FREE_PROPOSALS = 25   # invalid or already-measured proposals in a row before a random pick
@@ -89,8 +89,8 @@ class Strategy:
         measure next instead, or None to ask the strategy again."""
         return None
 
-    def prepare(self, problem: Problem, prior: pd.DataFrame | None, fitted: CostModel | None = None) -> None:
-        """Before the first proposal: the problem searched (``gemmtune.models.learned.Problem``), the
+    def prepare(self, problem: DeviceProblem, prior: pd.DataFrame | None, fitted: CostModel | None = None) -> None:
+        """Before the first proposal: the problem searched (``gemmtune.models.learned.DeviceProblem``), the
         device's results rows recorded before this search (other studies; None: none read) and,
         where the caller fitted it already, their cost model (``learned.prior_model``)."""
 
