@@ -15,7 +15,8 @@ import pyopencl as cl
 
 from gemmtune.device import compute_units as device_compute_units, has_fp64_matrix, nvidia_compute_capability
 from gemmtune.families import COPY_PER_ITEM, FAMILIES, Family
-from gemmtune.launch import A, ALPHA, B, BETA, C, CALL_ARGUMENTS, OFFSET_A, OFFSET_B, OFFSET_C, Problem, Scratch
+from gemmtune.launch import (A, ALPHA, B, BATCH_OFFSETS, BETA, C, CALL_ARGUMENTS, OFFSET_A, OFFSET_B, OFFSET_C,
+                             Problem, Scratch)
 from gemmtune.precision import Precision
 from gemmtune.space import Config
 
@@ -179,14 +180,17 @@ class GemmOperation:
         self._scalar = prec.dtype.type
         self._bound = None
 
-    def bind(self, a: cl.Buffer, b: cl.Buffer, c: cl.Buffer, alpha, beta, offsets=(0, 0, 0)) -> None:
-        """Set the call's arguments on every kernel, unless they are those already set."""
-        call = (a, b, c, alpha, beta, *offsets)
+    def bind(self, a: cl.Buffer, b: cl.Buffer, c: cl.Buffer, alpha, beta, offsets=(0, 0, 0),
+             table: cl.Buffer | None = None) -> None:
+        """Set the call's arguments on every kernel, unless they are those already set. ``table``:
+        a batch's offsets (``Problem.table``), 3 int32 per problem."""
+        call = (a, b, c, alpha, beta, *offsets, table)
         if call == self._bound:
             return
         i32 = np.int32
         values = {A: a, B: b, C: c, ALPHA: self._scalar(alpha), BETA: self._scalar(beta),
-                  OFFSET_A: i32(offsets[0]), OFFSET_B: i32(offsets[1]), OFFSET_C: i32(offsets[2])}
+                  OFFSET_A: i32(offsets[0]), OFFSET_B: i32(offsets[1]), OFFSET_C: i32(offsets[2]),
+                  BATCH_OFFSETS: table}
         for kernel, _, bound in self.launches:
             for i, name in bound:
                 kernel.set_arg(i, values[name])
@@ -198,11 +202,12 @@ class GemmOperation:
                                           wait_for=wait_for)
 
     def enqueue(self, a: cl.Buffer, b: cl.Buffer, c: cl.Buffer, alpha=1.0, beta=0.0,
-                wait_for=None, offsets=(0, 0, 0)) -> list[cl.Event]:
+                wait_for=None, offsets=(0, 0, 0), table: cl.Buffer | None = None) -> list[cl.Event]:
         """Enqueue the whole operation; returns its events in order, the last
         ``kernel_events`` of them the GEMM's own kernels (the passes before them). ``offsets``:
-        the operands' first elements, for a family that ``takes_views``."""
-        self.bind(a, b, c, alpha, beta, offsets)
+        the operands' first elements, for a family that ``takes_views``; ``table``: a batch's
+        offsets of each problem, for a plan of ``Problem.table``."""
+        self.bind(a, b, c, alpha, beta, offsets, table)
         events = [self.launch(0, wait_for)]
         for i in range(1, len(self.launches)):
             # An in-order queue runs them in order anyway; passing no events is cheaper.

@@ -17,7 +17,10 @@ from gemmtune.errors import GemmtuneError
 A, B, C = "A", "B", "C"
 OFFSET_A, OFFSET_B, OFFSET_C = "offset_a", "offset_b", "offset_c"
 ALPHA, BETA = "alpha", "beta"
-CALL_ARGUMENTS = (A, B, C, OFFSET_A, OFFSET_B, OFFSET_C, ALPHA, BETA)
+# The array form of a batch: per problem, the element offsets of A, B and C (int32 x 3), a
+# buffer bound per call like the operands.
+BATCH_OFFSETS = "batch_offsets"
+CALL_ARGUMENTS = (A, B, C, OFFSET_A, OFFSET_B, OFFSET_C, ALPHA, BETA, BATCH_OFFSETS)
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,9 @@ class Problem:
 
     ``lda``/``ldb``/``ldc`` are the leading dimensions (None: the operand's rows as stored,
     i.e. packed). ``views``: the operands may start at element offsets other than 0, bound
-    on each call.
+    on each call. ``batch`` problems of this shape at once: problem z's operands start
+    z x ``strides`` (of A, B, C; 0 for an operand all share) past the offsets, or, with
+    ``table``, at the offsets of a table bound on each call (BATCH_OFFSETS).
     """
     m: int
     n: int
@@ -37,12 +42,30 @@ class Problem:
     ldb: int | None = None
     ldc: int | None = None
     views: bool = False
+    batch: int = 1
+    strides: tuple[int, int, int] = (0, 0, 0)
+    table: bool = False
 
     def __post_init__(self):
         # Normalise the leading dimensions, so equal problems compare (and cache) equal.
         object.__setattr__(self, "lda", self.lda or (self.m if self.trans_a == "N" else self.k))
         object.__setattr__(self, "ldb", self.ldb or (self.k if self.trans_b == "N" else self.n))
         object.__setattr__(self, "ldc", self.ldc or self.m)
+
+    @property
+    def batched(self) -> bool:
+        return self.batch > 1
+
+    def batch_defines(self) -> dict[str, int]:
+        """common.cl's BATCH for every kernel of a batched launch; nothing for one problem, whose
+        builds stay those of an unbatched launch."""
+        return {"BATCH": 2 if self.table else 1} if self.batched else {}
+
+    def batch_args(self) -> tuple:
+        """What every kernel of a batched launch takes after its own arguments (common.cl's BATCH_ARGS)."""
+        if not self.batched:
+            return ()
+        return (BATCH_OFFSETS,) if self.table else tuple(self.strides)
 
 
 INDEX_LIMIT = 2**31   # kernels index with int
@@ -58,8 +81,10 @@ def check_leading_dimensions(problem: Problem, family: str) -> None:
         rows, cols = stored[name]
         if ld < rows:
             raise ValueError(f"leading dimension of {name} ({ld}) is below its {rows} rows")
-        if ld * cols >= INDEX_LIMIT:
-            raise GemmtuneError(f"{name} spans {ld * cols} elements; {family} indexes at most {INDEX_LIMIT - 1}")
+        stride = problem.strides["ABC".index(name)] if problem.batched and not problem.table else 0
+        span = (problem.batch - 1) * stride + ld * cols   # every problem of a strided batch
+        if span >= INDEX_LIMIT:
+            raise GemmtuneError(f"{name} spans {span} elements; {family} indexes at most {INDEX_LIMIT - 1}")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,25 @@
   #define PART 0
 #endif
 
+// Batched launches (set by the host, not tuned; only where a launch holds several problems, so
+// that a single problem's build is that of an unbatched one): 0 one problem; 1 problem z starts
+// z * stride past each operand's offset (stride 0: an operand all problems share); 2 problem z's
+// offsets of A, B and C are batch_offsets[3z .. 3z + 2] (the array form, any views of the buffers).
+// Every kernel of a batched build takes BATCH_ARGS after its own arguments.
+#if !defined(BATCH)
+  #define BATCH 0
+#endif
+#if BATCH == 1
+  #define BATCH_ARGS , const int stride_a, const int stride_b, const int stride_c
+  #define BATCH_AT(z, i, stride) ((z) * (stride))
+#elif BATCH == 2
+  #define BATCH_ARGS , const __global int* restrict batch_offsets
+  #define BATCH_AT(z, i, stride) batch_offsets[3 * (z) + (i)]
+#else
+  #define BATCH_ARGS
+  #define BATCH_AT(z, i, stride) 0
+#endif
+
 #if PRECISION == 64 || PRECISION == 6464
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif

@@ -24,6 +24,8 @@
 //   xgemm(M, N, K, alpha, beta, A, offA, lda, B, offB, ldb, C, offC, ldc[, Ap][, Bp]),
 //          global (ceil(ceil(N / (NR * NB)) / WGS) * WGS, ceil(M / MR)), local (WGS, 1);
 //          ORDER 1 swaps the two: (ceil(ceil(M / MR) / WGS) * WGS, ceil(N / (NR * NB)))
+//   Batched (common.cl's BATCH): each launch gets a dimension 2 of one work-item per problem, and
+//          problem z's panels lie z panels' sizes into Ap and Bp
 #include "common.cl"
 
 #ifndef VW
@@ -224,7 +226,7 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
 #if PACKB
            , const __global real* restrict Bp
 #endif
-           ) {
+           BATCH_ARGS) {
 #if ORDER == 0
   const int jstart = get_global_id(0) * NR * NB;
   const int i0 = get_global_id(1) * MR;
@@ -236,6 +238,18 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
   A += offA;
   B += offB;
   C += offC;
+#if BATCH   // dimension 2: the problem; its panels follow the previous problem's
+  const int z = get_global_id(2);
+  A += BATCH_AT(z, 0, stride_a);
+  B += BATCH_AT(z, 1, stride_b);
+  C += BATCH_AT(z, 2, stride_c);
+#if PACKA
+  Ap += (size_t)z * ((M + MR - 1) / MR) * MR * K;
+#endif
+#if PACKB
+  Bp += (size_t)z * ((N + NR - 1) / NR) * NR * K;
+#endif
+#endif
   const bool full_rows = i0 + MR <= M;
 #if !PLANAR
   const realV va = SPLAT(alpha);
@@ -335,11 +349,15 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
 // size, because PoCL compiles a kernel again for each new local size it is launched with.
 __kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1)))
 void xgemm_pack_a(const int M, const int K, const __global real* restrict A, const int offA,
-                           const int lda, __global real* restrict Ap) {
+                           const int lda, __global real* restrict Ap BATCH_ARGS) {
   const int p = get_global_id(0);
   const int b = get_global_id(1);
   if (p >= K) { return; }
   A += offA;
+#if BATCH
+  A += BATCH_AT((int)get_global_id(2), 0, stride_a);
+  Ap += (size_t)get_global_id(2) * ((M + MR - 1) / MR) * MR * K;
+#endif
   __global panel_t* restrict out = (__global panel_t*)Ap + ((size_t)b * K + p) * PANEL_STEP;
   _Pragma("unroll") for (int r = 0; r < MR; r++) {
     const int i = b * MR + r;
@@ -352,11 +370,15 @@ void xgemm_pack_a(const int M, const int K, const __global real* restrict A, con
 // Bp[(b * K + p) * NR + j] = op(B)(p, b * NR + j); one work-item per (p, b)
 __kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1)))
 void xgemm_pack_b(const int N, const int K, const __global real* restrict B, const int offB,
-                           const int ldb, __global real* restrict Bp) {
+                           const int ldb, __global real* restrict Bp BATCH_ARGS) {
   const int p = get_global_id(0);
   const int b = get_global_id(1);
   if (p >= K) { return; }
   B += offB;
+#if BATCH
+  B += BATCH_AT((int)get_global_id(2), 1, stride_b);
+  Bp += (size_t)get_global_id(2) * ((N + NR - 1) / NR) * NR * K;
+#endif
   __global real* restrict out = Bp + ((size_t)b * K + p) * NR;
   _Pragma("unroll") for (int j = 0; j < NR; j++) {
     const int col = b * NR + j;

@@ -18,6 +18,9 @@
 // there) to give skinny problems enough work-groups: each part's sums go to `work`, and
 // xgemm_direct_sum adds the parts up in order into C. The host decides how many parts a problem
 // gets (never more than KSPLIT, never more than its K-slices); with one part C is written here.
+//
+// Batched (common.cl's BATCH): dimension 2 of the grid is the problem instead, K is not cut, and
+// each problem's operands are found from BATCH_AT.
 #include "common.cl"
 
 #ifndef MWG
@@ -88,7 +91,7 @@ void xgemm_direct(const int M, const int N, const int K, const real alpha, const
                   const __global real* restrict A, const int offset_a, const int lda,
                   const __global real* restrict B, const int offset_b, const int ldb,
                   __global real* C, const int offset_c, const int ldc,
-                  const int k_part, __global real* restrict work) {
+                  const int k_part, __global real* restrict work BATCH_ARGS) {
   __local real as[KWG * LDAL];
   __local real bs[KWG * LDBL];
   const int tm = get_local_id(0);
@@ -96,10 +99,19 @@ void xgemm_direct(const int M, const int N, const int K, const real alpha, const
   const int tid = tn * MDIMC + tm;
   const int m0 = get_group_id(0) * MWG;
   const int n0 = get_group_id(1) * NWG;
-  const int k_begin = get_group_id(2) * k_part;
-  const int k_end = min(K, k_begin + k_part);
+#if BATCH
+  const int part = 0, parts = 1;
+  const int z = get_group_id(2);
+  A += offset_a + BATCH_AT(z, 0, stride_a);
+  B += offset_b + BATCH_AT(z, 1, stride_b);
+  C += BATCH_AT(z, 2, stride_c);
+#else
+  const int part = get_group_id(2), parts = get_num_groups(2);
   A += offset_a;
   B += offset_b;
+#endif
+  const int k_begin = part * k_part;
+  const int k_end = min(K, k_begin + k_part);
 
   real acc[WPTM][WPTN];
   #pragma unroll
@@ -129,8 +141,7 @@ void xgemm_direct(const int M, const int N, const int K, const real alpha, const
   }
 
   // One part: C itself. Several: this part's sums, M x N packed, for xgemm_direct_sum.
-  const int parts = get_num_groups(2);
-  __global real* out = parts == 1 ? C + offset_c : work + get_group_id(2) * M * N;
+  __global real* out = parts == 1 ? C + offset_c : work + part * M * N;
   const int ld_out = parts == 1 ? ldc : M;
   #pragma unroll
   for (int j = 0; j < WPTN; j++) {

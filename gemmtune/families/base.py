@@ -129,6 +129,7 @@ class Family:
     constraints: tuple[Constraint, ...]
     ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict, hash=False)   # name -> (lowest, highest)
     takes_views: bool = False   # reads operands at element offsets, in place (Problem.views)
+    takes_batch: bool = False   # plans a batch of problems as one launch (Problem.batch, docs/batched.md)
 
     @property
     def may_be_zero(self) -> frozenset[str]:

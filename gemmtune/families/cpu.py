@@ -58,7 +58,7 @@ def _pack_defines(flag: str, block: int, prec: Precision, problem, planar_a: boo
                **({"PLANAR": 1} if planar_a else {})}
     else:
         own = {"PACKA": 0, "PACKB": 1, "VW": 1, "MV": 1, "NR": block, "TRANSB": OPS[problem.trans_b]}
-    return part_defines(PREPARATION, prec, **own)
+    return part_defines(PREPARATION, prec, **own, **problem.batch_defines())
 
 
 class Cpu(Family):
@@ -88,7 +88,8 @@ class Cpu(Family):
 
     def build_defines(self, p, prec, problem):
         # PART 1: the product alone; the packing kernels are built apart (``_pack_defines``)
-        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b], "PART": PRODUCT}
+        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b], "PART": PRODUCT,
+                **problem.batch_defines()}
 
     def pass_elements(self, p, problem):
         m, n, k = problem.m, problem.n, problem.k
@@ -105,6 +106,10 @@ class Cpu(Family):
         check_leading_dimensions(problem, self.name)
         mr, nr = _mr(p), p["NR"]
         scratch, launches, packed = [], [], []
+        # Batched: every launch gets a dimension 2 of one work-item per problem, each problem
+        # packed into panels of its own (the kernel finds problem z's z panels' sizes in).
+        batch, extra = problem.batch, problem.batch_args()
+        grid = (batch,) if problem.batched else ()
         # Panels of MR rows of op(A) (NR columns of op(B)), contiguous along K, with zeros past
         # M (N): ceil(M / MR) * MR * K elements (the kernel's launch notes).
         for flag, name, kernel, rows, block, operand, offset, ld in (
@@ -113,16 +118,18 @@ class Cpu(Family):
             if not p[flag]:
                 continue
             blocks = max(1, -(-rows // block))
-            scratch.append(Scratch(name, prec.bytes * blocks * block * k))
+            scratch.append(Scratch(name, prec.bytes * blocks * block * k * batch))
             packed.append(name)
             if k > 0:
-                launches.append(Launch(kernel, (-(-k // PACK_WG) * PACK_WG, blocks), (PACK_WG, 1),
-                                       (rows, k, operand, offset, ld, name), gemm=False,
+                launches.append(Launch(kernel, (-(-k // PACK_WG) * PACK_WG, blocks, *grid),
+                                       (PACK_WG, 1, *(1,) * len(grid)),
+                                       (rows, k, operand, offset, ld, name, *extra), gemm=False,
                                        defines=_pack_defines(flag, block, prec, problem,
                                                              bool(planar(p, prec)))))
-        launches.append(Launch(self.kernel_name, self.global_size(p, m, n), self.local_size(p),
+        launches.append(Launch(self.kernel_name, (*self.global_size(p, m, n), *grid),
+                               (*self.local_size(p), *(1,) * len(grid)),
                                (m, n, k, ALPHA, BETA, A, OFFSET_A, problem.lda, B, OFFSET_B, problem.ldb,
-                                C, OFFSET_C, problem.ldc, *packed)))
+                                C, OFFSET_C, problem.ldc, *packed, *extra)))
         return Plan(tuple(scratch), tuple(launches))
 
 
@@ -160,4 +167,5 @@ XGEMM_CPU = Cpu(
     ranges={"VW": (1, 16), "MV": (1, 16), "NR": (1, 64), "KU": (1, 64), "NB": WIDTH, "KC": (0, 1 << 16),
             "WGS": TILE, "ORDER": FLAG, "PACKA": FLAG, "PACKB": FLAG},
     takes_views=True,
+    takes_batch=True,
 )

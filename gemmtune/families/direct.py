@@ -32,7 +32,8 @@ class Direct(Family):
 
     def build_defines(self, p, prec, problem):
         # PART 1: the product alone; xgemm_direct_sum is built apart, once per precision
-        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b], "PART": PRODUCT}
+        return {"TRANSA": OPS[problem.trans_a], "TRANSB": OPS[problem.trans_b], "PART": PRODUCT,
+                **problem.batch_defines()}
 
     def parts(self, p: Params, prec: Precision, m: int, n: int, k: int) -> tuple[int, int]:
         """How many parts K is cut into for an m x n x k problem, and the K-length of each (a
@@ -46,11 +47,13 @@ class Direct(Family):
         m, n, k = problem.m, problem.n, problem.k
         check_leading_dimensions(problem, self.name)
         mp, np_, _ = self.padded_shape(p, m, n, k)
-        parts, length = self.parts(p, prec, m, n, k)
+        # Batched, dimension 2 is the problem: K is not cut (the batch fills the device instead)
+        parts, length = (1, max(k, 1)) if problem.batched else self.parts(p, prec, m, n, k)
         work = Scratch("work", prec.bytes * (parts * m * n if parts > 1 else 1))
-        launches = [Launch(self.kernel_name, (*self.global_size(p, mp, np_), parts), (*self.local_size(p), 1),
+        launches = [Launch(self.kernel_name, (*self.global_size(p, mp, np_), parts * problem.batch),
+                           (*self.local_size(p), 1),
                            (m, n, k, ALPHA, BETA, A, OFFSET_A, problem.lda, B, OFFSET_B, problem.ldb,
-                            C, OFFSET_C, problem.ldc, length, "work"))]
+                            C, OFFSET_C, problem.ldc, length, "work", *problem.batch_args()))]
         if parts > 1:
             tile = copy_tile(device)
             launches.append(Launch("xgemm_direct_sum", (_roundup(m, tile[0]), _roundup(n, tile[1])), tile,
@@ -76,4 +79,5 @@ XGEMM_DIRECT = Direct(
     ),
     ranges={"MWG": TILE, "NWG": TILE, "KWG": TILE, "MDIMC": TILE, "NDIMC": TILE, "PADL": PADDING, "KSPLIT": TILE},
     takes_views=True,
+    takes_batch=True,
 )
