@@ -454,8 +454,8 @@ def run_example(program: Path, info: DeviceInfo) -> None:
 
 
 def test_the_example_builds_with_cmake_and_with_the_makefile_rule(built, opened, tmp_path):
-    """docs/c.md's two ways: the CMake file beside the user's (a static library), and the plain
-    Makefile rule."""
+    """docs/c.md's ways: the CMake file beside the user's (a static library), the export built
+    on its own with its example, and the plain Makefile rule."""
     _, out, _ = built
     build = tmp_path / "build"
     for step in (["cmake", "-S", str(EXAMPLE), "-B", str(build), f"-DGEMMTUNE_DIR={out}",
@@ -465,10 +465,17 @@ def test_the_example_builds_with_cmake_and_with_the_makefile_rule(built, opened,
         assert result.returncode == 0, (result.stdout, result.stderr)
     assert (build / "gemmtune" / "libgemmtune.a").exists()
     run_example(build / "example", opened[0].info)
+    # the export built on its own, as the README's From C checks it, with its example
+    alone = tmp_path / "alone"
+    for step in (["cmake", "-S", str(out), "-B", str(alone), "-DCMAKE_C_FLAGS=-Wall -Wextra -Werror"],
+                 ["cmake", "--build", str(alone)]):
+        result = subprocess.run(step, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, (result.stdout, result.stderr)
+    run_example(alone / "gemmtune_example", opened[0].info)
     # docs/c.md's Makefile, with the example for app.c and the export where it says gemmtune_c
     docs = (HERE.parent / "docs" / "c.md").read_text(encoding="utf-8")
     makefile = docs.split("```make\n", 1)[1].split("```", 1)[0]
-    (tmp_path / "app.c").write_text((EXAMPLE / "example.c").read_text())
+    (tmp_path / "app.c").write_text((out / "example.c").read_text())
     (tmp_path / "Makefile").write_text(makefile.replace("gemmtune_c", str(out)))
     result = subprocess.run(["make", "-C", str(tmp_path), "app", f"CFLAGS={' '.join(WARNINGS)}"], capture_output=True,
                             text=True, timeout=300)

@@ -27,7 +27,7 @@ from gemmtune.resources import load_kernel_source
 from gemmtune.space import RESERVED
 from gemmtune.tuned import OTHER_OPS
 
-FILES = ("gemmtune.h", "gemmtune.c", "CMakeLists.txt")
+FILES = ("gemmtune.h", "gemmtune.c", "CMakeLists.txt", "example.c")
 # The C port of each family's plan (gemmtune_impl.c): a family without one cannot be exported.
 KINDS = {"xgemm_cpu": "GT_CPU", "xgemm_direct": "GT_DIRECT", "xgemm_thin": "GT_THIN", "xgemm_k5": "GT_K5",
          "xgemm_rt": "GT_RT"}
@@ -235,7 +235,8 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
     what = (f"/* gemmtune {comment(__version__)}: exported from {comment(database)} by gemmtune export --format c.\n"
             f" * Devices: {comment(', '.join(sorted(names)) or 'none tuned')}. */\n")
     source = what + "\n".join(defines) + "\n" + head + "\n".join(data) + "\n" + tail
-    return {"gemmtune.h": template("gemmtune.h"), "gemmtune.c": source, "CMakeLists.txt": template("CMakeLists.txt")}
+    return {"gemmtune.h": template("gemmtune.h"), "gemmtune.c": source, "CMakeLists.txt": template("CMakeLists.txt"),
+            "example.c": template("example.c")}
 
 
 def check_directory(directory: str | Path) -> None:
