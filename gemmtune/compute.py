@@ -11,7 +11,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from gemmtune import inputs
+from gemmtune import batched, inputs
 from gemmtune.device import device_spec, list_devices, open_device
 from gemmtune.info import DeviceInfo
 from gemmtune.defaults import default_config
@@ -20,7 +20,8 @@ from gemmtune.kernels import GemmOperation
 from gemmtune.launch import Problem
 from gemmtune.complex3m import Complex3M, check_algorithm
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
-from gemmtune.operands import (BufferFacts, check_device_memory, check_host_memory, host_operand, op_flag,
+from gemmtune.operands import (BufferFacts, check_device_memory, check_host_memory, check_out, deliver,
+                               host_operand, op_flag,
                                operand_precision, out_of_memory, out_of_memory_as_error, overlap, product_shape,
                                view)
 from gemmtune.precision import Precision, get_precision
@@ -93,7 +94,7 @@ def operation(dev: OpenDevice, config: Config, source: str, prec: Precision, m: 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
          config: Mapping | Config | None = None, device=None, db: str | None = None,
-         complex_algorithm: str = "standard") -> np.ndarray:
+         complex_algorithm: str = "standard", out: np.ndarray | None = None) -> np.ndarray:
     """Return ``alpha * op(a) @ op(b) + beta * c`` as a new array, computed on an OpenCL device.
 
     ``a``, ``b``, ``c`` are numpy arrays with numpy's (row-major) meaning; ``c`` is not modified
@@ -115,20 +116,34 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     plan's scratch) do not fit the device's memory or its largest allocation, or what the host
     must hold its available memory. An allocation that fails all the same raises GemmtuneError
     too.
+    Operands of more than two dimensions are stacks of matrices, as ``numpy.matmul`` takes them:
+    the leading (batch) dimensions broadcast, op() applies to the last two, and the whole batch
+    is one batched launch (``gemmtune.batched``; docs/batched.md). ``out``: an array of the
+    result's shape and dtype to write the result into (and return) instead of a new one.
     """
-    a, b = host_operand("a", a), host_operand("b", b)
-    c = None if c is None else host_operand("c", c)
+    a, b = host_operand("a", a, batched=True), host_operand("b", b, batched=True)
+    c = None if c is None else host_operand("c", c, batched=True)
     if a.dtype != b.dtype or (c is not None and c.dtype != a.dtype):
         dtypes = ", ".join(str(x.dtype) for x in (a, b, c) if x is not None)
         raise OperandError(f"operands must share one dtype, got {dtypes}")
     prec = operand_precision(a.dtype)
     check_scalars(prec, alpha, beta)
     ta, tb = op_flag("trans_a", trans_a), op_flag("trans_b", trans_b)
-    m, n, ka = product_shape(a, b, c, ta, tb)
     algorithm = check_algorithm(complex_algorithm, prec)
     if c is None and beta != 0:
         raise OperandError(f"beta = {beta} needs c: without c, beta must be 0")
+    if max(x.ndim for x in (a, b, c) if x is not None) > 2:
+        if algorithm == "3m":
+            raise OperandError("complex_algorithm='3m' takes 2-D operands; a batch is computed 'standard'")
+        dev = get_device(device)
+        resolved = None if config is None else resolve_config(config, dev.info, prec)
+        return batched.host_gemm(dev, a, b, c, alpha, beta, ta, tb, prec, resolved, db, out)
+    m, n, ka = product_shape(a, b, c, ta, tb)
+    check_out(out, (m, n), prec)   # before anything is computed
+    return deliver(out, _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, device, db))
 
+
+def _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, device, db) -> np.ndarray:
     dev = get_device(device)
     if min(m, n, ka) == 0:
         # BLAS's empty products: nothing to multiply; with K = 0, C <- beta * C (c unread at beta 0)
@@ -267,6 +282,9 @@ class Gemm:
     An empty product (``EmptyProduct``) enqueues no kernel: K = 0 scales c's view by beta through
     the host, M or N = 0 does nothing.
     The call waits for the operands' pending events and records its own on ``c`` (``c.events``).
+    A batch (docs/batched.md): 3-D arrays, problem z being ``a[z]``, ``b[z]``, ``c[z]`` (a or b
+    2-D, or of one matrix, shared by all), or lists of equally shaped 2-D views; every problem is
+    checked as one is, and no c may share an element with another problem's c.
 
     The configuration of each problem is chosen the first time its shapes and strides are seen,
     by ``best_config`` on ``db`` (default: $GEMMTUNE_DB, else sqlite:///results/gemmtune.db); a
@@ -330,6 +348,8 @@ class Gemm:
                                  n, m, ka, problem=problem)
 
     def __call__(self, a, b, c, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
+        if batched.is_batch(a, b, c):   # 3-D arrays or lists of views: gemmtune.batched
+            return batched.call(self, a, b, c, alpha, beta, trans_a, trans_b)
         # Every call checks everything, cached operation or not: the cache is keyed by what the
         # operation depends on, and an offset or a buffer may differ from one call to the next.
         prec, context = self.precision, self.queue.context

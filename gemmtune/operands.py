@@ -96,14 +96,37 @@ def product_shape(a, b, c, ta: str, tb: str) -> tuple[int, int, int]:
     return m, n, ka
 
 
-def host_operand(name: str, x) -> np.ndarray:
+def host_operand(name: str, x, batched: bool = False) -> np.ndarray:
+    """``x`` as a numpy array: 2-D, or with ``batched`` of 2 dimensions or more (a stack of
+    matrices, as numpy.matmul takes)."""
     try:
         x = np.asarray(x)
     except (ValueError, TypeError) as e:   # ragged nested lists, objects numpy cannot take
         raise OperandError(f"{name} is not an array numpy can take: {e}") from None
-    if x.ndim != 2:
-        raise OperandError(f"{name} must be 2-D, got {x.ndim}-D")
+    if x.ndim != 2 and not (batched and x.ndim > 2):
+        raise OperandError(f"{name} must be {'at least ' if batched else ''}2-D, got {x.ndim}-D")
     return x
+
+
+def check_out(out, shape: tuple[int, ...], prec: Precision) -> None:
+    """``gemm``'s ``out=``: None, or a writeable numpy array of the result's shape and dtype."""
+    if out is None:
+        return
+    if not isinstance(out, np.ndarray):
+        raise OperandTypeError(f"out must be a numpy array, got {type(out).__name__}")
+    if out.shape != tuple(shape) or out.dtype != prec.dtype:
+        raise OperandError(f"out must be a {'x'.join(map(str, shape))} {prec.dtype} array, got "
+                           f"{'x'.join(map(str, out.shape))} {out.dtype}")
+    if not out.flags.writeable:
+        raise OperandError("out is read-only")
+
+
+def deliver(out: np.ndarray | None, result: np.ndarray) -> np.ndarray:
+    """The result, in ``out`` where one was given (``check_out``)."""
+    if out is None:
+        return result
+    out[...] = result
+    return out
 
 
 def operand_precision(dtype) -> Precision:
@@ -193,16 +216,67 @@ def view(name: str, x, prec: Precision, context: cl.Context, known: dict[int, Bu
 
 class Addresses:
     """A view's element addresses as numpy's array interface (at a fictitious base, never
-    read), so that np.shares_memory decides exactly whether two strided views meet."""
+    read), so that np.shares_memory decides exactly whether two strided views meet. ``batch``:
+    how many problems, and the bytes from one to the next (a batch of views, ``batch_view``)."""
 
-    def __init__(self, view: View, shape: tuple[int, int], dtype: np.dtype):
-        self.__array_interface__ = {"version": 3, "typestr": dtype.str, "shape": shape,
+    def __init__(self, view: View, shape: tuple[int, int], dtype: np.dtype, batch: tuple[int, int] = (1, 0)):
+        self.__array_interface__ = {"version": 3, "typestr": dtype.str, "shape": (batch[0], *shape),
                                     "data": ((1 << 40) + view.start, True),
-                                    "strides": (view.ld * dtype.itemsize, dtype.itemsize)}
+                                    "strides": (batch[1], view.ld * dtype.itemsize, dtype.itemsize)}
 
 
-def overlap(x: View, x_shape, y: View, y_shape, dtype: np.dtype) -> bool:
+def overlap(x: View, x_shape, y: View, y_shape, dtype: np.dtype, x_batch=(1, 0), y_batch=(1, 0)) -> bool:
     if x.root is None or x.root != y.root or x.end <= y.start or y.end <= x.start:
         return False
-    return bool(np.shares_memory(np.asarray(Addresses(x, x_shape, dtype)),
-                                 np.asarray(Addresses(y, y_shape, dtype))))
+    return bool(np.shares_memory(np.asarray(Addresses(x, x_shape, dtype, x_batch)),
+                                 np.asarray(Addresses(y, y_shape, dtype, y_batch))))
+
+
+def _self_overlapping(extents_strides) -> bool:
+    """Whether a strided layout maps two index tuples to one address: taken dimension by
+    dimension from the smallest stride, each stride must pass the extent of those before it (the
+    test numpy's own layouts pass; a layout it refuses may, in odd interleavings, still be
+    disjoint, and is refused all the same)."""
+    reach = 1
+    for stride, extent in sorted((s, e) for e, s in extents_strides if e > 1):
+        if stride < reach:
+            return True
+        reach = stride * (extent - 1) + reach
+    return False
+
+
+def batch_view(name: str, x, prec: Precision, context: cl.Context, known: dict[int, BufferFacts],
+               now: dict[int, BufferFacts], count: int) -> tuple[View, int]:
+    """Validate one operand of a strided batch of ``count`` problems: a 3-D array (``x[z]`` the
+    problem z's matrix; a first dimension of 1, or a 2-D array, shared by every problem, for a and
+    b only), each problem's view as ``view`` checks it, and the last problem inside the buffer
+    and the kernels' int indices. Returns problem 0's view, its end moved to the last problem's,
+    and the elements from one problem to the next (0: shared)."""
+    if not isinstance(x, cla.Array):
+        raise OperandTypeError(f"{name} must be a pyopencl.array.Array, got {type(x).__name__}")
+    if x.ndim == 2 and name != "c":
+        return view(name, x, prec, context, known, now), 0
+    if x.ndim != 3:
+        raise OperandError(f"{name} must be a 3-D array (a batch of matrices), got {x.ndim}-D")
+    if x.shape[0] not in (count, 1) or (name == "c" and x.shape[0] != count):
+        raise OperandError(f"{name} holds {x.shape[0]} problems, the batch {count}")
+    if count == 0:
+        return View(max(x.shape[2], 1), 0, None, 0, 0), 0
+    first = view(name, x[0], prec, context, known, now)
+    item, stride = prec.bytes, x.strides[0] if x.shape[0] > 1 else 0
+    if stride % item or stride < 0:
+        raise OperandError(f"{name}'s problems must be whole elements apart, forwards (strides {x.strides})")
+    if name == "c" and count > 1 and (stride == 0 or _self_overlapping(
+            zip(x.shape, (stride // item, first.ld, 1)))):
+        raise OperandError(f"c's problems share elements (strides {x.strides}): each must have a c of its own")
+    if x.shape[0] == 1 or x.shape[1] * x.shape[2] == 0:
+        return first, 0
+    end = first.end + (count - 1) * stride
+    facts = now[id(x.base_data)]
+    if end - facts.base > facts.size:
+        raise OperandError(f"{name}'s last problem (strides {x.strides}, offset {x.offset} bytes) ends at byte "
+                           f"{end - facts.base}, beyond its buffer's {facts.size} bytes")
+    if (end - facts.base) // item > INDEX_LIMIT:
+        raise OperandError(f"{name}'s last problem ends at element {(end - facts.base) // item} of its buffer; "
+                           f"the kernels index at most {INDEX_LIMIT}")
+    return first._replace(end=end), stride // item

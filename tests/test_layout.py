@@ -26,7 +26,7 @@ KERNEL_LINES = 400
 LAYERS = [
     ("commands", {"cli", "__main__"}),
     ("uses", {"search", "report", "report_plot", "importance", "export", "clib", "bench", "clblast", "cublas3m",
-              "peak", "listing", "compute", "complex3m", "operands"}),
+              "peak", "listing", "compute", "batched", "complex3m", "operands"}),
     ("strategies", {"strategies"}),
     ("models", {"models", "tuned"}),
     ("services", {"db", "execution", "valid", "optuna_adapter"}),

@@ -1,0 +1,213 @@
+"""Batched GEMM (docs/batched.md): ``gemm`` on stacks of matrices as numpy.matmul takes them,
+``Gemm`` on 3-D arrays and on lists of views, each batch one launch of xgemm_direct or xgemm_cpu.
+
+Every result is compared with numpy in float64 or complex128 on fresh random data, the output
+poisoned with NaN first (or beta's c of random values); bad input is refused with a
+GemmtuneError before anything runs. Few builds: small tiles, one configuration per family.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers_foundation import DTYPES  # noqa: E402
+
+import gemmtune  # noqa: E402
+from gemmtune.device import open_device  # noqa: E402
+from gemmtune.errors import GemmtuneError, OperandError  # noqa: E402
+from gemmtune.families import FAMILIES  # noqa: E402
+from gemmtune.launch import INDEX_LIMIT, Problem  # noqa: E402
+from gemmtune.precision import get_precision  # noqa: E402
+from gemmtune.verify import Reference, compare, random_matrix  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("no_tuned_results")
+
+DIRECT = dict(KERNEL="xgemm_direct", MWG=16, NWG=16, KWG=8, MDIMC=8, NDIMC=4, PADL=1, KSPLIT=4)
+CPU = dict(KERNEL="xgemm_cpu", VW=8, MV=1, NR=3, KU=2, NB=1, KC=0, WGS=1, ORDER=1, PACKA=1, PACKB=1)
+
+
+def reference(prec, a, b, c, alpha, beta, ta="N", tb="N") -> Reference:
+    """alpha op(a) op(b) + beta c over the last two dimensions, broadcast, in float64/complex128."""
+    rd = prec.reference_dtype
+
+    def op(x, flag):
+        x = x.astype(rd)
+        return x if flag == "N" else np.swapaxes(x.conj() if flag == "C" else x, -1, -2)
+
+    opa, opb = op(a, ta), op(b, tb)
+    value, scale = alpha * np.matmul(opa, opb), abs(alpha) * np.matmul(np.abs(opa), np.abs(opb))
+    if beta != 0:
+        value, scale = value + beta * c.astype(rd), scale + abs(beta) * np.abs(c.astype(rd))
+    return Reference(value, scale, opa.shape[-1])
+
+
+def assert_close(result, ref, prec):
+    assert result.shape == ref.value.shape
+    check = compare(result, ref, prec)
+    assert check.passed, check
+
+
+@pytest.fixture(scope="module")
+def queue():
+    _, device = open_device(0)
+    return cl.CommandQueue(cl.Context([device]))
+
+
+def test_plans_batch_1_as_before_and_the_batch_as_dimension_2():
+    prec = get_precision("s")
+    dev = type("Dev", (), {"max_work_group_size": 256, "max_work_item_sizes": (256, 256, 256),
+                           "local_mem_bytes": 32768})()
+    for name, params in (("xgemm_direct", DIRECT), ("xgemm_cpu", CPU)):
+        family, p = FAMILIES[name], {k: v for k, v in params.items() if k != "KERNEL"}
+        single = Problem(37, 29, 41, "T", "N")
+        assert family.plan(p, prec, single, dev, 4) == family.plan(
+            p, prec, Problem(37, 29, 41, "T", "N", batch=1, strides=(9, 9, 9)), dev, 4)
+        assert "BATCH" not in family.build_defines(p, prec, single)
+        batch = Problem(37, 29, 41, "T", "N", batch=5, strides=(0, 29 * 41, 37 * 29))
+        assert family.build_defines(p, prec, batch)["BATCH"] == 1
+        for launch in family.plan(p, prec, batch, dev, 4).launches:
+            assert launch.global_size[2] == 5 and launch.local_size[2] == 1
+            assert launch.args[-3:] == (0, 29 * 41, 37 * 29)
+        table = Problem(37, 29, 41, batch=5, table=True)
+        assert family.build_defines(p, prec, table)["BATCH"] == 2
+        assert family.plan(p, prec, table, dev, 4).launches[-1].args[-1] == "batch_offsets"
+        # every problem of a strided batch within the kernels' int indices
+        huge = Problem(37, 29, 41, batch=3, strides=(0, 0, INDEX_LIMIT // 2))
+        with pytest.raises(GemmtuneError, match="indexes at most"):
+            family.plan(p, prec, huge, dev, 4)
+    assert not FAMILIES["xgemm_rt"].takes_batch and not FAMILIES["xgemm_k5"].takes_batch
+
+
+@pytest.mark.parametrize("code", "sdcz")
+def test_gemm_broadcasts_as_matmul(code):
+    """Batch dimensions of 1 and missing ones, beta with a broadcast c, out=."""
+    prec, rng = get_precision(code), np.random.default_rng()
+    a, b = random_matrix(prec, (2, 1, 5, 6), rng), random_matrix(prec, (3, 6, 7), rng)
+    c = random_matrix(prec, (3, 1, 7), rng)
+    out = np.full((2, 3, 5, 7), np.nan, DTYPES[code])
+    got = gemmtune.gemm(a, b, c, alpha=0.5, beta=-1.5, config=DIRECT, device=0, out=out)
+    assert got is out
+    assert_close(out, reference(prec, a, b, np.broadcast_to(c, out.shape), 0.5, -1.5), prec)
+    # one matrix for every problem (stride 0), on the side of b and of a
+    shared = gemmtune.gemm(a[:, 0], b[0], config=DIRECT, device=0)
+    assert_close(shared, reference(prec, a[:, 0], b[0], None, 1.0, 0.0), prec)
+    assert np.matmul(a[:, 0], b[0]).shape == shared.shape
+
+
+@pytest.mark.parametrize("device", [0, 1])
+def test_gemm_batched_default_configuration(device):
+    """The shipped default on PoCL and on Intel's runtime: every op of a, conjugates in z."""
+    prec, rng = get_precision("z"), np.random.default_rng()
+    a, b = random_matrix(prec, (4, 9, 5), rng), random_matrix(prec, (4, 11, 9), rng)
+    got = gemmtune.gemm(a, b, trans_a="C", trans_b=True, device=device)
+    assert_close(got, reference(prec, a, b, None, 1.0, 0.0, "C", "T"), prec)
+    s = get_precision("s")
+    a, b = random_matrix(s, (7, 3, 13, 10), rng), random_matrix(s, (10, 6), rng)
+    assert_close(gemmtune.gemm(a, b, device=device), reference(s, a, b, None, 1.0, 0.0), s)
+
+
+@pytest.mark.parametrize("ta", "NTC")
+@pytest.mark.parametrize("tb", "NTC")
+def test_gemm_class_on_3d_views_every_op(queue, ta, tb):
+    """d, 3-D arrays at offsets in larger buffers, a shared a (stride 0), alpha and beta."""
+    prec, rng = get_precision("d"), np.random.default_rng()
+    m, n, k, count = 6, 5, 11, 4
+    a_shape = (m, k) if ta == "N" else (k, m)
+    b_shape = (k, n) if tb == "N" else (n, k)
+    big_b = random_matrix(prec, (count + 1, b_shape[0] + 2, b_shape[1] + 3), rng)
+    big_c = random_matrix(prec, (count, m + 1, n + 2), rng)
+    a_host = random_matrix(prec, a_shape, rng)
+    da, db, dc = (cla.to_device(queue, x) for x in (a_host, big_b, big_c))
+    b, c = db[1:, 2:, 1:1 + b_shape[1]], dc[:, 1:, 2:]
+    a = cla.Array(queue, (count, *a_shape), a_host.dtype, strides=(0, *da.strides), data=da.base_data)
+    gemmtune.Gemm(queue, "d", config=DIRECT)(a, b, c, alpha=-0.75, beta=0.5, trans_a=ta, trans_b=tb)
+    expected = reference(prec, np.broadcast_to(a_host, (count, *a_shape)), big_b[1:, 2:, 1:1 + b_shape[1]],
+                         big_c[:, 1:, 2:], -0.75, 0.5, ta, tb)
+    after = dc.get()
+    assert_close(after[:, 1:, 2:], expected, prec)
+    assert np.array_equal(after[:, 0], big_c[:, 0]) and np.array_equal(after[:, :, :2], big_c[:, :, :2])
+
+
+@pytest.mark.parametrize("code", "sc")
+def test_gemm_class_cpu_family_packs_each_problem(queue, code):
+    prec, rng = get_precision(code), np.random.default_rng()
+    a, b = random_matrix(prec, (5, 7, 9), rng), random_matrix(prec, (5, 9, 4), rng)
+    da, db = cla.to_device(queue, a), cla.to_device(queue, b)
+    dc = cla.to_device(queue, np.full((5, 7, 4), np.nan, DTYPES[code]))
+    gemmtune.Gemm(queue, code, config=CPU)(da, db, dc)
+    assert_close(dc.get(), reference(prec, a, b, None, 1.0, 0.0), prec)
+
+
+@pytest.mark.parametrize("config", [DIRECT, CPU], ids=["direct", "cpu"])
+def test_gemm_class_array_form(queue, config):
+    """Lists of views at irregular offsets, of two buffers of c: two launches, each with its table."""
+    prec, rng = get_precision("s"), np.random.default_rng()
+    m, n, k = 5, 6, 7
+    host_a, host_b = random_matrix(prec, (40, 9), rng), random_matrix(prec, (30, 8), rng)
+    pool_a, pool_b = cla.to_device(queue, host_a), cla.to_device(queue, host_b)
+    pools_c = [cla.to_device(queue, np.full((20, 8), np.nan, np.float32)) for _ in range(2)]
+    where_a = [np.s_[r:r + m, s:s + k] for r, s in ((0, 0), (33, 2), (11, 1), (20, 0))]
+    where_b = [np.s_[r:r + k, s:s + n] for r, s in ((3, 2), (0, 0), (3, 2), (21, 1))]
+    where_c = [(0, np.s_[0:m, 0:n]), (1, np.s_[7:7 + m, 1:1 + n]), (0, np.s_[m:2 * m, 2:2 + n]),
+               (0, np.s_[14:19, 0:6])]
+    gemmtune.Gemm(queue, "s", config=config)([pool_a[w] for w in where_a], [pool_b[w] for w in where_b],
+                                             [pools_c[i][w] for i, w in where_c])
+    results = [pool.get() for pool in pools_c]
+    written = [np.zeros((20, 8), bool) for _ in pools_c]
+    for wa, wb, (i, wc) in zip(where_a, where_b, where_c):
+        assert_close(results[i][wc], reference(prec, host_a[wa], host_b[wb], None, 1.0, 0.0), prec)
+        written[i][wc] = True
+    assert all(np.isnan(r[~w]).all() for r, w in zip(results, written))
+
+
+def test_k_0_and_a_batch_of_one(queue):
+    prec, rng = get_precision("d"), np.random.default_rng()
+    c = random_matrix(prec, (3, 4, 5), rng)
+    got = gemmtune.gemm(np.zeros((3, 4, 0)), np.zeros((3, 0, 5)), c, beta=2.0, config=DIRECT, device=0)
+    assert np.array_equal(got, 2.0 * c)
+    dc = cla.to_device(queue, c)
+    gemmtune.Gemm(queue, "d", config=DIRECT)(cla.zeros(queue, (3, 4, 0), np.float64),
+                                             cla.zeros(queue, (3, 0, 5), np.float64), dc, beta=-1.0)
+    assert np.array_equal(dc.get(), -c)
+    a, b = random_matrix(prec, (1, 4, 3), rng), random_matrix(prec, (1, 3, 5), rng)
+    assert_close(gemmtune.gemm(a, b, config=DIRECT, device=0), reference(prec, a, b, None, 1.0, 0.0), prec)
+
+
+def test_bad_batches_are_refused(queue):
+    rng = np.random.default_rng()
+    x = rng.standard_normal((3, 4, 4)).astype(np.float32)
+    with pytest.raises(OperandError, match="do not broadcast"):
+        gemmtune.gemm(x, rng.standard_normal((2, 4, 4)).astype(np.float32), device=0)
+    with pytest.raises(OperandError, match="one dtype"):
+        gemmtune.gemm(x, x.astype(np.float64), device=0)
+    with pytest.raises(OperandError, match="out must be"):
+        gemmtune.gemm(x, x, device=0, out=np.empty((3, 4, 5), np.float32))
+    gemm = gemmtune.Gemm(queue, "s", config=DIRECT)
+    da = cla.to_device(queue, x)
+    before = np.full((3, 4, 4), 7, np.float32)
+    dc = cla.to_device(queue, before)
+    shared_c = cla.Array(queue, (3, 4, 4), np.float32, strides=(0, 16, 4), data=dc.base_data)
+    overlapping_c = cla.Array(queue, (3, 4, 4), np.float32, strides=(8, 16, 4), data=dc.base_data)
+    for c, message in ((shared_c, "share elements"), (overlapping_c, "share elements")):
+        with pytest.raises(OperandError, match=message):
+            gemm(da, da, c)
+    with pytest.raises(OperandError, match="holds 2 problems"):
+        gemm(cla.to_device(queue, x[:2]), da, dc)
+    with pytest.raises(OperandError, match="shares elements with a"):
+        gemm(dc, da, dc)
+    with pytest.raises(OperandError, match="beyond its buffer"):
+        gemm(da, da, cla.Array(queue, (3, 4, 4), np.float32, strides=(80, 16, 4), data=dc.base_data))
+    with pytest.raises(OperandError, match="a 2-D float32"):
+        gemm(da, da.astype(np.float64), dc)
+    with pytest.raises(OperandError, match="another problem's c"):
+        gemm([da[0], da[1]], [da[1], da[2]], [dc[0], dc[0]])
+    with pytest.raises(OperandError, match="all have one shape"):
+        gemm([da[0], da[1, :3]], da[2], [dc[0], dc[1]])
+    assert np.array_equal(dc.get(), before)
