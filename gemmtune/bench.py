@@ -1,7 +1,8 @@
 """``gemmtune bench``: the tuned configuration against baselines, as a caller pays for it.
 
-Each problem is BLAS's (column-major C is m x n, op() of A and B as given; see gemmtune.shapes).
-Contenders:
+Each problem is BLAS's (column-major C is m x n, op() of A and B as given; see gemmtune.shapes),
+a batch of them at once where the shape says (``batch``: one batched call of each contender, 3-D
+arrays; CLBlast's strided batched GEMM, numpy's and torch's matmul on 3-D arrays). Contenders:
 
 * ``gemmtune``: ``gemmtune.Gemm`` as a program calls it, with the configuration ``best_config``
   gives for the problem (tuned, nearest or default);
@@ -67,8 +68,8 @@ class Contender:
 
 
 def _op(x, flag: str):
-    """op() as a view, for any array type with ``.T`` and ``.conj()``."""
-    return x if flag == "N" else x.T if flag == "T" else x.conj().T
+    """op() of the last two dimensions as a view, for any array type with ``swapaxes`` and ``conj``."""
+    return x if flag == "N" else x.swapaxes(-1, -2) if flag == "T" else x.conj().swapaxes(-1, -2)
 
 
 class _OpenCL:
@@ -85,7 +86,7 @@ class _OpenCL:
         x, y, rows, ref = host
         self.gemm = Gemm(queue, prec, db=db, config=config, complex_algorithm=complex_algorithm)
         self.x, self.y = cla.to_device(queue, x), cla.to_device(queue, y)
-        self.c = cla.to_device(queue, np.full((shape.n, shape.m), prec.nan))
+        self.c = cla.to_device(queue, np.full((*shape.lead, shape.n, shape.m), prec.nan))
         self.flags = dict(trans_a=shape.trans_b, trans_b=shape.trans_a)
         self.gemm(self.x, self.y, self.c, **self.flags)
         self.operation = self.gemm.last_operation
@@ -112,10 +113,11 @@ class _Clblast:
         x, y, rows, ref = host
         self.queue, self.lib = queue, lib
         b, a = cla.to_device(queue, x), cla.to_device(queue, y)
-        self.c = cla.to_device(queue, np.full((shape.n, shape.m), prec.nan))
-        self.args = (prec, shape.trans_a, shape.trans_b, shape.m, shape.n, shape.k, 1.0, a, y.shape[1],
-                     b, x.shape[1], 0.0, self.c, shape.m)
-        self.lib.gemm(queue, *self.args).wait()   # CLBlast builds its kernels on a precision's first call
+        self.c = cla.to_device(queue, np.full((*shape.lead, shape.n, shape.m), prec.nan))
+        self.args = (prec, shape.trans_a, shape.trans_b, shape.m, shape.n, shape.k, 1.0, a, y.shape[-1],
+                     b, x.shape[-1], 0.0, self.c, shape.m)
+        self.batch = {"batch": (shape.batch, y[0].size, x[0].size, shape.m * shape.n)} if shape.batch > 1 else {}
+        self.lib.gemm(queue, *self.args, **self.batch).wait()   # CLBlast builds on a precision's first call
         self.check = compare(self.c.get()[rows], ref, prec)
 
     def __call__(self) -> tuple[float, float, float]:
@@ -123,7 +125,7 @@ class _Clblast:
 
         before = cl.enqueue_marker(self.queue)
         t0 = time.perf_counter()
-        last = self.lib.gemm(self.queue, *self.args)
+        last = self.lib.gemm(self.queue, *self.args, **self.batch)
         t1 = time.perf_counter()
         self.queue.finish()
         t2 = time.perf_counter()
@@ -133,8 +135,8 @@ class _Clblast:
 def _cuda_timer(lib: str, prec: Precision, shape: Shape):
     """A sampler of cuBLAS through torch or cupy, or raise RuntimeError saying why not."""
     m, n, k = shape.m, shape.n, shape.k
-    x_shape = (n, k) if shape.trans_b == "N" else (k, n)
-    y_shape = (k, m) if shape.trans_a == "N" else (m, k)
+    x_shape = (*shape.lead, *((n, k) if shape.trans_b == "N" else (k, n)))
+    y_shape = (*shape.lead, *((k, m) if shape.trans_a == "N" else (m, k)))
     if lib == "torch":
         try:
             import torch
@@ -182,8 +184,8 @@ def _cuda_timer(lib: str, prec: Precision, shape: Shape):
 
 def _cublas_3m_timer(prec: Precision, shape: Shape):
     """A sampler of cuBLAS's own 3M product, or RuntimeError saying why not."""
-    if not prec.is_complex:
-        raise RuntimeError("cuBLAS's 3m is a product of complex matrices (c, z)")
+    if not prec.is_complex or shape.batch > 1:
+        raise RuntimeError("cuBLAS's 3m is one product of complex matrices (c, z)")
     try:
         import torch
     except ImportError:
@@ -264,17 +266,19 @@ def parse_baselines(text: str) -> list[str]:
 
 
 def _host_operands(prec: Precision, shape: Shape, rng):
-    """Row-major X (op(X) = op(B)^T, n x k) and Y (op(Y) = op(A)^T, k x m), sampled rows of C^T
-    and their reference."""
+    """Row-major X (op(X) = op(B)^T, n x k) and Y (op(Y) = op(A)^T, k x m), a batch of each where the
+    shape has one; the index of C^T's sampled rows (of up to 8 sampled problems), their reference."""
     from gemmtune.verify import Reference, random_matrix
 
     m, n, k = shape.m, shape.n, shape.k
-    x = random_matrix(prec, (n, k) if shape.trans_b == "N" else (k, n), rng)
-    y = random_matrix(prec, (k, m) if shape.trans_a == "N" else (m, k), rng)
+    x = random_matrix(prec, (*shape.lead, *((n, k) if shape.trans_b == "N" else (k, n))), rng)
+    y = random_matrix(prec, (*shape.lead, *((k, m) if shape.trans_a == "N" else (m, k))), rng)
     rows = np.sort(rng.choice(n, size=min(CHECK_ROWS, n), replace=False))
-    ref = Reference.compute(prec, np.ascontiguousarray(_op(x, shape.trans_b)[rows]), _op(y, shape.trans_a),
+    problems = np.sort(rng.choice(shape.batch, size=min(8, shape.batch), replace=False))
+    pick, take = (rows, ...) if shape.batch == 1 else ((problems[:, None], rows[None, :]), problems)
+    ref = Reference.compute(prec, np.ascontiguousarray(_op(x, shape.trans_b)[pick]), _op(y, shape.trans_a)[take],
                             None, 1.0, 0.0)
-    return x, y, rows, ref
+    return x, y, pick, ref
 
 
 def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPolicy, device_info,
@@ -305,8 +309,8 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
             if c.name == "clblast":
                 c.run = _Clblast(queue, cfg, prec, shape, host)
             elif c.name == "3m":
-                if not prec.is_complex:
-                    c.skipped = "3m is a product of complex matrices (c, z)"
+                if not prec.is_complex or shape.batch > 1:
+                    c.skipped = "3m is one product of complex matrices (c, z)"
                     continue
                 c.run = _OpenCL(queue, prec, shape, host, db, complex_algorithm="3m")
                 op = c.run.operation
@@ -332,7 +336,7 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
                 c.skipped = str(e)
             contenders.append(c)
     _measure(contenders, policy)
-    flops = prec.flops(shape.m, shape.n, shape.k)
+    flops = prec.flops(shape.m, shape.n, shape.k) * shape.batch
     ours = contenders[0].median(0)
     rows = []
     for c in contenders:
@@ -340,7 +344,7 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
         low, high = median_ci([s[0] for s in c.samples]) if c.samples else (None, None)
         rows.append({
             "shape": str(shape), "m": shape.m, "n": shape.n, "k": shape.k, "precision": prec.code,
-            "trans_a": shape.trans_a, "trans_b": shape.trans_b,
+            "trans_a": shape.trans_a, "trans_b": shape.trans_b, "batch": shape.batch,
             "contender": c.name, "source": c.source, "config": c.detail,
             "gflops": gflops(flops, wall) if wall else None,
             "time_ms": wall, "device_ms": c.median(1), "host_ms": c.median(2),
@@ -359,6 +363,7 @@ def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None,
     import pyopencl as cl
 
     from gemmtune import clblast as clblast_lib
+    from gemmtune.batched import check_batch
     from gemmtune.compute import get_device
     from gemmtune.db.store import database_url, probe
     from gemmtune.inputs import check_problem
@@ -371,6 +376,7 @@ def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None,
     dev = get_device(device)
     for shape in shapes:
         check_problem(dev.info, get_precision(shape.precision), shape.m, shape.n, shape.k)
+        check_batch(dev.info, get_precision(shape.precision), shape)
     queue = cl.CommandQueue(dev.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
     rows = []
     for i, shape in enumerate(shapes, 1):

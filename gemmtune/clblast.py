@@ -131,15 +131,26 @@ class Clblast:
                            mem, size, size, mem, size, size, s, mem, size, size, pointer, pointer]
             fn.restype = ctypes.c_int
             self.routines[code] = fn
+            # CLBlastXgemmStridedBatched (CLBlast 1.5 and later): each matrix's stride after its
+            # leading dimension, the batch count before the queue
+            fn = getattr(lib, f"CLBlast{code.upper()}gemmStridedBatched", None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, size, size, size, s,
+                               mem, size, size, size, mem, size, size, size, s, mem, size, size, size, size,
+                               pointer, pointer]
+                fn.restype = ctypes.c_int
+                self.routines[f"{code}-batched"] = fn
 
     def gemm(self, queue, precision, trans_a: str, trans_b: str, m: int, n: int, k: int, alpha, a, lda: int,
-             b, ldb: int, beta, c, ldc: int, offsets=(0, 0, 0), row_major: bool = False):
+             b, ldb: int, beta, c, ldc: int, offsets=(0, 0, 0), row_major: bool = False, batch=None):
         """C = alpha op(A) op(B) + beta C, enqueued on ``queue``; returns the event of CLBlast's
         last command. ``trans_a``/``trans_b`` as for ``gemmtune.gemm`` (N, T, C, or a bool).
         A, B, C are pyopencl Buffers (``offsets``: in elements) or pyopencl Arrays of the
         precision's type (their own offset is added); column-major unless ``row_major``. Bad
         arguments raise OperandError or OperandTypeError before CLBlast sees them; CLBlast's own
-        refusals (a leading dimension, a buffer too small) raise ClblastError naming its status."""
+        refusals (a leading dimension, a buffer too small) raise ClblastError naming its status.
+        ``batch``: (count, stride of A, of B, of C), in elements: CLBlast's strided batched GEMM,
+        problem z at z strides past each offset."""
         import pyopencl as cl
         import pyopencl.array as cl_array
 
@@ -152,7 +163,9 @@ class Clblast:
         if not isinstance(queue, cl.CommandQueue):
             raise OperandTypeError(f"CLBlast GEMM: queue must be a pyopencl CommandQueue, not {type(queue).__name__}")
         sizes = dict(m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc, offset_a=offsets[0], offset_b=offsets[1],
-                     offset_c=offsets[2])
+                     offset_c=offsets[2], **dict(zip(("batch", "stride_a", "stride_b", "stride_c"), batch or ())))
+        if batch is not None and f"{prec.code}-batched" not in self.routines:
+            raise ClblastError(f"{self.path} has no CLBlast{prec.code.upper()}gemmStridedBatched (CLBlast 1.5 and later)")
         for name, value in sizes.items():
             # ctypes would wrap a negative size_t silently into a huge one
             if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < 0:
@@ -171,12 +184,20 @@ class Clblast:
             handles.append(ctypes.c_void_p(x.int_ptr))
             starts.append(off)
         queue_ptr, event_ptr = ctypes.c_void_p(queue.int_ptr), ctypes.c_void_p()
-        status = self.routines[prec.code](
-            ROW_MAJOR if row_major else COL_MAJOR, TRANSPOSE[ops[0]], TRANSPOSE[ops[1]], m, n, k, _scalar(prec, alpha),
-            handles[0], starts[0], lda, handles[1], starts[1], ldb, _scalar(prec, beta), handles[2], starts[2], ldc,
-            ctypes.byref(queue_ptr), ctypes.byref(event_ptr))
+        layout, flags = ROW_MAJOR if row_major else COL_MAJOR, (TRANSPOSE[ops[0]], TRANSPOSE[ops[1]])
+        if batch is None:
+            status = self.routines[prec.code](
+                layout, *flags, m, n, k, _scalar(prec, alpha), handles[0], starts[0], lda, handles[1], starts[1], ldb,
+                _scalar(prec, beta), handles[2], starts[2], ldc, ctypes.byref(queue_ptr), ctypes.byref(event_ptr))
+        else:
+            count, *strides = batch
+            status = self.routines[f"{prec.code}-batched"](
+                layout, *flags, m, n, k, _scalar(prec, alpha), handles[0], starts[0], lda, strides[0], handles[1],
+                starts[1], ldb, strides[1], _scalar(prec, beta), handles[2], starts[2], ldc, strides[2], count,
+                ctypes.byref(queue_ptr), ctypes.byref(event_ptr))
         if status:
-            raise ClblastError(f"CLBlast {prec.code.upper()}GEMM {m}x{n}x{k} {''.join(ops)}: {status_text(status)}")
+            what = f"GEMM {m}x{n}x{k}" if batch is None else f"GEMMSTRIDEDBATCHED {batch[0]} x {m}x{n}x{k}"
+            raise ClblastError(f"CLBlast {prec.code.upper()}{what} {''.join(ops)}: {status_text(status)}")
         # CLBlast hands over its reference to the event: pyopencl releases it.
         return cl.Event.from_int_ptr(event_ptr.value, retain=False)
 

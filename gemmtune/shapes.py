@@ -1,9 +1,10 @@
 """Workloads: the GEMM problems a search tunes and a bench measures, from a file or a string.
 
 A problem is BLAS's (column-major: C is m x n, inner dimension k) with an optional precision and
-op() of each operand. ``--shapes`` takes a CSV file (a header naming m, n, k and any of
-precision, trans_a, trans_b), a TOML file (``[[shape]]`` tables with those keys), or the
-problems inline as ``"m,n,k;m,n,k,d,T,N"``. Nothing here imports OpenCL.
+op() of each operand, and a batch: how many such problems at once (1 by default; docs/batched.md).
+``--shapes`` takes a CSV file (a header naming m, n, k and any of precision, trans_a, trans_b,
+batch), a TOML file (``[[shape]]`` tables with those keys), or the problems inline as
+``"m,n,k;m,n,k,d,T,N;m,n,k,s,N,N,1000"``. Nothing here imports OpenCL.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.files import parse_toml, read_text
 from gemmtune.precision import PRECISIONS
 
-COLUMNS = ("m", "n", "k", "precision", "trans_a", "trans_b")
+COLUMNS = ("m", "n", "k", "precision", "trans_a", "trans_b", "batch")
 MAX_DIM = 2**31 - 1
 MAX_SHAPES = 10_000
 
@@ -31,13 +32,20 @@ class Shape:
     precision: str | None = None   # None: the command's --precision
     trans_a: str = "N"
     trans_b: str = "N"
+    batch: int = 1
 
     def __str__(self) -> str:
         ops = "" if (self.trans_a, self.trans_b) == ("N", "N") else f" {self.trans_a}{self.trans_b}"
-        return f"{self.precision or ''}{self.m}x{self.n}x{self.k}{ops}"
+        batch = f"{self.batch} x " if self.batch > 1 else ""
+        return f"{batch}{self.precision or ''}{self.m}x{self.n}x{self.k}{ops}"
+
+    @property
+    def lead(self) -> tuple[int, ...]:
+        """The batch as a leading dimension of the operands: none for one problem."""
+        return (self.batch,) if self.batch > 1 else ()
 
     def with_precision(self, code: str) -> "Shape":
-        return Shape(self.m, self.n, self.k, self.precision or code, self.trans_a, self.trans_b)
+        return Shape(self.m, self.n, self.k, self.precision or code, self.trans_a, self.trans_b, self.batch)
 
 
 def _shape(values: dict, where: str) -> Shape:
@@ -45,8 +53,10 @@ def _shape(values: dict, where: str) -> Shape:
     if unknown:
         raise GemmtuneError(f"{where}: unknown column {shown(unknown[0])} (known: {', '.join(COLUMNS)})")
     dims = []
-    for name in ("m", "n", "k"):
+    for name in ("m", "n", "k", "batch"):
         value = values.get(name)
+        if name == "batch" and (value is None or str(value).strip() == ""):
+            value = 1
         if value is None or str(value).strip() == "":
             raise GemmtuneError(f"{where}: {name} is missing")
         try:
@@ -67,16 +77,16 @@ def _shape(values: dict, where: str) -> Shape:
         if op not in ("N", "T", "C"):
             raise GemmtuneError(f"{where}: {name} must be N, T or C, got {shown(values.get(name))}")
         ops.append(op)
-    return Shape(*dims, precision, *ops)
+    return Shape(*dims[:3], precision, *ops, dims[3])
 
 
 def parse_inline(text: str) -> list[Shape]:
-    """``m,n,k[,precision[,trans_a[,trans_b]]]`` items separated by ';'."""
+    """``m,n,k[,precision[,trans_a[,trans_b[,batch]]]]`` items separated by ';'."""
     shapes = []
     for i, item in enumerate(filter(None, (part.strip() for part in text.split(";"))), 1):
         fields = [f.strip() for f in item.split(",")]
         if not 3 <= len(fields) <= len(COLUMNS):
-            raise GemmtuneError(f"--shapes item {i} ({shown(item)}): expected m,n,k[,precision[,trans_a[,trans_b]]]")
+            raise GemmtuneError(f"--shapes item {i} ({shown(item)}): expected m,n,k[,precision[,trans_a[,trans_b[,batch]]]]")
         shapes.append(_shape(dict(zip(COLUMNS, fields)), f"--shapes item {i} ({shown(item)})"))
     return shapes
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import click
 
 from gemmtune.cli.base import (BoundedInt, cli, db_option, device_option, emit, format_option, precision_option,
                                seconds_type, shapes_option, workload)
+from gemmtune.errors import GemmtuneError
 
 
 # ---------------------------------------------------------------- bench
@@ -18,6 +20,8 @@ from gemmtune.cli.base import (BoundedInt, cli, db_option, device_option, emit, 
 @click.option("--sizes", default=None, metavar="S1,S2,...",
               help="Cube sizes M = N = K to measure (default 1024,2048,4096).")
 @shapes_option
+@click.option("--batch", type=BoundedInt(1, 2**31 - 1), default=None, metavar="N",
+              help="Problems of each --sizes cube at once, as one batched call (a shapes file's batch column).")
 @click.option("--baseline", "baselines", default="numpy", show_default=True, metavar="B1,B2,...",
               help="numpy, torch, cupy, clblast, 3m, cublas-3m and/or config:NAME=VALUE,... (';' separates several "
                    "configs; 3m and cublas-3m: the 3M complex products, c and z).")
@@ -27,12 +31,16 @@ from gemmtune.cli.base import (BoundedInt, cli, db_option, device_option, emit, 
 @click.option("--time-cap", type=seconds_type(), default=2.0, show_default=True,
               help="Seconds of timing per contender and problem once it has 6 samples.")
 @format_option("table", "json")
-def bench(device, precision, sizes, shapes_spec, baselines, clblast, db, time_cap, fmt):
+def bench(device, precision, sizes, shapes_spec, batch, baselines, clblast, db, time_cap, fmt):
     """Measure the tuned configuration against baselines as a caller pays: wall clock per call."""
     from gemmtune.bench import geometric_means, parse_baselines, run_bench
     from gemmtune.timing import TimingPolicy
 
+    if batch is not None and shapes_spec is not None:
+        raise GemmtuneError("--batch goes with --sizes; a shapes file gives each problem's batch in its batch column")
     shapes = workload(precision, sizes, shapes_spec)
+    if batch is not None:
+        shapes = [dataclasses.replace(s, batch=batch) for s in shapes]
     items = parse_baselines(baselines)
     rows = run_bench(device, shapes, items, db, TimingPolicy(max_seconds=time_cap),
                      progress=lambda i, total, s: click.echo(f"[{i}/{total}] {s} done", err=True), clblast=clblast)
