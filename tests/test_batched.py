@@ -211,3 +211,58 @@ def test_bad_batches_are_refused(queue):
     with pytest.raises(OperandError, match="all have one shape"):
         gemm([da[0], da[1, :3]], da[2], [dc[0], dc[1]])
     assert np.array_equal(dc.get(), before)
+
+
+def test_shapes_take_a_batch_column(tmp_path):
+    from gemmtune.shapes import Shape, load_shapes
+
+    assert load_shapes("4,5,6;4,5,6,d,T,N,300") == [Shape(4, 5, 6), Shape(4, 5, 6, "d", "T", "N", 300)]
+    (tmp_path / "s.csv").write_text("m,n,k,batch\n4,5,6,7\n4,5,6,\n")
+    assert load_shapes(str(tmp_path / "s.csv")) == [Shape(4, 5, 6, batch=7), Shape(4, 5, 6)]
+    (tmp_path / "s.toml").write_text("[[shape]]\nm = 4\nn = 5\nk = 6\nbatch = 2\n")
+    assert load_shapes(str(tmp_path / "s.toml")) == [Shape(4, 5, 6, batch=2)]
+    assert str(Shape(4, 5, 6, "s", batch=2)) == "2 x s4x5x6"
+    for bad in ("4,5,6,s,N,N,0", "4,5,6,s,N,N,x", "4,5,6,s,N,N,2.5"):
+        with pytest.raises(GemmtuneError, match="batch must be"):
+            load_shapes(bad)
+
+
+def test_clblast_strided_batched(queue):
+    """CLBlast's XgemmStridedBatched through gemmtune.clblast, the bench's baseline, against numpy."""
+    from gemmtune import clblast
+
+    try:
+        lib = clblast.load()
+    except clblast.ClblastError as e:
+        if __import__("os").environ.get("CI") == "true":
+            pytest.fail(f"CLBlast is missing under CI (install Debian's libclblast1): {e}")
+        pytest.skip(f"CLBlast is not installed here (Debian: libclblast1): {e}")
+    prec, rng = get_precision("d"), np.random.default_rng()
+    m, n, k, count = 5, 4, 3, 6
+    # column-major: A (m x k, ld m) per problem, B (n x k, ld n) shared and transposed, C (m x n)
+    a, b = random_matrix(prec, (count, k, m), rng), random_matrix(prec, (k, n), rng)
+    da, db = cla.to_device(queue, a), cla.to_device(queue, b)
+    dc = cla.to_device(queue, np.full((count, n, m), np.nan))
+    lib.gemm(queue, "d", "N", "T", m, n, k, 2.0, da, m, db, n, 0.0, dc, m, batch=(count, k * m, 0, m * n)).wait()
+    expected = reference(prec, np.swapaxes(a, -1, -2), np.broadcast_to(b, (count, k, n)), None, 2.0, 0.0)
+    assert_close(np.swapaxes(dc.get(), -1, -2), expected, prec)
+
+
+def test_bench_batches_against_numpy(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from gemmtune.cli import cli
+
+    shapes = tmp_path / "batches.csv"
+    shapes.write_text("m,n,k,precision,trans_a,trans_b,batch\n6,5,4,s,T,N,30\n")
+    for args in (["--shapes", str(shapes)], ["--sizes", "6", "-p", "c", "--batch", "20"]):
+        result = CliRunner().invoke(cli, ["bench", "--device", "0", "--time-cap", "0.05", "--baseline", "numpy",
+                                          "--format", "json", *args])
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.stdout)["rows"]
+        assert [r["contender"] for r in rows] == ["gemmtune", "numpy"] and rows[0]["verified"] is True
+        assert rows[0]["batch"] == (30 if "--shapes" in args else 20) and rows[0]["gflops"] > 0
+    result = CliRunner().invoke(cli, ["bench", "--device", "0", "--shapes", str(shapes), "--batch", "3"])
+    assert result.exit_code == 2 and result.output.startswith("Error: --batch goes with --sizes")

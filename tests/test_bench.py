@@ -35,9 +35,9 @@ from gemmtune.tuned import best_config  # noqa: E402
 EXPLICIT = "config:KERNEL=xgemm_k5,TSM=16,TSN=16,TSK=16,WPTN=2,PAD=1"
 # The explicit configuration in full: the parameters it leaves out take the kernel's defaults.
 EXPLICIT_CONFIG = make_config(load_space(), "xgemm_k5", dict(TSM=16, TSN=16, TSK=16, WPTN=2, PAD=1))
-ROW_KEYS = {"shape", "m", "n", "k", "precision", "trans_a", "trans_b", "contender", "source", "config", "gflops",
-            "time_ms", "device_ms", "host_ms", "ci_low_ms", "ci_high_ms", "repeats", "gemmtune_ratio", "verified",
-            "skipped"}
+ROW_KEYS = {"shape", "m", "n", "k", "precision", "trans_a", "trans_b", "batch", "contender", "source", "config",
+            "gflops", "time_ms", "device_ms", "host_ms", "ci_low_ms", "ci_high_ms", "repeats", "gemmtune_ratio",
+            "verified", "skipped"}
 SIZES = [24, 40]
 TIME_CAP = 0.05
 

@@ -345,8 +345,8 @@ def test_config_empty_or_not_a_mapping_is_refused(queue, config, match):
     (np.ones((3, 3), object), np.ones((3, 3), object), "unsupported dtype object"),
     (np.ones((3, 3), np.float16), np.ones((3, 3), np.float16), "unsupported dtype float16"),
     ([[1.0, 2.0], [3.0]], np.ones((2, 2)), "a is not an array numpy can take"),
-    (np.ones(3, np.float32), np.ones((3, 3), np.float32), "a must be 2-D, got 1-D"),
-    (np.ones((3, 3), np.float32), np.ones((3, 3, 1), np.float32), "b must be 2-D, got 3-D"),
+    (np.ones(3, np.float32), np.ones((3, 3), np.float32), "a must be at least 2-D, got 1-D"),
+    (np.ones((3, 3), np.float32), np.ones((2, 4, 3), np.float32), "inner dimensions differ"),   # a batch of b
     (np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), "inner dimensions differ"),
     (np.ones((3, 3), np.float32), np.ones((3, 3), np.float64), "share one dtype"),
 ])
@@ -359,8 +359,8 @@ def test_gemm_refuses_a_bad_transpose_flag_and_c_of_another_shape(queue, gemm_s)
     x = np.ones((3, 3), np.float32)
     with pytest.raises(OperandError, match="trans_a: bad transpose flag 'X'"):
         gemmtune.gemm(x, x, trans_a="X", config=DIRECT)
-    with pytest.raises(OperandError, match="c must be 2-D, got 3-D"):
-        gemmtune.gemm(x, x, x[:, :, None], beta=1.0, config=DIRECT)
+    with pytest.raises(OperandError, match="does not broadcast to the result"):   # a batch of c
+        gemmtune.gemm(x, x, np.ones((3, 3, 2), np.float32), beta=1.0, config=DIRECT)
     with pytest.raises(OperandError, match="c must be 3x3, got 3x2"):
         gemmtune.gemm(x, x, x[:, :2], beta=1.0, config=DIRECT)
     with pytest.raises(OperandError, match="beta = 1.0 needs c"):
