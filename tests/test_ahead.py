@@ -22,7 +22,8 @@ from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.optuna_adapter import BatchedStorage  # noqa: E402
 from gemmtune.search.ahead import AHEAD, AheadProposer, Journal, NotReady, ahead_possible  # noqa: E402
 from gemmtune.search.proposals import Proposals
-from gemmtune.search.session import Proposer, StudyCopy  # noqa: E402
+from gemmtune.search.proposer import Proposer  # noqa: E402
+from gemmtune.search.session import StudyCopy  # noqa: E402
 from gemmtune.space import parse_space  # noqa: E402
 from gemmtune.strategies import make_strategy  # noqa: E402
 

@@ -143,7 +143,9 @@ def test_non_contiguous_inputs():
     ((3, 4), (4, 2), (2, 3), {"beta": 1.0}, "c must be"),
     ((3, 4), (4, 2), (3, 3), {"beta": 1.0}, "c must be"),
     ((4,), (4, 2), None, {}, "2-D"),
-    ((3, 4), (4, 2, 1), None, {}, "2-D"),
+    ((3, 4), (4,), None, {}, "b must be at least 2-D"),
+    ((3, 4), (4, 2, 1), None, {}, "inner"),              # b is a stack of four 2x1 matrices
+    ((2, 3, 4), (3, 4, 2), None, {}, "do not broadcast"),
 ])
 def test_gemm_rejects_bad_shapes(a_shape, b_shape, c_shape, kwargs, match):
     a, b = np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)

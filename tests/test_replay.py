@@ -249,7 +249,7 @@ def test_tpe_learns_where_configurations_fail(tmp_path, monkeypatch):
     """Half the space fails (as launches larger than a device runs do): told PRUNED, as search and
     replay tell a failure, TPE ranks them below every result and stops proposing them; told FAIL
     (Optuna's state for an exception), TPE never sees them and keeps measuring them."""
-    import gemmtune.search.session as session
+    import gemmtune.search.proposer as proposer
 
     db = tmp_path / "f.db"
     landscape(db, lambda c: None if c.params["TSM"] >= 64 else float(10 * c.params["TSN"] + c.params["TSK"] + c.params["TSM"]))
@@ -260,7 +260,7 @@ def test_tpe_learns_where_configurations_fail(tmp_path, monkeypatch):
         return sum(c.params["TSM"] >= 64 for r in runs for c in r.measured), sum(r.trials for r in runs)
 
     failed, trials = failures_and_trials()
-    monkeypatch.setattr(session, "FAILED", TrialState.FAIL)
+    monkeypatch.setattr(proposer, "FAILED", TrialState.FAIL)
     failed_blind, trials_blind = failures_and_trials()
     assert failed < failed_blind / 2 and trials < trials_blind
 

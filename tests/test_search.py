@@ -641,7 +641,7 @@ def test_a_large_space_is_searched_without_listing_it(tmp_path, monkeypatch):
     # 131,072 points, more than a chunk: the search draws its seeds from the product and counts
     # the valid ones at the end; the shipped space's 2.36 million took 15 s to list before the
     # first trial.
-    from gemmtune.search.session import Proposer
+    from gemmtune.search.proposer import Proposer
     from gemmtune.space import CHUNK_ROWS, FamilySpace
 
     space_file = tmp_path / "large.toml"

@@ -20,7 +20,8 @@ from helpers_foundation import SMALL_SPACE  # noqa: E402
 from gemmtune.optuna_adapter import BatchedStorage, trial_id  # noqa: E402
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.recording import read_results
-from gemmtune.search.session import Proposer, StudyCopy
+from gemmtune.search.proposer import Proposer
+from gemmtune.search.session import StudyCopy
 from gemmtune.space import Config, config_key, parse_space
 from gemmtune.strategies import make_strategy
 
@@ -223,7 +224,7 @@ def test_a_sampler_accepts_a_candidate_only_if_it_is_valid():
     # of a candidate, and the check completes it.
     from types import SimpleNamespace
 
-    from gemmtune.search.session import accepting
+    from gemmtune.search.proposer import accepting
 
     proposals = Proposals(SPACE)
     fs = SPACE.families[0]
@@ -252,7 +253,7 @@ def test_proposals_made_with_accept_skip_fewer_invalid_configurations(monkeypatc
     # random, are alike).
     import contextlib
 
-    import gemmtune.search.session as session
+    import gemmtune.search.proposer as proposer
 
     space = parse_space("[xgemm_k5]\nTSM = [16, 32, 64, 128]\nTSN = [16, 32, 64, 128]\nTSK = [8, 16, 32]\n"
                         "WPTN = [1, 2, 4, 8]\nPAD = [0, 1, 2]\nTRANSPOSEX = [8]\nTRANSPOSEY = [8]\n", "test")
@@ -270,6 +271,6 @@ def test_proposals_made_with_accept_skip_fewer_invalid_configurations(monkeypatc
         return sum(t.user_attrs.get("skipped", "").startswith("invalid") for t in p.study.trials)
 
     screened = invalid_proposals()
-    monkeypatch.setattr(session, "accepting", lambda *args: contextlib.nullcontext())
+    monkeypatch.setattr(proposer, "accepting", lambda *args: contextlib.nullcontext())
     unscreened = invalid_proposals()
     assert screened < unscreened / 2, (screened, unscreened)

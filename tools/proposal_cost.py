@@ -1,5 +1,5 @@
 """What the default strategy's proposals cost as a search grows, without building or timing
-anything: the search's own proposer (``session.Proposer``) over an in-memory study, as the
+anything: the search's own proposer (``proposer.Proposer``) over an in-memory study, as the
 proposing process of ``gemmtune search`` runs it, on a made-up landscape (the analytic model's
 GFLOP/s with a fixed per-configuration noise; every tenth configuration fails).
 
@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     from gemmtune.precision import get_precision
     from gemmtune.search.study_search import Broken
     from gemmtune.search.proposals import Proposals
-    from gemmtune.search.session import Proposer, quiet_optuna
+    from gemmtune.search.proposer import Proposer
+    from gemmtune.search.session import quiet_optuna
     from gemmtune.space import load_space
     from gemmtune.strategies import DEFAULT, make_strategy
     from gemmtune.valid import ValidConfigs

@@ -36,7 +36,8 @@ def measure(url: str, trials: int, device: str, precision: str) -> dict[str, lis
     from gemmtune.search.ahead import Journal
     from gemmtune.search.proposals import Proposals
     from gemmtune.search.recording import claim_text, record
-    from gemmtune.search.session import Proposer, StudySession, quiet_heartbeat
+    from gemmtune.search.proposer import Proposer
+    from gemmtune.search.session import StudySession, quiet_heartbeat
     from gemmtune.space import load_space
     from gemmtune.strategies import DEFAULT, make_strategy
     from gemmtune.timing import Timing

@@ -1,6 +1,6 @@
 """The search: what other modules use of it. ``loop`` runs it; ``study_search`` (one study),
-``opening`` (what it measures first), ``session`` (Optuna), ``pipeline`` (build and measure) and
-``recording`` (results rows) are its parts; ``workload`` and ``replay`` run it on several
+``opening`` (what it measures first), ``proposer`` (what it measures next), ``session``
+(Optuna's study), ``pipeline`` (build and measure) and ``recording`` (results rows) are its parts; ``workload`` and ``replay`` run it on several
 problems and on recorded results."""
 
 from gemmtune.inputs import check_problem

@@ -4,7 +4,7 @@ sampler.
 At 1024³ on the H200 the search process was busy all the time and the timing worker 39 % of
 it: a sampling profile of the search process put 53 % of its time in TPE's proposals and
 35 % in writing trials to the database (docs/search.md, "The search pipeline"). Here a
-child process proposes from the study's copy in memory (``session.Proposer`` as a replay
+child process proposes from the study's copy in memory (``proposer.Proposer`` as a replay
 runs it, with the same rules: invalid and measured-before proposals are told there and never
 reach the search process), while the search process stores what is proposed, claims it and
 records results. The child keeps ``AHEAD`` proposals ready; the sampler sees them as running
@@ -30,7 +30,7 @@ import optuna
 from gemmtune.errors import GemmtuneError
 from gemmtune.execution.child import die_with_parent
 from gemmtune.info import forking_is_safe as ahead_possible
-from gemmtune.search.session import Proposer
+from gemmtune.search.proposer import Proposer
 
 
 AHEAD = 4   # proposals the child keeps ready: enough to cover a burst of free builders
@@ -120,7 +120,7 @@ def _serve(conn, parent_end, proposer: Proposer, learn, parent: int) -> None:
 
 
 class AheadProposer:
-    """``session.Proposer``'s interface for a search (``next``, ``tell``, ``abandon``), its
+    """``proposer.Proposer``'s interface for a search (``next``, ``tell``, ``abandon``), its
     proposals made in a child process. ``next`` returns ``NotReady`` rather than wait for the
     child; ``connection`` becomes readable when a proposal arrives. ``proposer`` (over the
     study's copy, its ``measured`` a ``Journal``) stays here for what touches the database:

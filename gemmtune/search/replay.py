@@ -3,7 +3,7 @@
 A ``grid`` study measured every valid configuration once; its rows of ``results`` (read through
 ``gemmtune.db.store``, never Optuna's tables) are a lookup table from configuration to GFLOP/s. A
 replay drives an in-memory Optuna study with ask/tell over the same parameter space, exactly as
-``gemmtune.search`` does (through its ``session.Proposer``), but a proposal's value is looked up instead of measured:
+``gemmtune.search`` does (through its ``proposer.Proposer``), but a proposal's value is looked up instead of measured:
 
 * a configuration the study did not record is taken as invalid: told PRUNED, not counted;
 * the first proposal of a recorded configuration is a measured trial: told its recorded GFLOP/s
@@ -67,7 +67,8 @@ from gemmtune.search.landscape import (Landscape, device_for, load_landscape, ot
                                        recorded_nearby)
 from gemmtune.search.opening import opening
 from gemmtune.search.proposals import Proposals
-from gemmtune.search.session import Proposer, memory_study, quiet_optuna
+from gemmtune.search.proposer import Proposer
+from gemmtune.search.session import memory_study, quiet_optuna
 from gemmtune.space import Config
 from gemmtune.strategies import DEFAULT, STRATEGIES, names
 

@@ -29,7 +29,8 @@ from gemmtune.search.prior import PriorModels, search_prior, sources
 from gemmtune.search.proposals import Proposals
 from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
-from gemmtune.search.session import Proposer, StudySession, quiet_heartbeat
+from gemmtune.search.proposer import Proposer
+from gemmtune.search.session import StudySession, quiet_heartbeat
 from gemmtune.space import Config, Space
 from gemmtune.strategies import make_strategy
 from gemmtune.valid import ValidConfigs

@@ -1,6 +1,6 @@
 """What a search strategy is: it proposes the next configuration to measure and is told each
 result. The search and ``gemmtune replay`` drive every strategy through
-``gemmtune.search.session.Proposer``, which owns the rules common to all of them (invalid
+``gemmtune.search.proposer.Proposer``, which owns the rules common to all of them (invalid
 proposals, configurations measured before, claims of other processes)."""
 
 from __future__ import annotations
