@@ -384,3 +384,27 @@ def test_short_calls_are_sampled_after_an_unrecorded_call_and_long_ones_directly
     assert 8 <= len(short.samples) <= 12 and 8 <= len(long_.samples) <= 12
     assert calls["short"] == policy.warmup + 2 * len(short.samples)
     assert calls["long"] == policy.warmup + 1 + len(long_.samples)   # before the first sample: no wall clock yet
+
+
+def test_a_sample_after_the_host_blas_follows_an_unrecorded_call_whatever_its_length():
+    """The host BLAS's threads spin after its call, taking the cores from the next contender: a
+    contender sampled after the host's (and the host's after another's) is called once unrecorded
+    first, even above REWARM_MS; two OpenCL contenders in a row are not."""
+    calls = {}
+
+    def timed(name, ms):
+        def run():
+            calls[name] = calls.get(name, 0) + 1
+            return ms, ms, 0.01
+        return run
+
+    long_ms = gemmtune.bench.REWARM_MS * 1.5
+    first = gemmtune.bench.Contender("first", "tuned", run=timed("first", long_ms))
+    second = gemmtune.bench.Contender("second", "explicit", run=timed("second", long_ms))
+    host = gemmtune.bench.Contender("numpy", gemmtune.bench.HOST, run=timed("numpy", long_ms))
+    policy = TimingPolicy(warmup=1, min_repeats=8, max_repeats=8)
+    gemmtune.bench._measure([first, second, host], policy)
+    assert len(first.samples) == len(second.samples) == len(host.samples) == 8
+    assert calls["first"] == policy.warmup + 2 * 8      # every round but the first follows the host's sample
+    assert calls["second"] == policy.warmup + 1 + 8     # always follows first's: no extra call after the first
+    assert calls["numpy"] == policy.warmup + 2 * 8      # always follows an OpenCL contender
