@@ -21,7 +21,27 @@
 #define COPY_PER_ITEM 4       // elements of a row that each work-item of pad_copy moves
 #endif
 
+// A batch's problem z as the product reads it (dimension 2 of its grid, or xgemm_rt's tile number
+// with STREAMK): A and B the copies these kernels prepared, packed_a and packed_b elements a problem
+// (0: one copy all share), or where negative the caller's operand as it is, at BATCH_AT; C the
+// caller's.
+#if BATCH
+#define BATCH_OPERANDS(A, B, C, z, packed_a, packed_b, offset_c) \
+  A += packed_a >= 0 ? (size_t)(z) * packed_a : (size_t)BATCH_AT(z, 0, stride_a); \
+  B += packed_b >= 0 ? (size_t)(z) * packed_b : (size_t)BATCH_AT(z, 1, stride_b); \
+  C += offset_c + BATCH_AT(z, 2, stride_c);
+#endif
+
 #if PART == 0 || PART == 2   // common.cl: the kernels a build holds
+// Batched: problem z is dimension 2 of the grid. Its operand (A: operand 0, B: 1, as BATCH_AT
+// counts them) starts at offset_in + BATCH_AT, and its copy is the z-th of out, packed.
+#if BATCH
+#define BATCH_PROBLEM(in, out, offset_in, operand, P_out, Q_out) \
+  in += offset_in + BATCH_AT((int)get_group_id(2), operand, operand ? stride_b : stride_a); \
+  out += (size_t)get_group_id(2) * P_out * Q_out;
+#else
+#define BATCH_PROBLEM(in, out, offset_in, operand, P_out, Q_out)
+#endif
 // out (P_out x Q_out, column-major) <- in (P x Q, column-major, leading dimension ld_in),
 // zeros outside P x Q, conjugated if conj != 0. Each work-item moves COPY_PER_ITEM elements of
 // a row, a work-group's height of columns apart, all its loads before its stores: global size
@@ -30,7 +50,12 @@
 // same runs), 52-56 with a load and a store at a time, 164-169 with one element per work-item
 // in 16 x 4.
 __kernel void pad_copy(const int P, const int Q, const int ld_in, const int P_out, const int Q_out,
-                       const int conj, const __global real* restrict in, __global real* restrict out) {
+                       const int conj, const __global real* restrict in, __global real* restrict out
+#if BATCH
+                       , const int offset_in, const int operand BATCH_ARGS
+#endif
+                       ) {
+  BATCH_PROBLEM(in, out, offset_in, operand, P_out, Q_out)
   const int i = get_global_id(0);
   const int j0 = get_group_id(1) * get_local_size(1) * COPY_PER_ITEM + get_local_id(1);
   real v[COPY_PER_ITEM];
@@ -60,7 +85,12 @@ __kernel void pad_copy(const int P, const int Q, const int ld_in, const int P_ou
 // work-items moving one.
 __kernel __attribute__((reqd_work_group_size(TRANSPOSEX, TRANSPOSEY, 1)))
 void pad_transpose(const int P, const int Q, const int ld_in, const int P_out, const int Q_out,
-                   const int conj, const __global real* restrict in, __global real* restrict out) {
+                   const int conj, const __global real* restrict in, __global real* restrict out
+#if BATCH
+                   , const int offset_in, const int operand BATCH_ARGS
+#endif
+                   ) {
+  BATCH_PROBLEM(in, out, offset_in, operand, P_out, Q_out)
   __local real tile[TRANSPOSEQ][TRANSPOSEX + 1];
   const int tx = get_local_id(0);
   const int ty = get_local_id(1);

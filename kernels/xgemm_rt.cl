@@ -120,7 +120,11 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
            const __global real* restrict A, const int lda,
            const __global real* restrict B, const int ldb,
            __global real* C, const int ldc,
-           const int split_from, const __global int4* restrict pieces, __global real* restrict work) {
+           const int split_from, const __global int4* restrict pieces, __global real* restrict work
+#if BATCH
+           , const int offset_c, const int packed_a, const int packed_b BATCH_ARGS
+#endif
+           ) {
   // Aligned for the widest vector access: NVIDIA faults on a misaligned vector access to local memory.
 #if STAGE
   __local real Alm[NBUF * KWG * LDAL] __attribute__((aligned(128)));
@@ -159,7 +163,16 @@ void xgemm(const int M, const int N, const int Kp, const real alpha, const real 
     const int group = get_group_id(0);
     const int4 piece = group < split_from ? (int4)(group, 0, slices, -1) : pieces[group - split_from];
     tile_v = piece.x; s0_v = piece.y; s1_v = piece.z; slot_v = piece.w;
+#if BATCH
+    // Tiles are numbered over the whole batch, problem after problem: the last round is the
+    // batch's, not each problem's.
+    const int per_problem = ((M + MWG - 1) / MWG) * ((N + NWG - 1) / NWG);
+    BATCH_OPERANDS(A, B, C, tile_v / per_problem, packed_a, packed_b, offset_c)
+    tile_v = tile_v % per_problem;
+#endif
   }
+#elif BATCH
+  BATCH_OPERANDS(A, B, C, (int)get_group_id(2), packed_a, packed_b, offset_c)   // pad.cl's
 #endif
   {
     // One tile, over K-slices s0 to s1: the whole GEMM of one tile, in a scope of its own so that

@@ -40,10 +40,21 @@
 typedef union { VTYPE(FIXV) v; real e[FIXV]; } funion;
 __kernel void xgemm_fixup(const int M, const int N, const real alpha, const real beta,
                           __global real* C, const int ldc, const __global int4* restrict fixups,
-                          const __global real* restrict work) {
+                          const __global real* restrict work
+#if BATCH
+                          , const int offset_c BATCH_ARGS
+#endif
+                          ) {
   const int4 fix = fixups[get_global_id(0) / (MWG * NWG / FIXV)];
   const int e = (get_global_id(0) % (MWG * NWG / FIXV)) * FIXV;
+#if BATCH
+  // a tile's number over the batch, as xgemm's: the problem's C, and the tile in it
+  const int per_problem = ((M + MWG - 1) / MWG) * ((N + NWG - 1) / NWG);
+  C += offset_c + BATCH_AT(fix.x / per_problem, 2, stride_c);
+  TILE_ORIGIN(M, N, fix.x % per_problem)
+#else
   TILE_ORIGIN(M, N, fix.x)
+#endif
   const int m = m0 + e % MWG, n = n0 + e / MWG;
   funion sum;
   for (int i = 0; i < FIXV; i++) { sum.e[i] = ZERO; }

@@ -72,17 +72,19 @@ def test_plans_batch_1_as_before_and_the_batch_as_dimension_2():
         assert "BATCH" not in family.build_defines(p, prec, single)
         batch = Problem(37, 29, 41, "T", "N", batch=5, strides=(0, 29 * 41, 37 * 29))
         assert family.build_defines(p, prec, batch)["BATCH"] == 1
-        for launch in family.plan(p, prec, batch, dev, 4).launches:
+        for launch in family.plan(p, prec, batch, dev, 64).launches:
+            # the CPU product takes the batch and its problems per work-item (one each, with 64 units)
+            tail = (5, 1) if (name, launch.kernel) == ("xgemm_cpu", "xgemm") else ()
             assert launch.global_size[2] == 5 and launch.local_size[2] == 1
-            assert launch.args[-3:] == (0, 29 * 41, 37 * 29)
+            assert launch.args[len(launch.args) - len(tail) - 3:] == (0, 29 * 41, 37 * 29, *tail)
         table = Problem(37, 29, 41, batch=5, table=True)
         assert family.build_defines(p, prec, table)["BATCH"] == 2
-        assert family.plan(p, prec, table, dev, 4).launches[-1].args[-1] == "batch_offsets"
+        assert "batch_offsets" in family.plan(p, prec, table, dev, 4).launches[-1].args[-3:]
         # every problem of a strided batch within the kernels' int indices
         huge = Problem(37, 29, 41, batch=3, strides=(0, 0, INDEX_LIMIT // 2))
         with pytest.raises(GemmtuneError, match="indexes at most"):
             family.plan(p, prec, huge, dev, 4)
-    assert not FAMILIES["xgemm_rt"].takes_batch and not FAMILIES["xgemm_k5"].takes_batch
+    assert FAMILIES["xgemm_rt"].takes_batch and not FAMILIES["xgemm_k5"].takes_batch
 
 
 @pytest.mark.parametrize("code", "sdcz")
@@ -143,6 +145,26 @@ def test_gemm_class_cpu_family_packs_each_problem(queue, code):
     dc = cla.to_device(queue, np.full((5, 7, 4), np.nan, DTYPES[code]))
     gemmtune.Gemm(queue, code, config=CPU)(da, db, dc)
     assert_close(dc.get(), reference(prec, a, b, None, 1.0, 0.0), prec)
+
+
+def test_cpu_family_computes_several_tiny_problems_per_work_item(queue):
+    """Tiny problems go several to a work-item (a work-group's start costs more than their
+    work), the last work-item's share ragged; every problem checked against numpy."""
+    from gemmtune.families.cpu import problems_per_item
+
+    prec, rng = get_precision("d"), np.random.default_rng()
+    count, m, n, k = 37, 5, 6, 7
+    p = {k_: v for k_, v in CPU.items() if k_ != "KERNEL"}
+    per_item = problems_per_item(p, Problem(n, m, k, batch=count), queue.device.max_compute_units)
+    assert 1 < per_item < count and count % per_item, per_item
+    plan = FAMILIES["xgemm_cpu"].plan(p, prec, Problem(n, m, k, batch=count, strides=(42, 35, 30)), queue.device,
+                                      queue.device.max_compute_units)
+    assert plan.launches[-1].global_size[2] == -(-count // per_item)
+    a, b = random_matrix(prec, (count, m, k), rng), random_matrix(prec, (count, k, n), rng)
+    c = random_matrix(prec, (count, m, n), rng)
+    da, db, dc = cla.to_device(queue, a), cla.to_device(queue, b), cla.to_device(queue, c)
+    gemmtune.Gemm(queue, "d", config=CPU)(da, db, dc, alpha=1.5, beta=-0.5)
+    assert_close(dc.get(), reference(prec, a, b, c, 1.5, -0.5), prec)
 
 
 @pytest.mark.parametrize("config", [DIRECT, CPU], ids=["direct", "cpu"])

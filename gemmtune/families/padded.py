@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from gemmtune.families.base import (PREPARATION, PRODUCT, TILE, WIDTH, Constraint, Family, Params, _roundup,
                                     fits_work_group, part_defines)
-from gemmtune.launch import A, ALPHA, B, BETA, C, Launch, Plan, Problem, Scratch
+from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, Launch, Plan, Problem, Scratch,
+                             check_leading_dimensions)
 from gemmtune.precision import Precision
 
 # pad_copy's work-group: the first of these the device takes (32 down a column is the fastest
@@ -48,28 +49,46 @@ TRANSPOSE_FITS = Constraint(
 
 
 
-def preparation_defines(p: Params, prec: Precision) -> tuple[tuple[str, int], ...]:
+def preparation_defines(p: Params, prec: Precision, batch: dict[str, int] | None = None) -> tuple[tuple[str, int], ...]:
     """The build of pad.cl's kernels apart from the product (common.cl's PART 2): what they read,
-    the precision and the transpose tile, so that the candidates of a search share a few builds."""
-    return part_defines(PREPARATION, prec, **{name: p[name] for name in ("TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")})
+    the precision and the transpose tile (and a batch's BATCH), so that the candidates of a search
+    share a few builds."""
+    return part_defines(PREPARATION, prec, **{name: p[name] for name in ("TRANSPOSEX", "TRANSPOSEY", "TRANSPOSEW")},
+                        **(batch or {}))
+
+
+def batch_build(problem: Problem) -> tuple[dict[str, int], tuple]:
+    """common.cl's BATCH defines and the arguments after each kernel's own, for a family whose
+    kernels read operands from offset 0 unless batched: a batch's, or for one problem at offsets,
+    those of a batch of one with strides 0 (its kernels then take the offsets); none otherwise,
+    so that a single problem's builds stay those of an unbatched launch."""
+    if problem.batched:
+        return problem.batch_defines(), problem.batch_args()
+    return ({"BATCH": 1}, (0, 0, 0)) if problem.views else ({}, ())
 
 
 def _prepare(src: str, ld: int, transpose: bool, conj: bool, rows: int, cols: int, rows_p: int,
-             cols_p: int, dst: str, p: Params, prec: Precision, device) -> Launch:
+             cols_p: int, dst: str, p: Params, prec: Precision, device,
+             batch: tuple[int, dict[str, int], tuple] | None = None) -> Launch:
     """dst (rows_p x cols_p, column-major) <- src (rows x cols), zero-padded and conjugated if
-    asked; with ``transpose``, src is stored cols x rows and dst gets its transpose."""
-    defines = preparation_defines(p, prec)
+    asked; with ``transpose``, src is stored cols x rows and dst gets its transpose. ``batch``:
+    (problems along dimension 2, each copy packed after the last; pad.cl's BATCH defines; the
+    operand's offset and index, 0 A or 1 B, then BATCH_ARGS)."""
     if not transpose:
         # A fixed work-group (the kernel guards the edges): with the local size left to the
         # driver, PoCL compiles a new work-group function for every new shape.
         tile = copy_tile(device)
         size = (_roundup(rows_p, tile[0]), _roundup(-(-cols_p // COPY_PER_ITEM), tile[1]))
-        return Launch("pad_copy", size, tile, (rows, cols, ld, rows_p, cols_p, int(conj), src, dst), gemm=False,
-                      defines=defines)
-    tx, ty, tw = p["TRANSPOSEX"], p["TRANSPOSEY"], p["TRANSPOSEW"]   # tiles of ty * tw input columns
-    size = (_roundup(cols_p, tx), _roundup(rows_p, ty * tw) // tw)
-    return Launch("pad_transpose", size, (tx, ty), (cols, rows, ld, cols_p, rows_p, int(conj), src, dst),
-                  gemm=False, defines=defines)
+        args = (rows, cols, ld, rows_p, cols_p, int(conj), src, dst)
+    else:
+        tx, ty, tw = p["TRANSPOSEX"], p["TRANSPOSEY"], p["TRANSPOSEW"]   # tiles of ty * tw input columns
+        size, tile = (_roundup(cols_p, tx), _roundup(rows_p, ty * tw) // tw), (tx, ty)
+        args = (cols, rows, ld, cols_p, rows_p, int(conj), src, dst)
+    if batch:
+        problems, defines, more = batch
+        size, tile, args = (*size, problems), (*tile, 1), (*args, *more)
+    return Launch("pad_transpose" if transpose else "pad_copy", size, tile, args, gemm=False,
+                  defines=preparation_defines(p, prec, batch[1] if batch else None))
 
 
 class Padded(Family):
@@ -77,15 +96,24 @@ class Padded(Family):
     Mp x Kp and B as Np x Kp (or Kp x Np where ``b_k_fast``), column-major, zero-padded."""
 
     def build_defines(self, p, prec, problem):
-        return {"PART": PRODUCT}   # the product alone: the preparation kernels are built apart
+        # the product alone: the preparation kernels are built apart
+        return {"PART": PRODUCT, **batch_build(problem)[0]}
+
+    def operand_alignment(self, p: Params) -> int:
+        """Elements to which the main kernel's vector loads need an operand it reads in place
+        aligned: a batch's strides must be multiples of it."""
+        return 1
 
     def b_k_fast(self, p: Params) -> bool:
         """Whether the kernel reads B as Kp x Np (k fastest) rather than Np x Kp."""
         return bool(p.get("BKFAST", 0))
 
     def main_launches(self, p: Params, prec: Precision, problem: Problem, padded: tuple[int, int, int],
-                      operands: tuple, compute_units: int) -> tuple[tuple[Scratch, ...], tuple[Launch, ...]]:
-        """The product's own kernels, given the prepared operands (a, lda, b, ldb)."""
+                      operands: tuple, compute_units: int,
+                      batch: tuple | None = None) -> tuple[tuple[Scratch, ...], tuple[Launch, ...]]:
+        """The product's own kernels, given the prepared operands (a, lda, b, ldb); ``batch``, for a
+        family that takes batches: (packed_a, packed_b, *BATCH_ARGS), the elements between the
+        problems' prepared copies of A and B (0: one copy for all; -1: read in place)."""
         mp, np_, kp = padded
         a, lda, b, ldb = operands
         size = self.global_size(p, mp, np_)
@@ -115,26 +143,39 @@ class Padded(Family):
         return (*((problem.m * problem.k + mp * kp,) if a else ()), *((problem.k * problem.n + np_ * kp,) if b else ()))
 
     def plan(self, p, prec, problem, device, compute_units):
-        if problem.views:
-            raise ValueError(f"{self.name} reads operands from offset 0 only")
+        if (problem.views or problem.batched) and not self.takes_batch:
+            raise ValueError(f"{self.name} reads one problem's operands, from offset 0 only")
         m, n, k = problem.m, problem.n, problem.k
         mp, np_, kp = padded = self.padded_shape(p, m, n, k)
         a_pass, b_pass = self._passes(p, problem, padded)
-        scratch, launches = [], []
+        defines, batch_args = batch_build(problem)
+        copies = (1, 1)
+        if defines:
+            check_leading_dimensions(problem, self.name)
+            # In place only at offset 0, a problem a whole number of the kernel's vectors after the
+            # last; otherwise prepared, each problem's copy (one for an operand all share) packed.
+            aligned = [not problem.views and not problem.table and stride % self.operand_alignment(p) == 0
+                       for stride in problem.strides[:2]]
+            a_pass, b_pass = a_pass or not aligned[0], b_pass or not aligned[1]
+            copies = tuple(1 if not problem.table and stride == 0 else problem.batch for stride in problem.strides[:2])
+        scratch, launches, packed = [], [], [-1, -1]
         a, lda = A, problem.lda
         if a_pass:
-            scratch.append(Scratch("a_padded", mp * kp * prec.bytes))
+            scratch.append(Scratch("a_padded", copies[0] * mp * kp * prec.bytes))
             launches.append(_prepare(A, lda, problem.trans_a != "N", problem.trans_a == "C", m, k, mp, kp,
-                                     "a_padded", p, prec, device))
-            a, lda = "a_padded", mp
+                                     "a_padded", p, prec, device,
+                                     (copies[0], defines, (OFFSET_A, 0, *batch_args)) if defines else None))
+            a, lda, packed[0] = "a_padded", mp, (copies[0] > 1) * mp * kp
         rows, cols, rows_p, cols_p = self._b_layout(p, problem, padded)
         b, ldb = B, problem.ldb
         if b_pass:
             # The kernel reads op(B) transposed (Np x Kp), or as it is where it reads B k-fastest.
             transpose = problem.trans_b != "N" if self.b_k_fast(p) else problem.trans_b == "N"
-            scratch.append(Scratch("b_padded", np_ * kp * prec.bytes))
+            scratch.append(Scratch("b_padded", copies[1] * np_ * kp * prec.bytes))
             launches.append(_prepare(B, ldb, transpose, problem.trans_b == "C", rows, cols, rows_p, cols_p,
-                                     "b_padded", p, prec, device))
-            b, ldb = "b_padded", rows_p
-        more_scratch, main = self.main_launches(p, prec, problem, (mp, np_, kp), (a, lda, b, ldb), compute_units)
+                                     "b_padded", p, prec, device,
+                                     (copies[1], defines, (OFFSET_B, 1, *batch_args)) if defines else None))
+            b, ldb, packed[1] = "b_padded", rows_p, (copies[1] > 1) * np_ * kp
+        more_scratch, main = self.main_launches(p, prec, problem, (mp, np_, kp), (a, lda, b, ldb), compute_units,
+                                                (*packed, *batch_args) if defines else None)
         return Plan((*scratch, *more_scratch), (*launches, *main))

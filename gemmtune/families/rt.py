@@ -9,10 +9,10 @@ import numpy as np
 
 from gemmtune.families.base import (FIXUP, MODE, PADDING, TILE, WIDTH, Constraint, Params, _safe, register_budget,
                                     work_group_fits, part_defines, work_per_item)
-from gemmtune.families.padded import TRANSPOSE_FITS, TRANSPOSE_RANGES, Padded
+from gemmtune.families.padded import TRANSPOSE_FITS, TRANSPOSE_RANGES, Padded, batch_build
 from gemmtune.families.split import Split
 from gemmtune.info import DeviceInfo
-from gemmtune.launch import ALPHA, BETA, C, Launch, Scratch
+from gemmtune.launch import ALPHA, BETA, C, OFFSET_C, Launch, Scratch
 from gemmtune.precision import Precision
 
 # Stream-K shares the last round's tiles out only when it leaves at least this share of the
@@ -58,19 +58,23 @@ class RegisterTiled(Padded):
         # one-dimensional: a work-group per tile before the split ones, then one per piece
         return (split.first + len(split.pieces)) * p["MDIMC"], p["NDIMC"]
 
-    def split(self, p, mp, np_, kp, compute_units):
+    def split(self, p, mp, np_, kp, compute_units, problems: int = 1):
+        """``problems``: a batch's, whose tiles are numbered problem after problem (the batched
+        kernel's tile numbers), so that only the batch's last round is cut."""
         if not p["STREAMK"]:
             return None
-        tiles, slices = (mp // p["MWG"]) * (np_ // p["NWG"]), kp // p["KWG"]
-        shared, rounds = self.shared_tiles(p, mp, np_, compute_units)
+        tiles, slices = problems * (mp // p["MWG"]) * (np_ // p["NWG"]), kp // p["KWG"]
+        shared, rounds = self._shared(p, tiles, compute_units)
         return stream_k_pieces(tiles - shared, tiles, slices, rounds) if shared else Split(tiles)
 
     def shared_tiles(self, p, mp, np_, compute_units) -> tuple[int, int]:
         """With STREAMK: how many of the last tiles ``split`` cuts into pieces (0: none), and
         the work-groups that run at once, which the pieces keep busy until they end together."""
+        return self._shared(p, (mp // p["MWG"]) * (np_ // p["NWG"]), compute_units)
+
+    def _shared(self, p, tiles: int, compute_units: int) -> tuple[int, int]:
         if not p["STREAMK"]:
             return 0, 0
-        tiles = (mp // p["MWG"]) * (np_ // p["NWG"])
         rounds = p["STREAMK"] * compute_units     # work-groups running at once, by assumption
         last = tiles % rounds                      # tiles of the last, partial round
         if last == 0 or last > (1 - IDLE_WORTH_SHARING) * rounds:
@@ -93,22 +97,34 @@ class RegisterTiled(Padded):
         """Bytes of `work`: a tile of partial sums per slot."""
         return 0 if split is None else split.slots * p["MWG"] * p["NWG"] * prec.bytes
 
-    def main_launches(self, p, prec, problem, padded, operands, compute_units):
+    def operand_alignment(self, p):
+        return p["VWG"]   # its global loads are vectors of VWG elements
+
+    def main_launches(self, p, prec, problem, padded, operands, compute_units, batch=None):
         mp, np_, kp = padded
         a, lda, b, ldb = operands
-        split = self.split(p, mp, np_, kp, compute_units)
+        # Batched, the problem is dimension 2 of the grid; with STREAMK the grid's one dimension
+        # numbers the tiles of the whole batch, so that its last round, not each problem's, is cut.
+        problems = problem.batch if batch else 1
+        split = self.split(p, mp, np_, kp, compute_units, problems)
         table = split.pieces if split and split.pieces else ((0, 0, 0, -1),)
         scratch = [Scratch("pieces", table=table),
                    Scratch("work", max(prec.bytes, self.workspace_bytes(p, prec, split)))]
-        launches = [Launch(self.kernel_name, self.global_size(p, mp, np_, split), self.local_size(p),
+        size, local = self.global_size(p, mp, np_, split), self.local_size(p)
+        if batch and split is None:
+            size, local = (*size, problems), (*local, 1)
+        launches = [Launch(self.kernel_name, size, local,
                            (problem.m, problem.n, kp, ALPHA, BETA, a, lda, b, ldb, C, problem.ldc,
-                            split.first if split else 0, "pieces", "work"))]
+                            split.first if split else 0, "pieces", "work", *((OFFSET_C, *batch) if batch else ())))]
         if split and split.fixups:
             scratch.append(Scratch("fixups", table=tuple((*f, 0) for f in split.fixups)))
             per_tile = p["MWG"] * p["NWG"] // self.fixup_width(p)   # a work-item per FIXV elements of a tile
+            defines, batch_args = batch_build(problem)
             launches.append(Launch("xgemm_fixup", (len(split.fixups) * per_tile,), (math.gcd(per_tile, 256),),
-                                   (problem.m, problem.n, ALPHA, BETA, C, problem.ldc, "fixups", "work"),
-                                   defines=part_defines(FIXUP, prec, MWG=p["MWG"], NWG=p["NWG"], BANDM=p["BANDM"])))
+                                   (problem.m, problem.n, ALPHA, BETA, C, problem.ldc, "fixups", "work",
+                                    *((OFFSET_C, *batch_args) if batch else ())),
+                                   defines=part_defines(FIXUP, prec, MWG=p["MWG"], NWG=p["NWG"], BANDM=p["BANDM"],
+                                                        **defines)))
         return tuple(scratch), tuple(launches)
 
     def local_mem_bytes(self, p, prec):
@@ -201,6 +217,7 @@ XGEMM_RT = RegisterTiled(
     ranges={"MWG": TILE, "NWG": TILE, "KWG": TILE, "MDIMC": TILE, "NDIMC": TILE, "VWG": (1, 16), "VLM": WIDTH,
             "VLN": WIDTH, "PIPE": MODE, "PADL": PADDING, "UNROLL": WIDTH, "BKFAST": (0, 2), "WARPM": (0, TILE[1]),
             "STAGE": MODE, "MMA": MODE, "STREAMK": (0, 64), "BANDM": (0, TILE[1]), **TRANSPOSE_RANGES},
+    takes_batch=True,
 )
 
 
