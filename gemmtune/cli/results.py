@@ -138,18 +138,19 @@ def export(filters, db, fmt, output):
 
 # ---------------------------------------------------------------- replay
 
-MAX_REPLAYS = 10_000   # replays per sampler, and model seeds: each costs a search's proposals
+MAX_REPLAYS = 10_000   # replays per strategy, and model seeds: each costs a search's proposals
 
 @cli.command()
 @db_option
 @click.option("--study", required=True, help="The exhaustive (grid) study to replay.")
-@click.option("--samplers", default=",".join(strategies.names("replay")), show_default=True, metavar="S1,S2,...",
-              help=f"Samplers to compare: default (what search does without --sampler), "
+@click.option("--strategies", "--samplers", "names", default=",".join(strategies.names("replay")), show_default=True,
+              metavar="S1,S2,...",
+              help=f"Strategies to compare: default (what search does without --strategy), "
                    f"{', '.join(strategies.names('replay'))} (tpe-seeded: TPE after the model's best predictions; "
                    "learned: the cost model trained on the device's results at other problems in the database; "
-                   "optuna-tpe, optuna-cmaes: Optuna's samplers as they come).")
+                   "optuna-tpe, optuna-cmaes: Optuna's samplers as they come). --samplers is an alias.")
 @click.option("--seeds", type=BoundedInt(1, MAX_REPLAYS), default=20, show_default=True,
-              help="Replays per sampler, with sampler seeds 0 .. SEEDS-1.")
+              help="Replays per strategy, with sampler seeds 0 .. SEEDS-1.")
 @click.option("--target", type=BoundedFloat(0, 1, min_open=True), default=0.95, show_default=True,
               help="Stop at a measured trial reaching this fraction of the study's best GFLOP/s.")
 @click.option("--model-seeds", type=BoundedInt(1, MAX_REPLAYS), default=10, show_default=True,
@@ -164,12 +165,12 @@ MAX_REPLAYS = 10_000   # replays per sampler, and model seeds: each costs a sear
 @click.option("--jobs", type=click.IntRange(min=0), default=1, show_default=True,
               help="Processes replaying seeds side by side (0: one per core); the counts are the same.")
 @format_option("table", "json")
-def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_file, jobs, fmt):
-    """Compare samplers by re-running searches against an exhaustive study's recorded results."""
+def replay(db, study, names, seeds, target, model_seeds, device_info, space_file, jobs, fmt):
+    """Compare search strategies by re-running searches against an exhaustive study's recorded results."""
     from gemmtune.output import terminal_text
     from gemmtune.search import replay as rp
 
-    names = [s.strip() for s in samplers.split(",") if s.strip()]
+    names = [s.strip() for s in names.split(",") if s.strip()]
     seeded = [n for n in names if n == "default" or (n in strategies.STRATEGIES and (
         strategies.STRATEGIES[n].model_seeded or strategies.STRATEGIES[n].wants_prior))]
     land = rp.load_landscape(db, study, space_file)
@@ -179,7 +180,7 @@ def replay(db, study, samplers, seeds, target, model_seeds, device_info, space_f
     if seeded and device is None:
         raise GemmtuneError(f"{seeded[0]} needs the study's device ({land.device_name}) for the model; neither the "
                             "database nor this machine describes it: pass --device-info FILE (saved with "
-                            f"`gemmtune devices --format json` on its machine) or leave {seeded[0]} out of --samplers")
+                            f"`gemmtune devices --format json` on its machine) or leave {seeded[0]} out of --strategies")
     result = rp.replay(land, names, seeds, target, model_seeds, device, jobs)
     first = [n for n in names if n == "default" or strategies.STRATEGIES[n].model_seeded]
     d = result.to_json()

@@ -254,16 +254,18 @@ def print_summary(d: dict) -> None:
 @shape_options
 @click.option("--trials", type=BoundedInt(1, MAX_COUNT), default=None,
               help="New trials to measure (default: as many as --timeout allows; with --shapes and no "
-                   "--timeout, 30 per problem; with --sampler grid, the whole space).")
+                   "--timeout, 30 per problem; with --strategy grid, the whole space).")
 @click.option("--timeout", type=seconds_type(), default=None,
               help=f"Stop starting trials after this many seconds (default {DEFAULT_TIMEOUT:g} for one problem "
-                   "when --trials is not given either, and not with --sampler grid; trials in flight then "
+                   "when --trials is not given either, and not with --strategy grid; trials in flight then "
                    "finish).")
 @click.option("--trial-timeout", type=seconds_type(), default=120.0,
               show_default=True, help="Seconds one trial (build, verify, time) may take.")
-@click.option("--sampler", type=click.Choice(strategies.names("search")), default=strategies.DEFAULT, show_default=True,
+@click.option("--strategy", "--sampler", "strategy", type=click.Choice(strategies.names("search")),
+              default=strategies.DEFAULT, show_default=True,
               help="What chooses the trials after the seeds: learned (a cost model fitted to the device's results "
-                   "at other shapes, and TPE), tpe, random, or grid (every valid configuration).")
+                   "at other shapes, and TPE), tpe, random, or grid (every valid configuration). --sampler is an "
+                   "alias.")
 @click.option("--seed", type=BoundedInt(0, SEED_MAX), default=None, help="Seed of the sampler (0 to 2**32 - 1).")
 @db_option
 @click.option("--study", default=None, help="Study name (default: from device, precision and shape).")
@@ -285,7 +287,7 @@ def print_summary(d: dict) -> None:
 @shapes_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @format_option("table", "json")
-def search(device, precision, shape, trials, timeout, trial_timeout, sampler, seed, db, study,
+def search(device, precision, shape, trials, timeout, trial_timeout, strategy, seed, db, study,
            space_file, time_cap, jobs, early_stop, no_seed, grace, shapes_spec, quiet, fmt):
     """Search the valid space with Optuna; build, verify and time each trial; record every result."""
     shapes = None
@@ -299,13 +301,13 @@ def search(device, precision, shape, trials, timeout, trial_timeout, sampler, se
     from gemmtune.search import SearchRequest, run_search  # after the checks: a second of imports
     from gemmtune.timing import TimingPolicy
 
-    if timeout is None and trials is None and sampler != "grid" and shapes is None:
+    if timeout is None and trials is None and strategy != "grid" and shapes is None:
         timeout = DEFAULT_TIMEOUT   # the Quick start: ends by itself, however many trials fit
     # Under a time budget a search (each problem of a workload) runs until its share is spent.
-    unbounded = sampler == "grid" or timeout is not None
+    unbounded = strategy == "grid" or timeout is not None
     req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2],
                         trials=trials if trials is not None or unbounded else 30,
-                        timeout=timeout, trial_timeout=trial_timeout, sampler=sampler, seed=seed,
+                        timeout=timeout, trial_timeout=trial_timeout, sampler=strategy, seed=seed,
                         db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap),
                         jobs=jobs, early_stop=early_stop or None, seeds=0 if no_seed else 10, grace=grace)
     line = _ProgressLine(quiet)
