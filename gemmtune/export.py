@@ -56,7 +56,7 @@ DEFAULT_TABLES = (("GPU", "defined(GEMMTUNE_DEVICE_TYPE_GPU)"),
 def best_entries(rows: pd.DataFrame) -> list[dict]:
     """The best ok row of each (device, precision, m, n, k, ops) among shipped-family
     configurations, as JSON entries, sorted by device, precision, shape and ops."""
-    from gemmtune.report import with_ops
+    from gemmtune.report.table import with_ops
 
     space = shipped_families()
     ok = with_ops(rows[rows.status == "ok"]).sort_values(["gflops", "id"], ascending=[False, True])

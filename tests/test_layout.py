@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,7 +26,7 @@ KERNEL_LINES = 400
 # module or package of gemmtune/.
 LAYERS = [
     ("commands", {"cli", "__main__"}),
-    ("uses", {"search", "report", "report_plot", "importance", "export", "clib", "bench", "clblast", "cublas3m",
+    ("uses", {"search", "report", "export", "clib", "bench", "clblast", "cublas3m",
               "peak", "listing", "compute", "batched", "complex3m", "operands"}),
     ("strategies", {"strategies"}),
     ("models", {"models", "tuned"}),
@@ -135,6 +136,14 @@ def test_kernel_files_are_of_readable_size():
     long_files = {p.name: n for p in sorted((REPO / "kernels").glob("*.cl"))
                   if (n := len(p.read_text().splitlines())) > KERNEL_LINES}
     assert not long_files, long_files
+
+
+def test_every_package_is_in_the_distribution():
+    """pyproject.toml lists the packages a wheel ships: a package made by a move is listed too."""
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in PACKAGE.rglob("__init__.py")
+             if not any(q.is_symlink() for q in p.parents if PACKAGE in q.parents)}
+    assert found <= listed, sorted(found - listed)
 
 
 def test_results_holds_no_tracked_file_but_its_placeholder():

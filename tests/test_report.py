@@ -189,8 +189,8 @@ def test_a_database_that_cannot_be_opened_is_one_line_and_exit_2(tmp_path, make_
 def test_plot_is_a_png_with_progress_per_study_and_size_curves(results_db, tmp_path):
     from matplotlib.image import imread  # in the test extra
 
-    from gemmtune.report import load
-    from gemmtune.report_plot import plot
+    from gemmtune.report.table import load
+    from gemmtune.report.plot import plot
 
     path = tmp_path / "report.png"
     result = report("--plot", str(path), db=results_db)

@@ -109,7 +109,7 @@ def main(argv=None) -> dict:
     from gemmtune.db.urls import database_url
     from gemmtune.device import open_device
     from gemmtune.precision import get_precision
-    from gemmtune.report import load
+    from gemmtune.report.table import load
     from gemmtune.space import make_config, shipped_families
 
     cc = shutil.which("cc") or "gcc"

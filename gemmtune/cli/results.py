@@ -16,7 +16,7 @@ from gemmtune.shapes import MAX_DIM
 # ---------------------------------------------------------------- report, export
 
 def result_filters(f):
-    """Optional filters on the results table; passes ``filters`` (a gemmtune.report.Filters).
+    """Optional filters on the results table; passes ``filters`` (a gemmtune.report.table.Filters).
 
     Not device_option/precision_option/shape_options: those default to device 0, precision s
     and 1024³, while these must default to everything stored.
@@ -35,7 +35,7 @@ def result_filters(f):
     @click.option("--study", default=None, help="Only this study.")
     @functools.wraps(f)
     def wrapper(*args, device, precision, m, n, k, size, study, **kwargs):
-        from gemmtune.report import Filters
+        from gemmtune.report.table import Filters
 
         return f(*args, filters=Filters(device, precision, m or size, n or size, k or size, study), **kwargs)
 
@@ -57,12 +57,12 @@ def result_filters(f):
                    "correlation (Spearman) with the measured times of each shape.")
 def report(filters, db, fmt, top, plot_file, importance, with_model):
     """Show the best configurations found, per device, precision and shape."""
-    from gemmtune import report as rp
-    from gemmtune.importance import add_importance
+    from gemmtune.report import table as rp
+    from gemmtune.report.importance import add_importance
 
     if plot_file:
         from gemmtune.output import STDOUT, writable
-        from gemmtune.report_plot import require_matplotlib
+        from gemmtune.report.plot import require_matplotlib
 
         require_matplotlib()
         if plot_file == STDOUT:
@@ -85,7 +85,7 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
             click.echo(note, err=True)
     click.echo(rp.render(frame, fmt), nl=False)
     if plot_file:
-        from gemmtune.report_plot import plot
+        from gemmtune.report.plot import plot
 
         plot(found.rows, plot_file)
         click.echo(f"Plot written to {plot_file}.", err=True)
@@ -104,7 +104,7 @@ def export(filters, db, fmt, output):
     library (--format c: gemmtune.h, gemmtune.c and CMakeLists.txt in the -o directory)."""
     from gemmtune import export as ex
     from gemmtune.output import STDOUT, writable
-    from gemmtune.report import load
+    from gemmtune.report.table import load
 
     if fmt == "c":
         from gemmtune import clib

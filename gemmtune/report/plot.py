@@ -9,7 +9,7 @@ import pandas as pd
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.output import table_cell, write_file
-from gemmtune.report import GROUP
+from gemmtune.report.table import GROUP
 
 
 def require_matplotlib() -> None:

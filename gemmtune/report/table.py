@@ -18,7 +18,7 @@ import pandas as pd
 from gemmtune.db.store import Store, database_url
 from gemmtune.db.urls import shown
 from gemmtune.errors import GemmtuneError
-from gemmtune.importance import importance_text
+from gemmtune.report.importance import importance_text
 from gemmtune.output import cells
 from gemmtune.timing import is_tie
 
