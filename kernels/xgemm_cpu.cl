@@ -25,7 +25,10 @@
 //          global (ceil(ceil(N / (NR * NB)) / WGS) * WGS, ceil(M / MR)), local (WGS, 1);
 //          ORDER 1 swaps the two: (ceil(ceil(M / MR) / WGS) * WGS, ceil(N / (NR * NB)))
 //   Batched (common.cl's BATCH): each launch gets a dimension 2 of one work-item per problem, and
-//          problem z's panels lie z panels' sizes into Ap and Bp
+//          problem z's panels lie z panels' sizes into Ap and Bp; xgemm takes the batch's size and
+//          how many problems each work-item computes in turn after BATCH_ARGS (batch, per_item):
+//          dimension 2 is then ceil(batch / per_item), so that tiny problems do not each pay for a
+//          work-group of their own
 #include "common.cl"
 
 #ifndef VW
@@ -226,7 +229,11 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
 #if PACKB
            , const __global real* restrict Bp
 #endif
-           BATCH_ARGS) {
+           BATCH_ARGS
+#if BATCH
+           , const int batch, const int per_item
+#endif
+           ) {
 #if ORDER == 0
   const int jstart = get_global_id(0) * NR * NB;
   const int i0 = get_global_id(1) * MR;
@@ -238,16 +245,26 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
   A += offA;
   B += offB;
   C += offC;
-#if BATCH   // dimension 2: the problem; its panels follow the previous problem's
-  const int z = get_global_id(2);
-  A += BATCH_AT(z, 0, stride_a);
-  B += BATCH_AT(z, 1, stride_b);
-  C += BATCH_AT(z, 2, stride_c);
+#if BATCH   // dimension 2: per_item problems, one after another; their panels follow each other's
+  const __global real* A0 = A;
+  const __global real* B0 = B;
+  __global real* C0 = C;
 #if PACKA
-  Ap += (size_t)z * ((M + MR - 1) / MR) * MR * K;
+  const __global real* Ap0 = Ap;
 #endif
 #if PACKB
-  Bp += (size_t)z * ((N + NR - 1) / NR) * NR * K;
+  const __global real* Bp0 = Bp;
+#endif
+  const int z_end = min((int)get_global_id(2) * per_item + per_item, batch);
+  for (int z = (int)get_global_id(2) * per_item; z < z_end; z++) {
+  A = A0 + BATCH_AT(z, 0, stride_a);
+  B = B0 + BATCH_AT(z, 1, stride_b);
+  C = C0 + BATCH_AT(z, 2, stride_c);
+#if PACKA
+  Ap = Ap0 + (size_t)z * ((M + MR - 1) / MR) * MR * K;
+#endif
+#if PACKB
+  Bp = Bp0 + (size_t)z * ((N + NR - 1) / NR) * NR * K;
 #endif
 #endif
   const bool full_rows = i0 + MR <= M;
@@ -336,6 +353,9 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
       }
     }
   }
+#if BATCH
+  }   // the work-item's next problem
+#endif
 }
 #endif
 

@@ -102,7 +102,8 @@ def _launch_once(cl, queue, job: BuildJob, prec) -> None:
         return
     op = GemmOperation(queue, job.config, job.source, prec, p.m, p.n, p.k, p.trans_a, p.trans_b, problem=p)
     mf = cl.mem_flags
-    a, b, c = (cl.Buffer(queue.context, mf.READ_WRITE, max(1, size * prec.bytes))
+    count = p.batch if p.batched else 1   # a batch's work-item may compute several problems in turn
+    a, b, c = (cl.Buffer(queue.context, mf.READ_WRITE, max(1, count * size * prec.bytes))
                for size in (p.m * p.k, p.k * p.n, p.m * p.n))
     op.bind(a, b, c, 1.0, 0.0)
     for kernel, launch, _ in op.launches:

@@ -16,6 +16,12 @@ PACK_WG = 16          # the packing kernels' fixed work-group size (the kernel's
 # AVX2 (16 of 32 bytes) and ran a fifth as fast there, correct all the same.
 VECTOR_REGISTERS = 32
 REGISTER_BYTES = 64
+# A batch's work-item computes its block of several problems in turn where one problem's block is
+# little work: each work-group costs the runtime about a microsecond to start, more than a 16^3
+# problem's block takes. At least ITEM_FLOPS a work-item, while the batch keeps GROUPS_PER_UNIT
+# work-groups per compute unit.
+ITEM_FLOPS = 1 << 18
+GROUPS_PER_UNIT = 8
 
 
 def register_file(dev) -> tuple[int, int]:
@@ -59,6 +65,15 @@ def _pack_defines(flag: str, block: int, prec: Precision, problem, planar_a: boo
     else:
         own = {"PACKA": 0, "PACKB": 1, "VW": 1, "MV": 1, "NR": block, "TRANSB": OPS[problem.trans_b]}
     return part_defines(PREPARATION, prec, **own, **problem.batch_defines())
+
+
+def problems_per_item(p: Params, problem, compute_units: int) -> int:
+    """How many problems of a batch each work-item of the product computes, one after another."""
+    m, n, k = max(problem.m, 1), max(problem.n, 1), max(problem.k, 1)
+    items = -(-m // _mr(p)) * -(-n // (p["NR"] * p["NB"]))    # one problem's work-items
+    want = ITEM_FLOPS // max(1, 2 * m * n * k // items)
+    groups = max(1, problem.batch * items // (p["WGS"] * max(1, compute_units) * GROUPS_PER_UNIT))
+    return int(max(1, min(want, groups, problem.batch)))
 
 
 class Cpu(Family):
@@ -126,10 +141,12 @@ class Cpu(Family):
                                        (rows, k, operand, offset, ld, name, *extra), gemm=False,
                                        defines=_pack_defines(flag, block, prec, problem,
                                                              bool(planar(p, prec)))))
-        launches.append(Launch(self.kernel_name, (*self.global_size(p, m, n), *grid),
+        per_item = problems_per_item(p, problem, compute_units) if problem.batched else 1
+        launches.append(Launch(self.kernel_name, (*self.global_size(p, m, n), *(-(-g // per_item) for g in grid)),
                                (*self.local_size(p), *(1,) * len(grid)),
                                (m, n, k, ALPHA, BETA, A, OFFSET_A, problem.lda, B, OFFSET_B, problem.ldb,
-                                C, OFFSET_C, problem.ldc, *packed, *extra)))
+                                C, OFFSET_C, problem.ldc, *packed, *extra,
+                                *((batch, per_item) if problem.batched else ()))))
         return Plan(tuple(scratch), tuple(launches))
 
 
