@@ -32,20 +32,20 @@ _MAX_OPERATIONS = 32
 
 
 def batch_config(config: Config | None, info, prec, shape: tuple[int, int, int], ops: tuple[str, str],
-                 db) -> Config:
-    """``config``, or the tuned one for one problem of the batch's (column-major) shape and ops,
-    where its family takes a batch; else the shipped default of a family that does (those read
-    operands in place)."""
-    n, m, k = shape
+                 db, batch: int) -> Config:
+    """``config``, or what ``best_config`` gives for ``batch`` problems of the batch's (column-major)
+    shape and ops: the batch's tuned row, else the nearest in shape and batch of a family that
+    takes batches, else the shipped default of the batch's class."""
+    m, n, k = shape
     cfg = config
     if cfg is None and k > 0:
-        cfg = best_config(n, m, k, prec, device=info, db=db, trans_a=ops[0], trans_b=ops[1]).config
+        cfg = best_config(m, n, k, prec, device=info, db=db, trans_a=ops[0], trans_b=ops[1], batch=batch).config
     if cfg is not None and FAMILIES[cfg.kernel].takes_batch:
         return cfg
     if config is not None:
         raise OperandError(f"{config.kernel} launches one problem at a time; a batch needs xgemm_direct "
                            f"or xgemm_cpu")
-    cfg = default_config(info, prec, shape, views=True)
+    cfg = default_config(info, prec, shape, views=True, batch=batch)
     assert FAMILIES[cfg.kernel].takes_batch, cfg.kernel   # the families that read views take batches
     return cfg
 
@@ -108,7 +108,7 @@ def host_gemm(dev, a: np.ndarray, b: np.ndarray, c, alpha, beta, ta: str, tb: st
     with_c = c is not None and beta != 0
     operands = {"a": sa.size * prec.bytes, "b": sb.size * prec.bytes, "c": count * m * n * prec.bytes}
     check_device_memory(dev.info, what, operands)
-    cfg = batch_config(config, dev.info, prec, (n, m, ka), (tb, ta), db)
+    cfg = batch_config(config, dev.info, prec, (n, m, ka), (tb, ta), db, count)
     # Row-major C = op(a) op(b) is column-major C^T = op(b)^T op(a)^T, as in gemm: b is A.
     problem = Problem(n, m, ka, tb, ta, batch=count, strides=(stride_b, stride_a, m * n))
     plan = FAMILIES[cfg.kernel].plan(cfg.params, prec, problem, dev.queue.device, dev.info.compute_units)
@@ -204,7 +204,7 @@ def enqueue_strided(g, a, b, c, alpha, beta, ta: str, tb: str):
     problem = Problem(n, m, ka, tb, ta, vb.ld, va.ld, vc.ld, bool(va.first or vb.first or vc.first),
                       batch=count, strides=(sb, sa, sc))
     what = f"a batch of {count}: {m}x{ka} times {ka}x{n} in precision {prec.code}"
-    cfg = batch_config(g.config, g.info, prec, (n, m, ka), (tb, ta), g.db)
+    cfg = batch_config(g.config, g.info, prec, (n, m, ka), (tb, ta), g.db, count)
     op = _operation(g.queue, g.info, cfg, prec, problem, what, g._calls)
     waits = [*a.events, *b.events, *c.events]
     _launch(g, op, a.base_data, b.base_data, c.base_data, alpha, beta, waits, (vb.first, va.first, vc.first),
@@ -268,7 +268,7 @@ def enqueue_array(g, a, b, c, alpha, beta, ta: str, tb: str):
     for z in range(count):
         key = tuple((id(ops[name][z].base_data), views[name][z].ld) for name in "abc")
         groups.setdefault(key, []).append(z)
-    item_cfg = batch_config(g.config, g.info, prec, (n, m, ka), (tb, ta), g.db)
+    item_cfg = batch_config(g.config, g.info, prec, (n, m, ka), (tb, ta), g.db, count)
     for members in groups.values():
         z0 = members[0]
         va, vb, vc = (views[name][z0] for name in "abc")

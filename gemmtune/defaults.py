@@ -25,12 +25,19 @@ SKINNY = 64             # m (or n) at most this with K at least LONG_K: "skinny_
 LONG_K = 1024
 # m or n is 1 and the problem is not tiny: "vector"
 # A class without an entry of its own takes this one's.
+# A batch (more than one problem a launch) is a class of its own whatever its problems' shape:
+# "batch_small" (each problem at most TINY_VOLUME) or "batch_medium". Without an entry, small takes
+# the tiny class's and medium the views' (``default_config`` then goes on to the views' family, which
+# takes batches, where the one found does not).
 FALLBACK = {"tiny": "small", "small": "medium", "medium": "large", "skinny_m": "medium", "skinny_n": "medium",
-            "vector": "skinny_m"}
-SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "vector", "views")
+            "vector": "skinny_m", "batch_small": "tiny", "batch_medium": "views"}
+SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "vector", "views", "batch_small",
+                 "batch_medium")
 
 
-def shape_class(m: int, n: int, k: int) -> str:
+def shape_class(m: int, n: int, k: int, batch: int = 1) -> str:
+    if batch > 1:
+        return "batch_small" if m * n * k <= TINY_VOLUME else "batch_medium"
     if min(m, n) == 1 and m * n * k > TINY_VOLUME:
         return "vector"
     if min(m, n) <= SKINNY and k >= LONG_K:
@@ -115,19 +122,25 @@ def nearest_valid(config: Config, dev: DeviceInfo, prec: Precision) -> Config | 
 
 
 def default_config(dev: DeviceInfo, prec: Precision, shape: tuple[int, int, int] | None = None,
-                   views: bool = False) -> Config:
-    """The shipped default for this device's type and the class of ``shape`` (None: large),
-    or, where that breaks a constraint here, the valid configuration of its family nearest to
-    it (in log2 steps per parameter). ``views``: of a family that reads operands at offsets."""
+                   views: bool = False, batch: int = 1) -> Config:
+    """The shipped default for this device's type and the class of ``shape`` (None: large) and
+    ``batch``, or, where that breaks a constraint here, the valid configuration of its family
+    nearest to it (in log2 steps per parameter). ``views``: of a family that reads operands at
+    offsets; a batch (``batch`` > 1): of a family that takes batches."""
     require_precision(dev, prec)
     found = shipped_defaults(table_name(dev), prec)
-    config = class_entry(found, shape_class(*shape) if shape else "large")
-    if views and not FAMILIES[config.kernel].takes_views:
+    config = class_entry(found, shape_class(*shape, batch) if shape else "batch_medium" if batch > 1 else "large")
+
+    def fits(c: Config) -> bool:
+        family = FAMILIES[c.kernel]
+        return (family.takes_views or not views) and (family.takes_batch or batch == 1)
+
+    if not fits(config):
         config = class_entry(found, "views")
     # Repaired within its family; where nothing of that family fits the device, the nearest
     # configuration of the other classes' families.
     for candidate in (config, *(c for c in found.values() if c.kernel != config.kernel)):
-        if views and not FAMILIES[candidate.kernel].takes_views:
+        if not fits(candidate):
             continue
         if FAMILIES[candidate.kernel].broken(candidate.params, dev, prec) is None:
             return candidate

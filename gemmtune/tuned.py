@@ -1,18 +1,20 @@
 """``gemmtune.best_config``: the tuned configuration for a problem, read from the results database.
 
-The answer for (m, n, k, precision, op(A), op(B)) on a device, in this order:
+The answer for (m, n, k, precision, op(A), op(B), batch) on a device, in this order:
 
 * ``"tuned"``: the best ``ok`` row (highest GFLOP/s) of ``results`` for exactly this device key,
-  precision, shape and ops;
+  precision, shape, ops and batch;
 * ``"nearest"``: else the best row of the tuned problem on the same device key and precision that
   is closest in log size: the one minimising the Euclidean distance between
-  (ln m, ln n, ln k) vectors, plus OTHER_OPS where its ops differ (ties go to the larger shape).
-  Tile sizes carry over between shapes because validity does not depend on the shape: every
-  family serves any M, N, K;
-* ``"default"``: else the shipped default for the device (``gemmtune.defaults``).
+  (ln m, ln n, ln k, ln batch) vectors, plus OTHER_OPS where its ops differ (ties go to the larger
+  shape). Tile sizes carry over between shapes because validity does not depend on the shape:
+  every family serves any M, N, K. A batch (more than one problem) takes only rows of families
+  that take batches;
+* ``"default"``: else the shipped default for the device and the class of the shape and batch
+  (``gemmtune.defaults``).
 
 Shapes are BLAS's (column-major, C is m x n), as ``gemmtune search`` and the ``results`` table
-use them; rows recorded before the table had ops count as N, N.
+use them; rows recorded before the table had ops count as N, N, and before it had batches as 1.
 
 Rows whose configuration is not one of the shipped kernel families' (other parameter names,
 e.g. tuned from a custom ``--space`` source) or that breaks a constraint on the device asked
@@ -46,8 +48,9 @@ class TunedConfig:
 
     ``config`` is a ``gemmtune.space.Config`` (``gemm(config=...)`` takes it as it is);
     ``params`` its parameters as a new dict, without the kernel family, which is ``kernel``.
-    ``gflops`` was measured at ``shape`` (None for a default); ``source`` is ``"tuned"``,
-    ``"nearest"`` or ``"default"``; ``device`` is the device key of the results table.
+    ``gflops`` was measured at ``shape`` and ``batch`` (the whole batch's; None for a default);
+    ``source`` is ``"tuned"``, ``"nearest"`` or ``"default"``; ``device`` is the device key of the
+    results table.
     """
 
     config: Config
@@ -56,6 +59,7 @@ class TunedConfig:
     shape: tuple[int, int, int] | None
     device: str
     precision: str
+    batch: int | None = None   # of the tuned problem ``shape`` (None for a default)
 
     @property
     def params(self) -> dict[str, int]:
@@ -72,6 +76,11 @@ class _Tuned:
     config: Config
     gflops: float
     ops: str = "NN"    # op(A) and op(B)
+    batch: int = 1
+
+    def distance(self, shape: tuple[int, int, int], ops: str, batch: int) -> float:
+        """How far this tuned problem is from another, in log sizes (the batch one of them) and ops."""
+        return shape_distance((*self.shape, self.batch), (*shape, batch)) + OTHER_OPS * (self.ops != ops)
 
 
 OTHER_OPS = 0.25   # what other ops add to a tuned problem's distance (a factor of 1.28 in one size)
@@ -127,7 +136,7 @@ def _device_info(device) -> DeviceInfo:
 
 
 def tuned_shapes(db, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
-    """Per tuned problem (shape and ops), its best row that is a valid configuration here.
+    """Per tuned problem (shape, ops and batch), its best row that is a valid configuration here.
     ``db``: a database URL, opened for reading and closed, or a ``Store`` open already (a
     search's own), read as it is."""
     if db == DEFAULT_DB and not Path(DEFAULT_DB_FILE).exists():
@@ -148,13 +157,13 @@ def tuned_shapes(db, dev: DeviceInfo, prec: Precision) -> list[_Tuned]:
     best: dict[tuple, _Tuned] = {}
     for row in rows.sort_values(["gflops", "id"], ascending=[False, True]).itertuples():
         shape = (int(row.m), int(row.n), int(row.k))
-        ops = row.trans_a + row.trans_b
-        if (shape, ops) in best:
+        ops, batch = row.trans_a + row.trans_b, int(row.batch)
+        if (shape, ops, batch) in best:
             continue
         config = shipped_config(row.kernel, row.params, space)
         if config is None or FAMILIES[config.kernel].broken(config.params, dev, prec) is not None:
             continue
-        best[shape, ops] = _Tuned(shape, config, float(row.gflops), ops)
+        best[shape, ops, batch] = _Tuned(shape, config, float(row.gflops), ops, batch)
     return list(best.values())
 
 
@@ -162,13 +171,20 @@ def _op(value) -> str:
     return value if value in ("N", "T", "C") else "N"
 
 
-def shape_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+def shape_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
     return math.dist([math.log(x) for x in a], [math.log(x) for x in b])
 
 
+def _batch(batch) -> int:
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise GemmtuneError(f"batch must be a whole number of at least 1, got {batch!r}")
+    return batch
+
+
 def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, device=None,
-                db: str | None = None, trans_a: str = "N", trans_b: str = "N") -> TunedConfig:
-    """The configuration to use for C (m x n) <- op(A) (m x k) op(B) (k x n) on a device.
+                db: str | None = None, trans_a: str = "N", trans_b: str = "N", batch: int = 1) -> TunedConfig:
+    """The configuration to use for C (m x n) <- op(A) (m x k) op(B) (k x n) on a device, for
+    ``batch`` such problems at once (one launch).
 
     ``precision`` is s, d, c or z; ``trans_a``/``trans_b`` op(A) and op(B) (N, T or C);
     ``device`` an index, "P:D", a ``DeviceInfo``, or None for
@@ -183,24 +199,23 @@ def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, dev
     dev = _device_info(device)
     require_precision(dev, prec)
     url = database_url(db)
-    shape, ops = (int(m), int(n), int(k)), _op(trans_a) + _op(trans_b)
-    key = (_db_key(url), dev.key, prec.code, shape, ops)
+    shape, ops, batch = (int(m), int(n), int(k)), _op(trans_a) + _op(trans_b), _batch(batch)
+    key = (_db_key(url), dev.key, prec.code, shape, ops, batch)
     found = _lookups.get(key)
     if found is not None:
         return found
     table_key = key[:3]
     if table_key not in _tables:
         _tables[table_key] = tuned_shapes(url, dev, prec)
-    tuned = _tables[table_key]
-    exact = next((t for t in tuned if t.shape == shape and t.ops == ops), None)
+    tuned = _usable(_tables[table_key], batch)
+    exact = next((t for t in tuned if t.shape == shape and t.ops == ops and t.batch == batch), None)
     if exact is not None:
-        found = TunedConfig(exact.config, exact.gflops, "tuned", exact.shape, dev.key, prec.code)
+        found = TunedConfig(exact.config, exact.gflops, "tuned", exact.shape, dev.key, prec.code, exact.batch)
     elif tuned:
-        near = min(tuned, key=lambda t: (shape_distance(t.shape, shape) + OTHER_OPS * (t.ops != ops),
-                                         -math.prod(t.shape)))
-        found = TunedConfig(near.config, near.gflops, "nearest", near.shape, dev.key, prec.code)
+        near = min(tuned, key=lambda t: (t.distance(shape, ops, batch), -math.prod(t.shape) * t.batch))
+        found = TunedConfig(near.config, near.gflops, "nearest", near.shape, dev.key, prec.code, near.batch)
     else:
-        found = TunedConfig(default_config(dev, prec, shape), None, "default", None, dev.key, prec.code)
+        found = TunedConfig(default_config(dev, prec, shape, batch=batch), None, "default", None, dev.key, prec.code)
     _lookups[key] = found
     return found
 
@@ -208,13 +223,18 @@ def best_config(m: int, n: int, k: int, precision: str | Precision = "s", *, dev
 best_config.cache_clear = clear_cache
 
 
+def _usable(tuned: list[_Tuned], batch: int) -> list[_Tuned]:
+    """The tuned problems whose configuration can serve ``batch`` problems a launch: any for one."""
+    return tuned if batch == 1 else [t for t in tuned if FAMILIES[t.config.kernel].takes_batch]
+
+
 def nearby_configs(db, dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, ops: str = "NN",
-                   count: int = 5) -> list[Config]:
+                   count: int = 5, batch: int = 1) -> list[Config]:
     """The best recorded configurations of the ``count`` tuned problems nearest (m, n, k) with
-    ``ops`` (itself excluded; the same shape with other ops is near), nearest first: where a
-    search at a new problem starts (tilings carry over between neighbouring shapes). ``db``: a
-    URL or an open ``Store``, as ``tuned_shapes`` takes it."""
+    ``ops`` and ``batch`` (itself excluded; the same shape with other ops or another batch is
+    near), nearest first: where a search at a new problem starts (tilings carry over between
+    neighbouring shapes). ``db``: a URL or an open ``Store``, as ``tuned_shapes`` takes it."""
     here = (m, n, k)
-    others = [t for t in tuned_shapes(db, dev, prec) if (t.shape, t.ops) != (here, ops)]
-    others.sort(key=lambda t: shape_distance(t.shape, here) + OTHER_OPS * (t.ops != ops))
+    others = [t for t in _usable(tuned_shapes(db, dev, prec), batch) if (t.shape, t.ops, t.batch) != (here, ops, batch)]
+    others.sort(key=lambda t: t.distance(here, ops, batch))
     return list(dict.fromkeys(t.config for t in others[:count]))

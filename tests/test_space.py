@@ -366,8 +366,10 @@ def test_defaults_file_covers_every_type_precision_and_shape_class():
         for code in "sdcz":
             classes = {k for k, v in table[t][code].items() if isinstance(v, dict)}
             assert classes <= set(SHAPE_CLASSES[1:]), (t, code, classes)
-            if t.startswith("CPU"):
-                assert classes == {"tiny"} and _entry_config(t, code).kernel == "xgemm_cpu"
+            if t.startswith("CPU"):   # and batches of problems, of xgemm_cpu too
+                assert classes - {"batch_small", "batch_medium"} == {"tiny"}
+                assert _entry_config(t, code).kernel == "xgemm_cpu"
+                assert all(_entry_config(t, code, cls).kernel == "xgemm_cpu" for cls in classes)
                 assert _entry_config(t, code, "tiny").kernel == "xgemm_cpu"
             else:
                 assert "views" in classes, (t, code, classes)

@@ -91,6 +91,8 @@ def _why_not(row, space) -> str | None:
         return "of an unknown precision"
     if not all(float(x).is_integer() and 1 <= x <= VALUE_MAX for x in (row.m, row.n, row.k)):
         return "with a shape that is not positive integers"
+    if not (float(row.batch).is_integer() and 1 <= row.batch <= VALUE_MAX):
+        return "with a batch that is not a positive integer"
     if not (float(row.trial).is_integer() and 0 <= row.trial <= VALUE_MAX):
         return "with a trial number that is not an integer"
     if row.status == "ok" and not (math.isfinite(row.gflops) and row.gflops >= 0):
@@ -124,7 +126,13 @@ def _typed(rows: pd.DataFrame) -> pd.DataFrame:
         rows["baseline"] = pd.to_numeric(rows.baseline, errors="coerce").fillna(0).astype(bool)
     for column in ("trans_a", "trans_b"):
         rows[column] = recorded_op(rows[column]) if column in rows else "N"
+    rows["batch"] = recorded_batch(rows["batch"]) if "batch" in rows else 1.0
     return rows
+
+
+def recorded_batch(column: pd.Series) -> pd.Series:
+    """A batch column as the batches it means: rows from before batches were recorded (none) are 1."""
+    return pd.to_numeric(column, errors="coerce").astype("float64").fillna(1.0)
 
 
 def recorded_op(column: pd.Series) -> pd.Series:
@@ -149,7 +157,7 @@ def screen(rows: pd.DataFrame, space=None) -> Screened:
         keep.append(why is None)
         if why is not None:
             skipped[why] += 1
-    kept = rows[keep].astype({"m": "int64", "n": "int64", "k": "int64", "trial": "int64"})
+    kept = rows[keep].astype({"m": "int64", "n": "int64", "k": "int64", "trial": "int64", "batch": "int64"})
     return Screened(kept, skipped)
 
 

@@ -35,6 +35,7 @@ results = sa.Table(
     sa.Column("k", sa.Integer, nullable=False),
     sa.Column("trans_a", sa.String(1)),                      # op(A): N, T or C (rows from before: none, N)
     sa.Column("trans_b", sa.String(1)),
+    sa.Column("batch", sa.Integer),                          # problems per launch (rows from before: none, 1)
     sa.Column("kernel", sa.String(64), nullable=False),
     sa.Column("params", sa.Text, nullable=False),            # JSON object, name -> value
     sa.Column("status", sa.String(32), nullable=False),      # ok or a failure reason
