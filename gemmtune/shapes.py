@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.files import parse_toml, read_text
+from gemmtune.launch import Problem
 from gemmtune.precision import PRECISIONS
 
 COLUMNS = ("m", "n", "k", "precision", "trans_a", "trans_b", "batch")
@@ -46,6 +47,14 @@ class Shape:
 
     def with_precision(self, code: str) -> "Shape":
         return Shape(self.m, self.n, self.k, self.precision or code, self.trans_a, self.trans_b, self.batch)
+
+
+def packed_problem(m: int, n: int, k: int, trans_a: str = "N", trans_b: str = "N", batch: int = 1) -> Problem:
+    """The launch problem of a search or bench: packed operands, and where ``batch`` > 1 that many
+    problems one after another in each buffer (strides of a whole matrix)."""
+    if batch == 1:
+        return Problem(m, n, k, trans_a, trans_b)
+    return Problem(m, n, k, trans_a, trans_b, batch=batch, strides=(m * k, k * n, m * n))
 
 
 def _shape(values: dict, where: str) -> Shape:

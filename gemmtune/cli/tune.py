@@ -186,7 +186,7 @@ def summary_dict(s) -> dict:
     return {
         "study": s.study, "db": s.db, "device": s.device.key,
         "devices": [d.index for d in s.devices], "precision": s.precision,
-        "m": s.shape[0], "n": s.shape[1], "k": s.shape[2],
+        "m": s.shape[0], "n": s.shape[1], "k": s.shape[2], "batch": s.batch,
         "trials": s.trials, "failures": dict(s.failures), "stopped_by": s.stopped_by,
         "elapsed_s": round(s.elapsed, 2), "valid_configurations": s.space_size,
         "device_busy_share": None if s.device_busy is None else round(s.device_busy, 3),
@@ -208,7 +208,8 @@ def print_summary(d: dict) -> None:
     click.echo(f"study      {d['study']}  ({d['db']})")
     click.echo(f"device     {d['device']}" + (f" (devices {', '.join(map(str, d['devices']))})"
                                                  if len(d["devices"]) > 1 else ""))
-    click.echo(f"problem    {d['precision']}gemm {d['m']}x{d['n']}x{d['k']}")
+    batch = f", a batch of {d['batch']:,} in one launch (GFLOP/s of the whole batch)" if d["batch"] > 1 else ""
+    click.echo(f"problem    {d['precision']}gemm {d['m']}x{d['n']}x{d['k']}{batch}")
     failed = ", ".join(f"{n} {r}" for r, n in sorted(d["failures"].items())) or "none"
     click.echo(f"this run   {d['trials']} trials in {d['elapsed_s']:.1f} s (stopped: {d['stopped_by']}), "
                f"failed: {failed}; {d['valid_configurations']} valid configurations")
@@ -285,18 +286,22 @@ def print_summary(d: dict) -> None:
               help="Seconds a trial of another search process may go without a heartbeat before it is "
                    "failed and recorded as lost (its process or machine died).")
 @shapes_option
+@click.option("--batch", type=BoundedInt(1, 2**31 - 1), default=None, metavar="N",
+              help="Tune N problems of the shape at once, one launch (the objective: the whole batch's GFLOP/s; "
+                   "a shapes file gives each problem's batch in its batch column).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @format_option("table", "json")
 def search(device, precision, shape, trials, timeout, trial_timeout, strategy, seed, db, study,
-           space_file, time_cap, jobs, early_stop, no_seed, grace, shapes_spec, quiet, fmt):
+           space_file, time_cap, jobs, early_stop, no_seed, grace, shapes_spec, batch, quiet, fmt):
     """Search the valid space with Optuna; build, verify and time each trial; record every result."""
     shapes = None
     if shapes_spec is not None:
         given = [f"--{p}" for p in ("m", "n", "k", "size")
                  if click.get_current_context().get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE]
-        if given or study:
-            raise GemmtuneError(f"--shapes names the problems, and each gets a study of its own: leave "
-                                f"{', '.join(given + (['--study'] if study else []))} out")
+        if given or study or batch is not None:
+            left_out = given + (["--study"] if study else []) + (["--batch"] if batch is not None else [])
+            raise GemmtuneError(f"--shapes names the problems (a batch column gives each one's batch), and each gets "
+                                f"a study of its own: leave {', '.join(left_out)} out")
         shapes = workload(precision, None, shapes_spec)
     from gemmtune.search import SearchRequest, run_search  # after the checks: a second of imports
     from gemmtune.timing import TimingPolicy
@@ -305,7 +310,7 @@ def search(device, precision, shape, trials, timeout, trial_timeout, strategy, s
         timeout = DEFAULT_TIMEOUT   # the Quick start: ends by itself, however many trials fit
     # Under a time budget a search (each problem of a workload) runs until its share is spent.
     unbounded = strategy == "grid" or timeout is not None
-    req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2],
+    req = SearchRequest(device=device, precision=precision, m=shape[0], n=shape[1], k=shape[2], batch=batch or 1,
                         trials=trials if trials is not None or unbounded else 30,
                         timeout=timeout, trial_timeout=trial_timeout, sampler=strategy, seed=seed,
                         db=db, study=study, space_file=space_file, policy=TimingPolicy(max_seconds=time_cap),

@@ -12,9 +12,9 @@ from gemmtune.verify import Check
 DETAIL_LIMIT = 8000       # characters of build log or error text kept per trial
 
 
-def problem_key(precision: str, m: int, n: int, k: int, trans_a: str, trans_b: str) -> tuple:
+def problem_key(precision: str, m: int, n: int, k: int, trans_a: str, trans_b: str, batch: int = 1) -> tuple:
     """What a timing worker keeps per problem (operands, early-stop thresholds)."""
-    return precision, m, n, k, trans_a, trans_b
+    return precision, m, n, k, trans_a, trans_b, batch
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,11 @@ class Job:
     trans_a: str = "N"
     trans_b: str = "N"
     helpers: tuple = ()                  # (defines, binary) of the programs built apart (Built.helpers)
+    batch: int = 1                       # problems of the shape in one launch, one after another
 
     @property
     def problem_key(self) -> tuple:
-        return problem_key(self.precision, self.m, self.n, self.k, self.trans_a, self.trans_b)
+        return problem_key(self.precision, self.m, self.n, self.k, self.trans_a, self.trans_b, self.batch)
 
 
 @dataclass(frozen=True)

@@ -16,40 +16,90 @@ from gemmtune.timing import MIN_SAMPLES, Timing, enough, median_ci
 
 BATCH_MS = 1.0            # device time a sample's batch of calls fills, at least (see _time)
 MAX_BATCH = 64
+# A batch of problems (Job.batch) is compared with numpy whole up to this many multiply-adds; a
+# larger one in CHECKED problems: the first, the last and others drawn at random, while every
+# element of every problem must still be written (no NaN left of the poisoned output).
+CHECK_ALL = 1 << 28
+CHECKED = 16
 
 
+def checked_problems(batch: int, m: int, n: int, k: int, rng):
+    """The problems of a batch compared with numpy: all, or the first, the last and random others."""
+    import numpy as np
+
+    if batch * m * n * k <= CHECK_ALL or batch <= CHECKED:
+        return np.arange(batch)
+    inner = rng.choice(np.arange(1, batch - 1), CHECKED - 2, replace=False)
+    return np.unique(np.concatenate(([0, batch - 1], inner)))
+
+
+def batch_reference(prec, a, b, trans_a: str, trans_b: str):
+    """The reference of stacks of column-major problems, each stored as numpy's transpose (as one
+    problem's operands are below): C^T = (op(A) op(B))^T per problem, in double precision."""
+    import numpy as np
+
+    from gemmtune.verify import Reference
+
+    def op(x, flag):   # the column-major matrix x holds, under op()
+        x = np.swapaxes(x.astype(prec.reference_dtype), -1, -2)
+        return x if flag == "N" else np.swapaxes(x.conj() if flag == "C" else x, -1, -2)
+
+    opa, opb = op(a, trans_a), op(b, trans_b)
+    value, scale = np.matmul(opa, opb), np.matmul(np.abs(opa), np.abs(opb))
+    return Reference(np.ascontiguousarray(np.swapaxes(value, -1, -2)),
+                     np.ascontiguousarray(np.swapaxes(scale, -1, -2)), opa.shape[-1])
 
 
 class _Problem:
     """Random operands and their reference, kept per shape for the worker's life: the
     float64 reference of a large product costs more than most trials."""
 
-    def __init__(self, cl, queue, prec, m, n, k, trans_a, trans_b, rng):
-        import numpy as np
-
-        from gemmtune.verify import Reference, random_matrix
+    def __init__(self, cl, queue, prec, m, n, k, trans_a, trans_b, rng, batch: int = 1):
+        from gemmtune.verify import random_matrix
 
         # Column-major operands as stored (A m x k, or k x m under op T or C; B likewise) are, in
-        # numpy's row-major terms, their transposes; C's memory is the n x m transpose of C.
-        self.a = random_matrix(prec, (k, m) if trans_a == "N" else (m, k), rng)
-        self.b = random_matrix(prec, (n, k) if trans_b == "N" else (k, n), rng)
-        ref = Reference.compute(prec, self.a.T, self.b.T, None, 1.0, 0.0, trans_a, trans_b)
-        self.reference = Reference(np.ascontiguousarray(ref.value.T), np.ascontiguousarray(ref.scale.T), ref.k)
-        self.shape = (n, m)
+        # numpy's row-major terms, their transposes; C's memory is the n x m transpose of C. A
+        # batch stacks its problems, one after another.
+        lead = (batch,) if batch > 1 else ()
+        self.a = random_matrix(prec, (*lead, *((k, m) if trans_a == "N" else (m, k))), rng)
+        self.b = random_matrix(prec, (*lead, *((n, k) if trans_b == "N" else (k, n))), rng)
+        self.checked = checked_problems(batch, m, n, k, rng) if batch > 1 else None
+        pick = (lambda x: x) if self.checked is None else (lambda x: x[self.checked])
+        self.reference = batch_reference(prec, pick(self.a), pick(self.b), trans_a, trans_b)
+        self.shape = (*lead, n, m)
         mf, ctx = cl.mem_flags, queue.context
         self.a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=self.a)
         self.b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=self.b)
-        self.c_buf = cl.Buffer(ctx, mf.READ_WRITE, n * m * prec.bytes)
+        self.c_buf = cl.Buffer(ctx, mf.READ_WRITE, batch * n * m * prec.bytes)
         # Each result is read back into host memory the driver allocated and keeps mapped (page-
         # locked on a GPU), reused by every trial of the shape: read into fresh numpy memory, a z
         # 2048^2 result took 33 ms (2 GB/s) on the H200's busy host, a third of the trial.
         self.result = None
         try:
-            self.c_host = cl.Buffer(ctx, mf.READ_WRITE | mf.ALLOC_HOST_PTR, n * m * prec.bytes)
+            self.c_host = cl.Buffer(ctx, mf.READ_WRITE | mf.ALLOC_HOST_PTR, batch * n * m * prec.bytes)
             self.result, _ = cl.enqueue_map_buffer(queue, self.c_host, cl.map_flags.READ | cl.map_flags.WRITE, 0,
                                                    self.shape, prec.dtype)
         except cl.Error:   # a driver that will not map so much: each trial reads into numpy memory
             self.c_host = None
+
+    def compare(self, result, prec):
+        return check_batch_result(result, self.reference, self.checked, prec)
+
+
+def check_batch_result(result, reference, checked, prec):
+    """A result's check against the reference of its ``checked`` problems (None: one problem, or
+    a batch compared whole), failed too where any element of any problem is left NaN."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from gemmtune.verify import compare
+
+    if checked is None or len(checked) == result.shape[0]:
+        return compare(result, reference, prec)
+    check = compare(result[checked], reference, prec)
+    unwritten = not np.isfinite(result).all()
+    return replace(check, passed=False, componentwise_error=float("nan")) if unwritten else check
 
 
 def _trial(cl, queue, problems, job: Job) -> Outcome:
@@ -57,20 +107,21 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
 
     from gemmtune.kernels import BuildError, GemmOperation
     from gemmtune.precision import get_precision
-    from gemmtune.verify import compare
+    from gemmtune.shapes import packed_problem
 
     prec = get_precision(job.precision)
     key = job.problem_key
     if key not in problems:
         problems.clear()
         problems[key] = _Problem(cl, queue, prec, job.m, job.n, job.k, job.trans_a, job.trans_b,
-                                 np.random.default_rng())
+                                 np.random.default_rng(), job.batch)
     pb = problems[key]
 
     t0 = time.perf_counter()
     try:
         op = GemmOperation(queue, job.config, job.source, prec, job.m, job.n, job.k, job.trans_a, job.trans_b,
-                           binary=job.binary, helpers=job.helpers)
+                           binary=job.binary, helpers=job.helpers,
+                           problem=packed_problem(job.m, job.n, job.k, job.trans_a, job.trans_b, job.batch))
     except BuildError as e:
         return Outcome("compile_error", compile_s=time.perf_counter() - t0, detail=e.log[:DETAIL_LIMIT])
     compile_s = time.perf_counter() - t0
@@ -86,7 +137,7 @@ def _trial(cl, queue, problems, job: Job) -> Outcome:
     run()
     result = pb.result if pb.result is not None else np.empty(pb.shape, dtype=prec.dtype)
     cl.enqueue_copy(queue, result, pb.c_buf)   # the last trial's comparison of it has ended
-    checking = _CHECKER.submit(compare, result, pb.reference, prec)
+    checking = _CHECKER.submit(pb.compare, result, prec)
     timed = None
     if queue.device.type & cl.device_type.CPU:
         checking.result()

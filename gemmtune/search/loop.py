@@ -17,8 +17,11 @@ from gemmtune.db.connect import writing
 from gemmtune.db.store import Store, database_url, probe
 from gemmtune.errors import GemmtuneError
 from gemmtune.execution.processes import Compilers, Runner
+from gemmtune.families import FAMILIES
 from gemmtune.info import core_plan, host_cores
-from gemmtune.inputs import check_jobs, check_problem, check_seed, check_study_name
+from gemmtune.inputs import (available_host_bytes, check_jobs, check_problem, check_seed, check_study_name,
+                             device_bytes, host_bytes)
+from gemmtune.launch import INDEX_LIMIT
 from gemmtune.precision import Precision, get_precision
 from gemmtune.search.study_search import StudySearch
 from gemmtune.search.prior import PriorModels
@@ -46,6 +49,32 @@ def check_request(req: SearchRequest) -> None:
         raise GemmtuneError(f"--heartbeat-grace must be at least 1 second and finite, got {req.grace!r}")
     check_seed(req.seed)
     check_study_name(req.study)
+    if isinstance(req.batch, bool) or not isinstance(req.batch, int) or not 1 <= req.batch < 2**31:
+        raise GemmtuneError(f"--batch must be a whole number from 1 to {2**31 - 1}, got {req.batch!r}")
+
+
+def check_batch(info, prec: Precision, m: int, n: int, k: int, batch: int) -> None:
+    """``check_problem`` for ``batch`` problems stacked in each operand's buffer: the stacks fit the
+    device (its memory and its largest allocation), the host's memory for checking them, and
+    the kernels' int indices."""
+    check_problem(info, prec, m, n, k)
+    if batch == 1:
+        return
+    what = f"a batch of {batch} {m}x{n}x{k} in precision {prec.code}"
+    if batch * max(m * k, k * n, m * n) >= INDEX_LIMIT:
+        raise GemmtuneError(f"{what} stacks {batch * max(m * k, k * n, m * n)} elements in one operand; the "
+                            f"kernels index at most {INDEX_LIMIT - 1}")
+    if batch * device_bytes(prec, m, n, k) > info.global_mem_bytes:
+        raise GemmtuneError(f"{what} needs about {batch * device_bytes(prec, m, n, k) / 2**30:.1f} GiB, more than "
+                            f"the {info.global_mem_bytes / 2**30:.1f} GiB of device {info.index}")
+    largest = batch * prec.bytes * max(m * k, k * n, m * n)
+    if info.max_alloc_bytes and largest > info.max_alloc_bytes:
+        raise GemmtuneError(f"{what} needs a {largest / 2**20:.0f} MiB buffer, more than device {info.index} "
+                            f"allows in one allocation ({info.max_alloc_bytes / 2**20:.0f} MiB)")
+    free = available_host_bytes()
+    if free is not None and batch * host_bytes(prec, m, n, k) > free:
+        raise GemmtuneError(f"{what} needs about {batch * host_bytes(prec, m, n, k) / 2**30:.1f} GiB of host "
+                            f"memory to check, more than the {free / 2**30:.1f} GiB available")
 
 
 def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None = None) -> list[Summary]:
@@ -60,9 +89,9 @@ class Testbed:
     problem searched with them: a workload's problems share them, so each pays for its trials,
     not for starting processes and opening devices again (seconds each, on a GPU)."""
 
-    def __init__(self, req: SearchRequest, problems: list[tuple[Precision, int, int, int]] | None = None):
-        """``problems``: (precision, m, n, k) of each search to come (default: ``req``'s), checked
-        against the devices before anything opens."""
+    def __init__(self, req: SearchRequest, problems: list[tuple[Precision, int, int, int, int]] | None = None):
+        """``problems``: (precision, m, n, k, batch) of each search to come (default: ``req``'s),
+        checked against the devices before anything opens."""
         from gemmtune.device import device_specs, resolve_device
 
         check_request(req)
@@ -73,14 +102,14 @@ class Testbed:
         # What would otherwise fail only after the workers opened their devices fails now: the
         # database, its lock and the devices.
         self.infos = list({i.key: i for i in map(resolve_device, self.specs)}.values())
-        for prec, m, n, k in problems or [(get_precision(req.precision), req.m, req.n, req.k)]:
+        for prec, m, n, k, batch in problems or [(get_precision(req.precision), req.m, req.n, req.k, req.batch)]:
             for info in self.infos:
-                check_problem(info, prec, m, n, k)
+                check_batch(info, prec, m, n, k, batch)
         self.url = database_url(req.db)   # resolved once: every part of the search opens this one
         self.early_lock = probe(self.url, lock=True)
         self.runners: list[Runner] = []
         self.compilers: dict[str, Compilers | None] = {}
-        self.valid: dict[tuple[str, str], tuple[Space, ValidConfigs]] = {}
+        self.valid: dict[tuple[str, str, bool], tuple[Space, ValidConfigs]] = {}
         self.store = self.lock = self.priors = None
 
     @property
@@ -126,10 +155,12 @@ class Testbed:
             self.compilers[key] = Compilers(group[0].spec, max(1, jobs // len(self.groups)), self.req.trial_timeout,
                                             cores=compiler_cores or None) if jobs else None
 
-    def _valid(self, dev, prec: Precision) -> tuple[Space, ValidConfigs]:
-        key = (dev.key, prec.code)
+    def _valid(self, dev, prec: Precision, batched: bool = False) -> tuple[Space, ValidConfigs]:
+        key = (dev.key, prec.code, batched)
         if key not in self.valid:
             searched = self.space or load_space(device=dev)
+            if batched:
+                searched = batch_space(searched)
             valid = ValidConfigs(searched, dev, prec)   # drawn from and counted, never listed whole
             if not valid:
                 raise GemmtuneError(f"no configuration of {searched.origin} is valid on device {dev.index} "
@@ -142,8 +173,8 @@ class Testbed:
         """One search of ``req``'s problem (its precision and shape; the rest as opened)."""
         prec = get_precision(req.precision)
         for info in self.infos:
-            check_problem(info, prec, req.m, req.n, req.k)
-        plans = [(group, *self._valid(group[0].device, prec)) for group in self.groups.values()]
+            check_batch(info, prec, req.m, req.n, req.k, req.batch)
+        plans = [(group, *self._valid(group[0].device, prec, req.batch > 1)) for group in self.groups.values()]
         if self.store is None:   # opened last: bad input above leaves no database behind
             self.store = Store(self.url)
             self.lock = self.early_lock or self.store.lock()
@@ -168,6 +199,16 @@ class Testbed:
                 compilers.close()
         for r in self.runners:
             r.close()
+
+
+def batch_space(space: Space) -> Space:
+    """The families of ``space`` that plan a batch as one launch (``Family.takes_batch``): what a
+    batched problem searches."""
+    families = [fs for fs in space.families if fs.family.takes_batch]
+    if not families:
+        takes = ", ".join(name for name, f in FAMILIES.items() if f.takes_batch)
+        raise GemmtuneError(f"no kernel family of {space.origin} takes a batch (those that do: {takes})")
+    return Space(families, space.origin)
 
 
 def default_jobs(compiler_cores: tuple[int, ...] | None = None) -> int:

@@ -93,8 +93,9 @@ class Pipeline:
         self.runners, self.compilers, self.space, self.prec = runners, compilers, space, prec
         self.problem, self.policy, self.threshold_ms, self.finish = problem, policy, threshold_ms, finish
         self.same = SameRuns(prec, problem, runners[0].device)
-        self.flops = prec.flops(problem.m, problem.n, problem.k)
-        self.problem_key = problem_key(prec.code, problem.m, problem.n, problem.k, problem.trans_a, problem.trans_b)
+        self.flops = prec.flops(problem.m, problem.n, problem.k) * problem.batch
+        self.problem_key = problem_key(prec.code, problem.m, problem.n, problem.k, problem.trans_a, problem.trans_b,
+                                       problem.batch)
         self.timing_s, self.build_s, self.device_s = 0.0, None, None   # time on devices; mean build, trial
         self.idle = IdleTime()   # what its devices waited for; the search sets its ``start``
         self.best_collected: float | None = None   # of results collected, recorded or not yet
@@ -189,7 +190,8 @@ class Pipeline:
     def _job(self, config, built) -> Job:
         p = self.problem
         return Job(config, self.space.family(config.kernel).source, self.prec.code, p.m, p.n, p.k, self.policy,
-                   built and built.binary, self.threshold_ms(), p.trans_a, p.trans_b, built.helpers if built else ())
+                   built and built.binary, self.threshold_ms(), p.trans_a, p.trans_b, built.helpers if built else (),
+                   p.batch)
 
     def waits(self) -> tuple[list, list]:
         """Connections to wait on and their deadlines."""

@@ -13,16 +13,18 @@ import threading
 
 import pandas as pd
 
+from gemmtune.db.rows import recorded_batch
 from gemmtune.db.store import Store
 from gemmtune.info import DeviceInfo
 from gemmtune.models import learned, shipped_prior
 
 
 def other_rows(store: Store, device: str, study: str) -> pd.DataFrame:
-    """The results rows of device key ``device`` at every study but ``study``: what a search of
-    ``study`` learns from."""
+    """The results rows of device key ``device`` at every study but ``study``, of one problem a
+    launch: what a search of ``study`` learns from. (The model predicts one problem's speed; a
+    batch's rows measure many problems at once.)"""
     rows = store.frame(device=device)
-    return rows[rows.study != study]
+    return rows[(rows.study != study) & (recorded_batch(rows.batch) == 1)]
 
 
 def search_prior(store: Store, dev: DeviceInfo, study: str) -> pd.DataFrame:

@@ -24,15 +24,17 @@ def claim_text(key: tuple) -> str:
 
 
 def record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precision, m, n, k,
-           config: Config, outcome: Outcome, is_baseline: bool, trans_a: str = "N", trans_b: str = "N") -> float | None:
-    """Commit one trial's row; returns its GFLOP/s, or None for a failure."""
+           config: Config, outcome: Outcome, is_baseline: bool, trans_a: str = "N", trans_b: str = "N",
+           batch: int = 1) -> float | None:
+    """Commit one trial's row; returns its GFLOP/s (of the whole batch), or None for a failure."""
     t: Timing | None = outcome.timing
     # A "slow" candidate was stopped early: its estimate is kept, but it can never be best.
-    value = gflops(prec.flops(m, n, k), t.median_ms) if outcome.status in ("ok", "slow") and t else None
+    value = gflops(prec.flops(m, n, k) * batch, t.median_ms) if outcome.status in ("ok", "slow") and t else None
     low, high = t.ci_ms if t else (None, None)
     store.add(
         study=study, trial=number, device=dev.key, device_name=dev.name, precision=prec.code,
-        m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, kernel=config.kernel, params=config.params, status=outcome.status,
+        m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, batch=batch, kernel=config.kernel, params=config.params,
+        status=outcome.status,
         gflops=value, time_ms=t.median_ms if t else None, kernel_time_ms=t.kernel_median_ms if t else None,
         device_time_ms=t.device_median_ms if t else None,
         ci_low_ms=None if low is None or low != low else low, ci_high_ms=None if high is None or high != high else high,
@@ -71,7 +73,7 @@ def is_recorded(store: Store, study: str, number: int) -> bool:
 
 
 def summarize(store, name, devices, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by,
-              device_busy=None, space=None, device_idle=None, learned_from=None) -> Summary:
+              device_busy=None, space=None, device_idle=None, learned_from=None, batch: int = 1) -> Summary:
     rows = screen(store.frame(study=name), space).rows
     ok = rows[rows.status == "ok"].sort_values("gflops", ascending=False)
     best = ok.iloc[0].to_dict() if len(ok) else None
@@ -83,4 +85,4 @@ def summarize(store, name, devices, prec, shape, done, failures, elapsed, baseli
     baseline = base_rows.iloc[0].to_dict() if len(base_rows) else None
     return Summary(name, devices[0], prec.code, shape, done, failures, elapsed, best, baseline, tie, space_size,
                    stopped_by, store.shown, device_busy, devices, device_idle, learned_from,
-                   skipped_note(store.skipped))
+                   skipped_note(store.skipped), batch)

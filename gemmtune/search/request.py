@@ -16,10 +16,11 @@ from gemmtune.timing import TimingPolicy
 
 
 def default_study_name(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, trans_a: str = "N",
-                       trans_b: str = "N") -> str:
+                       trans_b: str = "N", batch: int = 1) -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{dev.name}-{dev.driver_version}").strip("-").lower()
     ops = "" if trans_a + trans_b == "NN" else f"-{trans_a}{trans_b}"
-    return f"{slug}-{prec.code}-{m}x{n}x{k}{ops}"
+    batched = "" if batch == 1 else f"-batch{batch}"
+    return f"{slug}-{prec.code}-{m}x{n}x{k}{ops}{batched}"
 @dataclass
 class SearchRequest:
     device: str | int | None = None
@@ -29,6 +30,7 @@ class SearchRequest:
     k: int = 1024
     trans_a: str = "N"               # op(A) and op(B): N, T or C
     trans_b: str = "N"
+    batch: int = 1                   # problems of the shape in one launch (the objective: the whole batch's GFLOP/s)
     trials: int | None = 30          # new measured trials; None with grid: the whole space
     timeout: float | None = None     # seconds for the whole search
     trial_timeout: float = 120.0
@@ -85,6 +87,7 @@ class Summary:
     # what the cost model learned from (``search.prior.sources``); None where the strategy learns nothing
     learned_from: dict | None = None
     skipped: str | None = None       # rows of devices and peaks the search skipped, and why (rows.skipped_note)
+    batch: int = 1                   # problems of ``shape`` a launch; best and baseline are GFLOP/s of the whole batch
 
     @property
     def speedup(self) -> float | None:

@@ -19,7 +19,6 @@ from gemmtune.execution.messages import Outcome
 from gemmtune.execution.processes import Compilers, Runner
 from gemmtune.families import FAMILIES
 from gemmtune.info import DeviceInfo
-from gemmtune.launch import Problem
 from gemmtune.models import learned
 from gemmtune.precision import Precision
 from gemmtune.search.ahead import AheadProposer, Journal, NotReady, ahead_possible
@@ -31,6 +30,7 @@ from gemmtune.search.recording import claim_text, is_recorded, read_results, rec
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.proposer import Proposer
 from gemmtune.search.session import StudySession, quiet_heartbeat
+from gemmtune.shapes import packed_problem
 from gemmtune.space import Config, Space
 from gemmtune.strategies import make_strategy
 from gemmtune.valid import ValidConfigs
@@ -68,11 +68,11 @@ def first_candidates(req: SearchRequest, prec: Precision, dev: DeviceInfo, valid
     where the strategy takes them; none measured before."""
     m, n, k = req.m, req.n, req.k
     measured = proposer.measured
-    baseline = default_config(dev, prec, (m, n, k))
+    baseline = default_config(dev, prec, (m, n, k), batch=req.batch)
     if not proposer.is_valid(baseline):
         baseline = min(valid, key=lambda c: distance(baseline, c))  # --space may leave it out
     start = req.start if req.start is not None else tuned.nearby_configs(store, dev, prec, m, n, k,
-                                                                        req.trans_a + req.trans_b)
+                                                                        req.trans_a + req.trans_b, batch=req.batch)
     seeds = []
     if req.seeds and strategy.allows_model_seeds:
         problem = learned.DeviceProblem(dev, prec, m, n, k, req.trans_a, req.trans_b, store.latest_peaks(dev.key))
@@ -93,8 +93,8 @@ class StudySearch:
         self.req, self.prec, self.space, self.valid, self.store = req, prec, space, valid, store
         self.dev = dev = runners[0].device
         m, n, k = req.m, req.n, req.k
-        self.flops = prec.flops(m, n, k)
-        self.name = name = req.study or default_study_name(dev, prec, m, n, k, req.trans_a, req.trans_b)
+        self.flops = prec.flops(m, n, k) * req.batch
+        self.name = name = req.study or default_study_name(dev, prec, m, n, k, req.trans_a, req.trans_b, req.batch)
         strategy = make_strategy(req.sampler, req.seed)
         prior = search_prior(store, dev, name) if strategy.fits_model(req.seeds) else None
         prepare(strategy, req, prec, dev, store, prior, priors)
@@ -124,7 +124,8 @@ class StudySearch:
             self.learn = self.proposer.learn
         self.done, self.failures, self.stopped_by = 0, Counter(), None   # stopped_by: why it stopped, once it has
         self.start, self.progress = time.monotonic(), None
-        self.pipeline = Pipeline(runners, compilers, space, prec, Problem(m, n, k, req.trans_a, req.trans_b), req.policy,
+        self.pipeline = Pipeline(runners, compilers, space, prec,
+                                 packed_problem(m, n, k, req.trans_a, req.trans_b, req.batch), req.policy,
                                  self.threshold_ms, self.finish)
 
     @property
@@ -152,7 +153,7 @@ class StudySearch:
             return
         record(self.store, self.name, number, self.dev, self.prec, self.req.m, self.req.n, self.req.k, config,
                Outcome("lost", detail="its search process stopped sending heartbeats (it or its machine died) "
-                       "during the trial"), False, self.req.trans_a, self.req.trans_b)
+                       "during the trial"), False, self.req.trans_a, self.req.trans_b, self.req.batch)
 
     @property
     def asking(self) -> bool:   # not stopped, and the trial budget not spent on trials done or in flight
@@ -203,7 +204,7 @@ class StudySearch:
             outcome = replace(outcome, compile_s=compile_s)
         dev = dev or self.dev
         value = record(self.store, self.name, trial.number, dev, self.prec, self.req.m, self.req.n, self.req.k,
-                       config, outcome, key == self.baseline_key, self.req.trans_a, self.req.trans_b)
+                       config, outcome, key == self.baseline_key, self.req.trans_a, self.req.trans_b, self.req.batch)
         self.measured[key] = (outcome.status, value)
         if value is None:
             self.failures[outcome.status] += 1
@@ -231,4 +232,4 @@ class StudySearch:
         busy = self.pipeline.timing_s / (elapsed * len(runners)) if elapsed else None
         return summarize(self.store, self.name, [r.device for r in runners], self.prec, (req.m, req.n, req.k), self.done,
                          self.failures, elapsed, self.baseline_key, len(self.valid), self.stopped_by or "trials", busy,
-                         self.space, idle, self.learned_from)
+                         self.space, idle, self.learned_from, req.batch)

@@ -60,11 +60,11 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     def search(testbed, i: int, total: int, shape: Shape, seconds: float | None, second: bool = False) -> bool:
         prec = precisions[shape]
         start = nearby_configs(testbed.db, dev, prec, shape.m, shape.n, shape.k, shape.trans_a + shape.trans_b,
-                               NEARBY)
+                               NEARBY, shape.batch)
         if on_step:
             on_step(Step(i, total, shape, seconds, len(start), second))
         sub = replace(req, precision=prec.code, m=shape.m, n=shape.n, k=shape.k, trans_a=shape.trans_a,
-                      trans_b=shape.trans_b, timeout=seconds, start=tuple(start), study=None)
+                      trans_b=shape.trans_b, batch=shape.batch, timeout=seconds, start=tuple(start), study=None)
         for s in testbed.search(sub, progress):
             before = found.get(shape)
             found[shape] = s if before is None else replace(
@@ -80,7 +80,7 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     first_end = time.monotonic() + FIRST_SHARE * req.timeout if two_passes else deadline
     # A budget below the minimum is the first problem's whole share: it is searched, however briefly.
     least = None if deadline is None else min(MIN_SECONDS, req.timeout)
-    with searching.Testbed(req, [(precisions[s], s.m, s.n, s.k) for s in shapes]) as testbed:
+    with searching.Testbed(req, [(precisions[s], s.m, s.n, s.k, s.batch) for s in shapes]) as testbed:
         for i, shape in enumerate(shapes):
             seconds = None
             if deadline is not None:

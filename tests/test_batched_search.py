@@ -1,0 +1,242 @@
+"""Batches in the search, the results table and what reads it (docs/batched.md): ``search
+--batch`` and a shapes file's batch column, the ``batch`` column of ``results`` (old databases
+read as batch 1), ``best_config``'s fallbacks by shape and batch, the batched classes' defaults,
+and how a timing worker verifies a batch.
+
+The one search runs a space of four xgemm_cpu configurations and one of xgemm_k5 (which takes no
+batch) on PoCL, three trials, so that what is checked is the bookkeeping; every result the
+search records was compared with numpy first (the timing worker's check, tested here too).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers_foundation import make_device  # noqa: E402
+
+import gemmtune  # noqa: E402
+from gemmtune import tuned  # noqa: E402
+from gemmtune.batched import batch_config  # noqa: E402
+from gemmtune.cli import cli  # noqa: E402
+from gemmtune.db.rows import screen  # noqa: E402
+from gemmtune.db.store import Store  # noqa: E402
+from gemmtune.defaults import default_config, shape_class, shipped_default  # noqa: E402
+from gemmtune.device import resolve_device  # noqa: E402
+from gemmtune.errors import GemmtuneError  # noqa: E402
+from gemmtune.execution.timing_worker import batch_reference, check_batch_result, checked_problems  # noqa: E402
+from gemmtune.families import FAMILIES  # noqa: E402
+from gemmtune.precision import get_precision  # noqa: E402
+from gemmtune.space import Config  # noqa: E402
+from gemmtune.verify import Reference, compare, random_matrix  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("no_tuned_results")
+
+SPACE = """
+[xgemm_cpu]
+VW = [8, 16]
+MV = [1]
+NR = [4]
+KU = [1]
+KC = [0]
+NB = [1]
+ORDER = [0]
+PACKA = [0, 1]
+PACKB = [0]
+WGS = [1]
+
+[xgemm_k5]
+TSM = [16]
+TSN = [16]
+TSK = [16]
+WPTN = [2]
+PAD = [1]
+TRANSPOSEX = [16]
+TRANSPOSEY = [8]
+"""
+K5 = Config.of("xgemm_k5", dict(TSM=16, TSN=16, TSK=16, WPTN=2, PAD=1, TRANSPOSEX=16, TRANSPOSEY=8))
+
+
+def search(*args, code=0):
+    result = CliRunner().invoke(cli, ["search", "--device", "0", "--time-cap", "0.05", "--early-stop", "0",
+                                      "--no-seed", "--seed", "3", *args])
+    assert "Traceback" not in result.output, result.output
+    assert result.exit_code == code, (result.output, result.exception)
+    return result
+
+
+def rows(db: Path) -> list[dict]:
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        found = [dict(r._mapping) for r in conn.execute(sa.text("SELECT * FROM results ORDER BY id"))]
+    engine.dispose()
+    return found
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """One batched search through a shapes file's batch column: 40 problems of 12 x 10 x 9, op(B) T."""
+    tmp = tmp_path_factory.mktemp("batched")
+    space, db = tmp / "space.toml", tmp / "b.db"
+    space.write_text(SPACE)
+    shapes = tmp / "w.csv"
+    shapes.write_text("m,n,k,precision,trans_a,trans_b,batch\n12,10,9,s,N,T,40\n")
+    result = search("--space", str(space), "--db", f"sqlite:///{db}", "--trials", "3", "--shapes", str(shapes),
+                    "--format", "json")
+    return json.loads(result.stdout), db   # one study: its object
+
+
+def test_search_measures_the_batch_with_families_that_take_one(searched):
+    summary, db = searched
+    assert summary["batch"] == 40 and summary["study"].endswith("-12x10x9-NT-batch40")
+    recorded = rows(db)
+    assert len(recorded) == 3
+    flops = get_precision("s").flops(12, 10, 9) * 40
+    for r in recorded:
+        # only xgemm_cpu: the space's xgemm_k5 plans one problem a launch
+        assert r["kernel"] == "xgemm_cpu" and r["batch"] == 40 and r["status"] == "ok", r
+        assert (r["m"], r["n"], r["k"], r["trans_a"], r["trans_b"]) == (12, 10, 9, "N", "T")
+        # the objective is the whole batch's GFLOP/s, from one batched launch's time
+        assert r["gflops"] == pytest.approx(flops / (r["time_ms"] * 1e-3) / 1e9)
+        assert r["max_rel_error"] is not None and r["max_rel_error"] < 1e-3
+    assert summary["best"]["gflops"] == max(r["gflops"] for r in recorded)
+
+
+def test_best_config_asks_for_the_batch_then_the_nearest_then_defaults(searched):
+    summary, db = searched
+    url = f"sqlite:///{db}"
+    prec = get_precision("s")
+    dev = resolve_device(0)
+    best = Config.of(summary["best"]["kernel"], summary["best"]["params"])
+    store = Store(url)
+    store.add(study="single", trial=0, device=dev.key, device_name=dev.name, precision="s", m=12, n=10, k=9,
+              trans_a="N", trans_b="T", kernel=K5.kernel, params=K5.params, status="ok", gflops=1e6, baseline=False)
+    store.close()
+    tuned.clear_cache()
+    found = tuned.best_config(12, 10, 9, "s", device=dev, db=url, trans_b="T", batch=40)
+    assert (found.source, found.config, found.batch) == ("tuned", best, 40)
+    # one problem: its own tuned row, of a family that takes no batch
+    one = tuned.best_config(12, 10, 9, "s", device=dev, db=url, trans_b="T")
+    assert (one.source, one.config, one.batch) == ("tuned", tuned.shipped_config(K5.kernel, K5.params), 1)
+    # a batch of 3 is nearer batch 1 than 40 in log size, but xgemm_k5 takes no batch
+    near = tuned.best_config(12, 10, 9, "s", device=dev, db=url, trans_b="T", batch=3)
+    assert (near.source, near.config, near.batch) == ("nearest", best, 40)
+    assert tuned.nearby_configs(url, dev, prec, 12, 10, 9, "NT", batch=3) == [best]
+    with pytest.raises(GemmtuneError, match="batch must be a whole number"):
+        tuned.best_config(12, 10, 9, "s", device=dev, db=url, batch=0)
+    # A batched call takes the batch's tuned row: gemm's row-major c (10 x 12) = a^T b per problem is
+    # the column-major 12 x 10 x 9 problem with op(B) T that was searched.
+    assert batch_config(None, dev, prec, (12, 10, 9), ("N", "T"), url, 40) == best
+    rng = np.random.default_rng()
+    a, b = random_matrix(prec, (40, 9, 10), rng), random_matrix(prec, (40, 9, 12), rng)
+    got = gemmtune.gemm(a, b, trans_a=True, device=0, db=url)   # its own output, poisoned with NaN first
+    opa, opb = np.swapaxes(a, 1, 2).astype(np.float64), b.astype(np.float64)
+    check = compare(got, Reference(np.matmul(opa, opb), np.matmul(np.abs(opa), np.abs(opb)), 9), prec)
+    assert check.passed, check
+    tuned.clear_cache()
+
+
+def test_a_database_without_the_batch_column_reads_as_batch_1(tmp_path):
+    """A database of an earlier version: opened read-only its rows are batch 1; opened to write,
+    the column is added and its old rows stay batch 1."""
+    db, url = tmp_path / "old.db", f"sqlite:///{tmp_path / 'old.db'}"
+    dev = make_device(type="CPU", local_mem_bytes=1 << 20, max_work_group_size=4096, max_work_item_sizes=(4096,) * 3)
+    cpu = shipped_default("CPU", get_precision("s"), "tiny")
+    store = Store(url)
+    store.add(study="old", trial=0, device=dev.key, device_name=dev.name, precision="s", m=16, n=16, k=16,
+              trans_a="N", trans_b="N", kernel=cpu.kernel, params=cpu.params, status="ok", gflops=5.0, baseline=False)
+    store.close()
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE results DROP COLUMN batch")
+    con.commit()
+    con.close()
+    old = Store(url, create=False)
+    frame = old.frame()
+    old.close()
+    assert screen(frame).rows.batch.tolist() == [1]
+    tuned.clear_cache()
+    assert tuned.best_config(16, 16, 16, "s", device=dev, db=url).source == "tuned"
+    assert tuned.best_config(16, 16, 16, "s", device=dev, db=url, batch=100).source == "nearest"
+    store = Store(url)   # to write: the column is added
+    store.add(study="new", trial=0, device=dev.key, device_name=dev.name, precision="s", m=16, n=16, k=16,
+              trans_a="N", trans_b="N", batch=100, kernel=cpu.kernel, params=cpu.params, status="ok", gflops=9.0,
+              baseline=False)
+    assert screen(store.frame()).rows.batch.tolist() == [1, 100]
+    store.close()
+    assert [r["batch"] for r in rows(db)] == [None, 100]
+    tuned.clear_cache()
+    assert tuned.best_config(16, 16, 16, "s", device=dev, db=url, batch=100).source == "tuned"
+    tuned.clear_cache()
+
+
+def test_batched_classes_take_families_that_take_batches():
+    assert shape_class(16, 16, 16, 10_000) == shape_class(64, 64, 64, 1000) == "batch_small"
+    assert shape_class(256, 256, 256, 50) == shape_class(65, 64, 64, 2) == "batch_medium"
+    assert shape_class(16, 16, 16, 1) == "tiny"
+    cpu = make_device(type="CPU", local_mem_bytes=1 << 20, max_work_group_size=4096, max_work_item_sizes=(4096,) * 3)
+    gpu = make_device(type="GPU", local_mem_bytes=48 << 10, max_work_group_size=1024,
+                      max_work_item_sizes=(1024, 1024, 64))
+    for code in "sdcz":
+        prec = get_precision(code)
+        for shape, batch in (((16, 16, 16), 10_000), ((64, 64, 64), 1000), ((256, 256, 256), 50)):
+            for dev in (cpu, gpu):
+                config = default_config(dev, prec, shape, batch=batch)
+                assert FAMILIES[config.kernel].takes_batch, (dev.type, code, shape, config)
+            assert default_config(cpu, prec, shape, batch=batch) == shipped_default(
+                "CPU", prec, shape_class(*shape, batch))
+
+
+def test_a_batch_is_verified_whole_or_by_a_sample_with_its_ends(monkeypatch):
+    rng = np.random.default_rng()
+    assert checked_problems(40, 12, 10, 9, rng).tolist() == list(range(40))
+    sample = checked_problems(10_000, 256, 256, 256, rng)
+    assert len(sample) == 16 and sample[0] == 0 and sample[-1] == 9_999 and np.all(np.diff(sample) > 0)
+    prec = get_precision("z")
+    for ta, tb in (("N", "N"), ("T", "C"), ("C", "N")):
+        # stored column-major, i.e. as numpy's transposes: a is (batch, k, m) for op N, (batch, m, k) else
+        a = random_matrix(prec, (5, 7, 4) if ta == "N" else (5, 4, 7), rng)
+        b = random_matrix(prec, (5, 3, 7) if tb == "N" else (5, 7, 3), rng)
+        ref = batch_reference(prec, a, b, ta, tb)
+        for z in range(5):
+            opa = {"N": a[z].T, "T": a[z], "C": a[z].conj()}[ta].astype(np.complex128)
+            opb = {"N": b[z].T, "T": b[z], "C": b[z].conj()}[tb].astype(np.complex128)
+            assert np.allclose(ref.value[z], (opa @ opb).T)
+    s = get_precision("s")
+    a, b = random_matrix(s, (100, 9, 12), rng), random_matrix(s, (100, 10, 9), rng)
+    checked = np.array([0, 17, 99])
+    ref = batch_reference(s, a[checked], b[checked], "N", "N")
+    good = np.swapaxes(np.matmul(np.swapaxes(a, 1, 2).astype(np.float64),
+                                 np.swapaxes(b, 1, 2).astype(np.float64)), 1, 2).astype(np.float32)
+    assert check_batch_result(good, ref, checked, s).passed
+    unwritten = good.copy()
+    unwritten[50, 3, 4] = np.nan   # a problem the sample leaves out
+    assert not check_batch_result(unwritten, ref, checked, s).passed
+    wrong = good.copy()
+    wrong[99] *= 1.01              # the last problem, always checked
+    assert not check_batch_result(wrong, ref, checked, s).passed
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--shapes", "16,16,16,s,N,N,8", "--batch", "4"], "leave --batch out"),
+    (["--size", "16", "--batch", "0"], "--batch"),
+])
+def test_bad_batches_are_one_error_line(tmp_path, args, match):
+    result = search("--db", f"sqlite:///{tmp_path / 'x.db'}", "--trials", "1", *args, code=2)
+    assert result.stderr.startswith("Error: ") and match in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_a_space_without_a_family_that_takes_batches_is_refused(tmp_path):
+    space = tmp_path / "k5.toml"
+    space.write_text(SPACE[SPACE.index("[xgemm_k5]"):])
+    result = search("--space", str(space), "--db", f"sqlite:///{tmp_path / 'x.db'}", "--trials", "1",
+                    "--size", "16", "--batch", "4", code=2)
+    assert "no kernel family of" in result.stderr and "takes a batch" in result.stderr
