@@ -5,6 +5,7 @@ its plans compared with the families' Python plans; its selection with best_conf
 from __future__ import annotations
 
 import ctypes as C
+import dataclasses
 import os
 import random
 import shutil
@@ -20,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmtune import clib
-from gemmtune.clib.binding import COL_MAJOR, OPS, ROW_MAJOR, Facts, Plan, load, scalar
+from gemmtune.clib.binding import COL_MAJOR, OPS, ROW_MAJOR, Facts, Plan, load, offsets, scalar, scalars
 from gemmtune.cli import cli
 from gemmtune.db.store import Store
 from gemmtune.defaults import default_config
@@ -314,13 +315,137 @@ def test_bad_arguments_are_statuses(built, handles, opened):
     assert call(m=10, n=11, lda=10, ldc=10) == -6          # C runs past its buffer
     assert call(m=1 << 20, n=1 << 12, lda=1 << 20, ldc=1 << 20, k=1) == -7   # past what an int indexes
     assert call(m=1 << 62, lda=1 << 62, ldc=1 << 62) == -7 and call(offset=1 << 40) == -7   # no overflow on the way
-    messages = [lib.gemmtune_status_message(status) for status in range(-13, 1)]
-    assert len(set(messages)) == 14 and lib.gemmtune_status_message(-14) == b"unknown status" not in messages
+    messages = [lib.gemmtune_status_message(status) for status in range(-14, 1)]
+    assert len(set(messages)) == 15 and lib.gemmtune_status_message(-15) == b"unknown status" not in messages
     out = C.c_void_p()
     assert lib.gemmtune_create(None, None, C.byref(out)) == -1 and not out.value
     assert lib.gemmtune_create(dev.context.int_ptr, dev.device.int_ptr, None) == -13
     assert lib.gemmtune_release(None) == -1
     assert lib.gemmtune_last_error(None) == b"no handle"
+
+
+# ---------------------------------------------------------------- batches
+
+def run_batched(lib, handle, dev: Opened, prec: str, problem, layout: int, count: int = 3, shared: str = "",
+                array: bool = False, seed: int = 0) -> None:
+    """``count`` problems of the column-major ``problem`` in one call, in ``layout``: strided
+    (``shared``: a or b stored once, stride 0; problems 2 elements apart, which stay unwritten),
+    or the array form (problems in a shuffled order, two values of alpha and beta alternating, so
+    two launches). Each problem checked against numpy, C's gaps unchanged."""
+    m, n, k, ta, tb = problem
+    if layout == ROW:
+        m, n, ta, tb = n, m, tb, ta
+    p = PRECISIONS[prec]
+    rng = np.random.default_rng(seed)
+    shapes = {"a": (m, k) if ta == "N" else (k, m), "b": (k, n) if tb == "N" else (n, k), "c": (m, n)}
+    lds = {x: max(1, shape[0] if layout == COL else shape[1]) for x, shape in shapes.items()}   # BLAS: at least 1
+    alphas = [(1.5 - 0.5j, -0.75 + 2j)[z % 2 if array else 0] for z in range(count)]
+    betas = [(0.0, 0.5 + 1j)[z % 2] if array else 0.0 for z in range(count)]
+    if not p.is_complex:
+        alphas, betas = [a.real for a in alphas], [b.real for b in betas]
+    copies = {x: 1 if x == shared else count for x in "abc"}
+    order = rng.permutation(count) if array else np.arange(count)
+    flat, starts, values = {}, {}, {}
+    for x, (rows, cols) in shapes.items():
+        size = rows * cols + 2
+        flat[x] = random_matrix(p, (1 + copies[x] * size,), rng)
+        starts[x] = [1 + (0 if copies[x] == 1 else int(order[z]) * size) for z in range(count)]
+        values[x] = []
+        for z in range(count):
+            value = random_matrix(p, (rows, cols), rng) if z < copies[x] else values[x][0]
+            if x == "c" and betas[z] == 0:
+                value = np.full((rows, cols), p.nan)
+            flat[x][starts[x][z]:starts[x][z] + rows * cols] = (value.T if layout == COL else value).ravel()
+            values[x].append(value)
+    bufs = {x: cl.Buffer(dev.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=flat[x])
+            for x in "abc"}
+    event = C.c_void_p()
+    common = (handle, dev.queue.int_ptr, layout, OPS[ta], OPS[tb], m, n, k)
+    if array:
+        status = getattr(lib, f"gemmtune_{prec}gemm_batched")(
+            *common, scalars(prec, alphas), bufs["a"].int_ptr, offsets(starts["a"]), lds["a"], bufs["b"].int_ptr,
+            offsets(starts["b"]), lds["b"], scalars(prec, betas), bufs["c"].int_ptr, offsets(starts["c"]), lds["c"],
+            count, C.byref(event))
+    else:
+        strides = {x: starts[x][1] - starts[x][0] if count > 1 else 0 for x in "abc"}
+        status = getattr(lib, f"gemmtune_{prec}gemm_strided_batched")(
+            *common, scalar(prec, alphas[0]), bufs["a"].int_ptr, 1, lds["a"], strides["a"], bufs["b"].int_ptr, 1,
+            lds["b"], strides["b"], scalar(prec, betas[0]), bufs["c"].int_ptr, 1, lds["c"], strides["c"], count,
+            C.byref(event))
+    assert status == 0, (lib.gemmtune_status_message(status), lib.gemmtune_last_error(handle))
+    cl.Event.from_int_ptr(event.value, retain=False).wait()
+    dev.queue.finish()
+    after = np.empty_like(flat["c"])
+    cl.enqueue_copy(dev.queue, after, bufs["c"])
+    written = np.zeros(after.shape, bool)
+    for z in range(count):
+        start, (rows, cols) = starts["c"][z], shapes["c"]
+        got = after[start:start + rows * cols].reshape((cols, rows) if layout == COL else (rows, cols))
+        written[start:start + rows * cols] = True
+        c = None if betas[z] == 0 else values["c"][z]
+        ref = Reference.compute(p, values["a"][z], values["b"][z], c, alphas[z], betas[z], ta, tb)
+        check = compare(got.T if layout == COL else got, ref, p)
+        assert check.passed, (prec, problem, layout, z, check)
+    np.testing.assert_array_equal(after[~written], flat["c"][~written])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batches_of_every_family_that_takes_them(built, handles, opened, device):
+    """The tuned cases of the families that take batches (packed CPU kernels, the direct kernel,
+    xgemm_rt's passes and stream-K's fix-up), strided with a shared a or b and in the array form,
+    row- and column-major: each batch the family of its problem's tuned row."""
+    _, _, lib = built
+    dev = opened[device]
+    found = cases(device, dev.info)
+    chosen = [found[0], found[2], found[-2], found[-1]]   # cpu, direct, rt, rt with stream-K
+    assert [config.kernel for _, _, config in chosen] == ["xgemm_cpu", "xgemm_direct", "xgemm_rt", "xgemm_rt"]
+    for i, (prec, problem, config) in enumerate(chosen):
+        assert plan_of(lib, handles[device], prec, problem)[:2] == (config.kernel, dict(config.params))
+        run_batched(lib, handles[device], dev, prec, problem, COL, count=4, shared="ab"[i % 2], seed=i)
+        run_batched(lib, handles[device], dev, prec, problem, ROW, count=3, array=True, seed=i)
+
+
+def test_batches_of_one_none_and_of_an_untuned_shape(built, handles, opened):
+    """A batch of one (the problem at its offsets), of none (nothing to do), K = 0 (each C scaled),
+    and a shape no row of a batching family is near: the views default (a family that batches)."""
+    _, _, lib = built
+    dev = opened[0]
+    run_batched(lib, handles[0], dev, "s", (6, 5, 4, "T", "N"), COL, count=1)
+    run_batched(lib, handles[0], dev, "z", (6, 5, 4, "N", "C"), ROW, count=1, array=True)
+    run_batched(lib, handles[0], dev, "d", (3, 67, 131, "N", "T"), COL, count=3)   # thin's tuned shape
+    run_batched(lib, handles[0], dev, "c", (5, 4, 0, "N", "N"), ROW, count=3, array=True)
+    event = C.c_void_p()
+    for count in (0, 5):
+        assert lib.gemmtune_sgemm_strided_batched(handles[0], dev.queue.int_ptr, COL, OPS["N"], OPS["N"], 4, 4 * (
+            count == 0), 4, 1.0, None, 0, 4, 16, None, 0, 4, 16, 0.0, None, 0, 4, 16, count, C.byref(event)) == 0
+        cl.Event.from_int_ptr(event.value, retain=False).wait()   # a marker
+
+
+def test_bad_batches_are_statuses(built, handles, opened):
+    _, _, lib = built
+    dev, handle = opened[0], handles[0]
+    buf = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 4 * 100)
+
+    def strided(count=3, strides=(16, 16, 16), offset=0):
+        return lib.gemmtune_sgemm_strided_batched(handle, dev.queue.int_ptr, COL, OPS["N"], OPS["N"], 4, 4, 4, 1.0,
+                                                  buf.int_ptr, offset, 4, strides[0], buf.int_ptr, 0, 4, strides[1],
+                                                  0.0, buf.int_ptr, 0, 4, strides[2], count, None)
+
+    assert strided(strides=(16, 16, 0)) == -14          # every problem's C the same
+    assert strided(count=-1) == -14 and strided(strides=(-16, 16, 16)) == -14
+    assert lib.gemmtune_last_error(handle) == lib.gemmtune_status_message(-14)
+    assert strided(count=7) == -6                       # the last problem's 4 x 4 past the buffer's 100 elements
+    assert strided(count=2, strides=(1 << 31, 0, 16)) == -7
+    good = offsets([0, 16])
+    ones = scalars("s", [1.0, 1.0])
+
+    def array(a=good, c=good, alphas=ones, count=2):
+        return lib.gemmtune_sgemm_batched(handle, dev.queue.int_ptr, COL, OPS["N"], OPS["N"], 4, 4, 4, alphas,
+                                          buf.int_ptr, a, 4, buf.int_ptr, good, 4, ones, buf.int_ptr, c, 4, count,
+                                          None)
+
+    assert array(a=None) == -14 and array(alphas=None) == -14 and array(count=-2) == -14
+    assert array(c=offsets([0, -1])) == -4 and array(c=offsets([0, 90])) == -6 and array(a=offsets([1 << 31, 0])) == -7
 
 
 # ---------------------------------------------------------------- the plans, against Python's
@@ -349,10 +474,11 @@ def c_plan(lib, config: Config, prec, problem: Problem, dev: DeviceInfo) -> dict
     names = list(config.params)
     facts = Facts(dev.max_work_group_size, (C.c_size_t * 3)(*dev.max_work_item_sizes[:3]), dev.compute_units)
     plan = Plan()
-    status = lib.gemmtune_plan_config(config.kernel.encode(), len(names), (C.c_char_p * len(names))(
+    status = lib.gemmtune_plan_config_batched(config.kernel.encode(), len(names), (C.c_char_p * len(names))(
         *(n.encode() for n in names)), (C.c_int * len(names))(*config.params.values()), C.byref(facts),
         prec.code.encode(), OPS[problem.trans_a], OPS[problem.trans_b], problem.m, problem.n, problem.k, problem.lda,
-        problem.ldb, problem.ldc, int(problem.views), C.byref(plan))
+        problem.ldb, problem.ldc, int(problem.views), problem.batch, offsets(problem.strides), int(problem.table),
+        C.byref(plan))
     if status:
         return status
     try:
@@ -385,6 +511,19 @@ def problems(rng: random.Random, count: int):
         yield Problem(m, n, k, ta, tb, lda, ldb, m + rng.choice((0, 0, 5)), rng.random() < 0.3)
 
 
+def batched(rng: random.Random, problem: Problem) -> Problem:
+    """``problem`` as a batch: strided (a or b shared at stride 0, or gaps between the problems),
+    or the array form's table."""
+    count = rng.choice((2, 3, 17, 40))
+    if rng.random() < 0.3:
+        return dataclasses.replace(problem, views=True, batch=count, table=True)
+    spans = (problem.lda * (problem.k if problem.trans_a == "N" else problem.m),
+             problem.ldb * (problem.n if problem.trans_b == "N" else problem.k), problem.ldc * problem.n)
+    strides = tuple(rng.choice((0, span, span + rng.randint(1, 5))) if i < 2 else span + rng.choice((0, 3))
+                    for i, span in enumerate(spans))
+    return dataclasses.replace(problem, batch=count, strides=strides)
+
+
 def drawn(fs, dev: DeviceInfo, prec, rng: random.Random, count: int = 10, draws: int = 1000) -> list[Config]:
     """Up to ``count`` valid configurations of a family, drawn from its space's values (counting
     the valid set of a family that has few on a device takes seconds)."""
@@ -402,29 +541,37 @@ def test_plans_are_pythons(built):
     """Every family's plan from C (kernels, sizes, arguments, build defines, scratch buffers and
     tables) is the one Family.plan makes, over valid configurations drawn on three devices (one
     with 132 compute units, where stream-K cuts tiles) and problems of every op, odd shapes,
-    leading dimensions and views."""
+    leading dimensions and views, each also as a batch where the family takes batches."""
     *_, lib = built
     rng = random.Random(7)
     seen: dict[str, int] = {}
+    seen_batched: set[tuple[str, str]] = set()
     space = shipped_families()
     for dev in FAKES:
         for prec in PRECISIONS.values():
             for fs in space.families:
                 for config in drawn(fs, dev, prec, rng):
+                    family = FAMILIES[config.kernel]
                     for problem in problems(rng, 6):
-                        ours = c_plan(lib, config, prec, problem, dev)
-                        if problem.views and not FAMILIES[config.kernel].takes_views:
-                            assert ours == -9   # the padded families read operands from offset 0 only
-                            with pytest.raises(ValueError):
-                                FAMILIES[config.kernel].plan(config.params, prec, problem, dev, dev.compute_units)
-                            continue
-                        assert ours == python_plan(config, prec, problem, dev), (dev.name, prec.code, config, problem)
-                        for launch in ours["launches"]:
-                            seen[launch[0]] = seen.get(launch[0], 0) + 1
+                        for each in (problem, *((batched(rng, problem),) if family.takes_batch else ())):
+                            ours = c_plan(lib, config, prec, each, dev)
+                            if each.views and not (family.takes_views or family.takes_batch):
+                                assert ours == -9   # xgemm_k5 reads one problem's operands from offset 0 only
+                                with pytest.raises(ValueError):
+                                    family.plan(config.params, prec, each, dev, dev.compute_units)
+                                continue
+                            assert ours == python_plan(config, prec, each, dev), (dev.name, prec.code, config, each)
+                            for launch in ours["launches"]:
+                                seen[launch[0]] = seen.get(launch[0], 0) + 1
+                                if each.batched:
+                                    seen_batched.add((config.kernel, launch[0]))
     # every kernel a plan can enqueue was compared
     assert set(seen) >= {"xgemm", "xgemm_pack_a", "xgemm_pack_b", "xgemm_direct", "xgemm_direct_sum", "xgemm_thin",
                          "xgemm_thin_sum", "pad_copy", "pad_transpose", "xgemm_fixup"}, seen
     assert seen["xgemm_fixup"] >= 20, seen
+    assert seen_batched >= {("xgemm_cpu", "xgemm"), ("xgemm_cpu", "xgemm_pack_a"), ("xgemm_cpu", "xgemm_pack_b"),
+                            ("xgemm_direct", "xgemm_direct"), ("xgemm_rt", "xgemm"), ("xgemm_rt", "pad_copy"),
+                            ("xgemm_rt", "pad_transpose"), ("xgemm_rt", "xgemm_fixup")}, seen_batched
 
 
 def test_plan_config_refuses_what_is_not_a_configuration(built):

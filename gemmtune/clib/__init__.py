@@ -103,8 +103,9 @@ def _families() -> tuple[list[str], dict[str, int]]:
         lines.append(f"static const int gt_defaults_{i}[] = {{{', '.join(str(family.defaults[p]) for p in params)}}};")
         lines.append(f"static const int gt_ranges_{i}[][2] = {_brace([family.value_range(p) for p in params])};")
         tile = ", ".join(c_string(p) for p in family.tile_params)
-        rows.append(f"  {{{c_string(name)}, {KINDS[name]}, {int(family.takes_views)}, gt_source_{i}, {len(source)}, "
-                    f"{len(params)}, gt_params_{i}, gt_defaults_{i}, gt_ranges_{i}, {{{tile}}}}},")
+        rows.append(f"  {{{c_string(name)}, {KINDS[name]}, {int(family.takes_views)}, {int(family.takes_batch)}, "
+                    f"gt_source_{i}, {len(source)}, {len(params)}, gt_params_{i}, gt_defaults_{i}, gt_ranges_{i}, "
+                    f"{{{tile}}}}},")
     return [*lines, "static const gt_family gt_families[] = {", *rows, "};"], order
 
 
@@ -207,6 +208,7 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
                f"#define GT_LONG_K {LONG_K}", f"#define GT_OTHER_OPS {OTHER_OPS!r}",
                f"#define GT_BUILD_OPTIONS {c_string(' '.join(BUILD_OPTIONS))}",
                f"#define GT_COPY_PER_ITEM {COPY_PER_ITEM}", f"#define GT_PACK_WG {cpu.PACK_WG}",
+               f"#define GT_ITEM_FLOPS {cpu.ITEM_FLOPS}LL", f"#define GT_GROUPS_PER_UNIT {cpu.GROUPS_PER_UNIT}",
                f"#define GT_DIRECT_PARTS_BYTES {direct.PARTS_BYTES}LL",
                f"#define GT_THIN_PARTS_BYTES {thin.PARTS_BYTES}LL", f"#define GT_RESIDENT_GROUPS {thin.RESIDENT_GROUPS}",
                f"#define GT_SHORTEST_PART {thin.SHORTEST_PART}", f"#define GT_SUM_GROUP {thin.SUM_GROUP}",

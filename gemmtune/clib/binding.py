@@ -55,6 +55,13 @@ def load(path: str | Path) -> C.CDLL:
         f = getattr(lib, f"gemmtune_{code}gemm")
         f.argtypes = [vp, vp, C.c_int, C.c_int, C.c_int, i64, i64, i64, scalar, vp, i64, i64, vp, i64, i64, scalar,
                       vp, i64, i64, C.POINTER(vp)]
+        f = getattr(lib, f"gemmtune_{code}gemm_strided_batched")
+        f.argtypes = [vp, vp, C.c_int, C.c_int, C.c_int, i64, i64, i64, scalar, vp, i64, i64, i64, vp, i64, i64, i64,
+                      scalar, vp, i64, i64, i64, i64, C.POINTER(vp)]
+        offsets = C.POINTER(i64)
+        f = getattr(lib, f"gemmtune_{code}gemm_batched")
+        f.argtypes = [vp, vp, C.c_int, C.c_int, C.c_int, i64, i64, i64, C.POINTER(scalar), vp, offsets, i64, vp,
+                      offsets, i64, C.POINTER(scalar), vp, offsets, i64, i64, C.POINTER(vp)]
     lib.gemmtune_create.argtypes = [vp, vp, C.POINTER(vp)]
     lib.gemmtune_release.argtypes = [vp]
     lib.gemmtune_last_error.argtypes = [vp]
@@ -65,6 +72,8 @@ def load(path: str | Path) -> C.CDLL:
     lib.gemmtune_plan_config.argtypes = [C.c_char_p, C.c_int, C.POINTER(C.c_char_p), C.POINTER(C.c_int),
                                          C.POINTER(Facts), C.c_char, C.c_int, C.c_int, i64, i64, i64, i64, i64, i64,
                                          C.c_int, C.POINTER(Plan)]
+    lib.gemmtune_plan_config_batched.argtypes = [*lib.gemmtune_plan_config.argtypes[:-1], i64, C.POINTER(i64),
+                                                 C.c_int, C.POINTER(Plan)]
     lib.gemmtune_plan_release.argtypes = [C.POINTER(Plan)]
     return lib
 
@@ -74,3 +83,13 @@ def load(path: str | Path) -> C.CDLL:
 def scalar(prec: str, value: complex):
     """alpha or beta for ``gemmtune_<prec>gemm``."""
     return SCALARS[prec](value.real, value.imag) if prec in "cz" else SCALARS[prec](value.real)
+
+
+def scalars(prec: str, values) -> C.Array:
+    """alphas or betas for ``gemmtune_<prec>gemm_batched``."""
+    return (SCALARS[prec] * len(values))(*(scalar(prec, v) for v in values))
+
+
+def offsets(values) -> C.Array:
+    """An operand's offsets for ``gemmtune_<prec>gemm_batched``."""
+    return (C.c_int64 * len(values))(*values)

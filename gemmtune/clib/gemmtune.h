@@ -41,7 +41,8 @@ typedef enum {
   GEMMTUNE_BUILD_FAILURE = -10,          /* the OpenCL compiler refused a kernel */
   GEMMTUNE_OPENCL_ERROR = -11,           /* an OpenCL call failed: gemmtune_last_error says which */
   GEMMTUNE_OUT_OF_HOST_MEMORY = -12,
-  GEMMTUNE_INVALID_ARGUMENT = -13        /* a null pointer where a result goes */
+  GEMMTUNE_INVALID_ARGUMENT = -13,       /* a null pointer where a result goes */
+  GEMMTUNE_INVALID_BATCH = -14           /* a batch count or stride negative, a stride of c of 0, or null offsets */
 } gemmtune_status;
 
 typedef enum { GEMMTUNE_ROW_MAJOR = 101, GEMMTUNE_COL_MAJOR = 102 } gemmtune_layout;   /* CBLAS's values */
@@ -79,6 +80,49 @@ int gemmtune_zgemm(gemmtune_handle handle, cl_command_queue queue, int layout, i
                    cl_mem b, int64_t b_offset, int64_t ldb, cl_double2 beta, cl_mem c, int64_t c_offset,
                    int64_t ldc, cl_event *event);
 
+/* Batches: batch_count problems of one shape in one launch (two or three with operand passes),
+ * as CLBlast's GemmStridedBatched and GemmBatched take them. Strided: problem i's operands start
+ * i * stride past each offset; a stride of a or b may be 0 (one matrix all problems share), c's
+ * may not. Array form: problem i's at a_offsets[i], b_offsets[i], c_offsets[i] of one buffer per
+ * operand, with alphas[i] and betas[i] (problems of equal alpha and beta go as one launch, their
+ * offsets in a table). Each problem's C must share no element with another's, nor with any A or B. */
+int gemmtune_sgemm_strided_batched(gemmtune_handle handle, cl_command_queue queue, int layout, int trans_a,
+                                  int trans_b, int64_t m, int64_t n, int64_t k, float alpha, cl_mem a,
+                                  int64_t a_offset, int64_t lda, int64_t a_stride, cl_mem b, int64_t b_offset,
+                                  int64_t ldb, int64_t b_stride, float beta, cl_mem c, int64_t c_offset, int64_t ldc,
+                                  int64_t c_stride, int64_t batch_count, cl_event *event);
+int gemmtune_sgemm_batched(gemmtune_handle handle, cl_command_queue queue, int layout, int trans_a, int trans_b,
+                          int64_t m, int64_t n, int64_t k, const float *alphas, cl_mem a, const int64_t *a_offsets,
+                          int64_t lda, cl_mem b, const int64_t *b_offsets, int64_t ldb, const float *betas, cl_mem c,
+                          const int64_t *c_offsets, int64_t ldc, int64_t batch_count, cl_event *event);
+int gemmtune_dgemm_strided_batched(gemmtune_handle handle, cl_command_queue queue, int layout, int trans_a,
+                                  int trans_b, int64_t m, int64_t n, int64_t k, double alpha, cl_mem a,
+                                  int64_t a_offset, int64_t lda, int64_t a_stride, cl_mem b, int64_t b_offset,
+                                  int64_t ldb, int64_t b_stride, double beta, cl_mem c, int64_t c_offset, int64_t ldc,
+                                  int64_t c_stride, int64_t batch_count, cl_event *event);
+int gemmtune_dgemm_batched(gemmtune_handle handle, cl_command_queue queue, int layout, int trans_a, int trans_b,
+                          int64_t m, int64_t n, int64_t k, const double *alphas, cl_mem a, const int64_t *a_offsets,
+                          int64_t lda, cl_mem b, const int64_t *b_offsets, int64_t ldb, const double *betas, cl_mem c,
+                          const int64_t *c_offsets, int64_t ldc, int64_t batch_count, cl_event *event);
+int gemmtune_cgemm_strided_batched(gemmtune_handle handle, cl_command_queue queue, int layout, int trans_a,
+                                  int trans_b, int64_t m, int64_t n, int64_t k, cl_float2 alpha, cl_mem a,
+                                  int64_t a_offset, int64_t lda, int64_t a_stride, cl_mem b, int64_t b_offset,
+                                  int64_t ldb, int64_t b_stride, cl_float2 beta, cl_mem c, int64_t c_offset, int64_t ldc,
+                                  int64_t c_stride, int64_t batch_count, cl_event *event);
+int gemmtune_cgemm_batched(gemmtune_handle handle, cl_command_queue queue, int layout, int trans_a, int trans_b,
+                          int64_t m, int64_t n, int64_t k, const cl_float2 *alphas, cl_mem a, const int64_t *a_offsets,
+                          int64_t lda, cl_mem b, const int64_t *b_offsets, int64_t ldb, const cl_float2 *betas, cl_mem c,
+                          const int64_t *c_offsets, int64_t ldc, int64_t batch_count, cl_event *event);
+int gemmtune_zgemm_strided_batched(gemmtune_handle handle, cl_command_queue queue, int layout, int trans_a,
+                                  int trans_b, int64_t m, int64_t n, int64_t k, cl_double2 alpha, cl_mem a,
+                                  int64_t a_offset, int64_t lda, int64_t a_stride, cl_mem b, int64_t b_offset,
+                                  int64_t ldb, int64_t b_stride, cl_double2 beta, cl_mem c, int64_t c_offset, int64_t ldc,
+                                  int64_t c_stride, int64_t batch_count, cl_event *event);
+int gemmtune_zgemm_batched(gemmtune_handle handle, cl_command_queue queue, int layout, int trans_a, int trans_b,
+                          int64_t m, int64_t n, int64_t k, const cl_double2 *alphas, cl_mem a, const int64_t *a_offsets,
+                          int64_t lda, cl_mem b, const int64_t *b_offsets, int64_t ldb, const cl_double2 *betas, cl_mem c,
+                          const int64_t *c_offsets, int64_t ldc, int64_t batch_count, cl_event *event);
+
 /* ---- Introspection: what a call enqueues, without enqueueing it. ---- */
 
 #define GEMMTUNE_MAX_ARGS 24
@@ -89,7 +133,8 @@ int gemmtune_zgemm(gemmtune_handle handle, cl_command_queue queue, int layout, i
 enum { GEMMTUNE_ARG_INT = 0, GEMMTUNE_ARG_SCRATCH = 1, GEMMTUNE_ARG_CALL = 2 };
 /* GEMMTUNE_ARG_CALL's values: the call's operands, their offsets and the scalars */
 enum { GEMMTUNE_CALL_A, GEMMTUNE_CALL_B, GEMMTUNE_CALL_C, GEMMTUNE_CALL_OFFSET_A, GEMMTUNE_CALL_OFFSET_B,
-       GEMMTUNE_CALL_OFFSET_C, GEMMTUNE_CALL_ALPHA, GEMMTUNE_CALL_BETA };
+       GEMMTUNE_CALL_OFFSET_C, GEMMTUNE_CALL_ALPHA, GEMMTUNE_CALL_BETA,
+       GEMMTUNE_CALL_BATCH_OFFSETS /* the array form's table: per problem, the offsets of A, B and C (int32) */ };
 
 typedef struct { int kind; int64_t value; } gemmtune_arg;   /* an int, a scratch index, a call argument */
 
@@ -144,6 +189,13 @@ int gemmtune_plan_config(const char *family, int nparams, const char *const *nam
                          const gemmtune_device_facts *facts, char precision, int trans_a, int trans_b, int64_t m,
                          int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int views,
                          gemmtune_launch_plan *plan);
+/* gemmtune_plan_config for a batch of batch_count problems: strided (strides of A, B and C of the
+ * column-major problem), or with table != 0 the array form, whose offsets a table gives. */
+int gemmtune_plan_config_batched(const char *family, int nparams, const char *const *names, const int *values,
+                                 const gemmtune_device_facts *facts, char precision, int trans_a, int trans_b,
+                                 int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int views,
+                                 int64_t batch_count, const int64_t strides[3], int table,
+                                 gemmtune_launch_plan *plan);
 void gemmtune_plan_release(gemmtune_launch_plan *plan);
 
 #ifdef __cplusplus

@@ -19,6 +19,7 @@ typedef struct {
   const char *name;
   int kind;
   int takes_views;
+  int takes_batch;
   const char *const *source;
   int lines;
   int nparams;
@@ -74,10 +75,14 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t gcd64(int64_t a, int64_t b) { while (b) { int64_t t = a % b; a = b; b = t; } return a; }
 
+/* launch.py's Problem: a batch of `batch` problems, at strides (of A, B and C) or, with table, at
+ * the offsets of a table bound on each call */
 typedef struct {
   char ta, tb;
   int64_t m, n, k, lda, ldb, ldc;
   int views;
+  int64_t batch, strides[3];
+  int table;
 } gt_problem;
 
 static int gt_add_scratch(gemmtune_launch_plan *plan, const char *name, int64_t nbytes) {
@@ -143,6 +148,24 @@ static void gt_part_defines(gemmtune_launch *l, const gt_cfg *c, int part) {
 
 static int gt_op(char t) { return t == 'N' ? 0 : t == 'T' ? 1 : 2; }
 
+/* launch.py's Problem.batch_defines and batch_args; with single_views (padded.py's batch_build),
+ * one problem at offsets as a batch of one with strides 0 */
+static int gt_batch_build(const gt_problem *p, int single_views) {
+  return p->batch > 1 ? (p->table ? 2 : 1) : single_views && p->views ? 1 : 0;
+}
+static void gt_batch_define(gemmtune_launch *l, const gt_problem *p, int single_views) {
+  int batch = gt_batch_build(p, single_views);
+  if (batch) gt_define(l, "BATCH", batch);
+}
+static void gt_batch_args(gemmtune_launch *l, const gt_problem *p, int single_views) {
+  int batch = gt_batch_build(p, single_views);
+  if (batch == 2) gt_call(l, GEMMTUNE_CALL_BATCH_OFFSETS);
+  else if (batch == 1) {
+    int i;
+    for (i = 0; i < 3; i++) gt_int(l, p->batch > 1 ? p->strides[i] : 0);
+  }
+}
+
 /* families/padded.py's copy_tile: pad_copy's work-group, the first of COPY_TILES that fits */
 static void gt_copy_tile(const gemmtune_device_facts *dev, int64_t tile[2]) {
   int i;
@@ -160,27 +183,39 @@ static void gt_copy_tile(const gemmtune_device_facts *dev, int64_t tile[2]) {
 
 enum { PRODUCT = 1, PREPARATION = 2, FIXUP = 3 };
 
+/* families/cpu.py's problems_per_item: a batch's problems each work-item computes in turn */
+static int64_t gt_problems_per_item(const gt_cfg *c, const gt_problem *p, int64_t units) {
+  int64_t m = max64(p->m, 1), n = max64(p->n, 1), k = max64(p->k, 1), mr = gt_param(c, "MV") * gt_param(c, "VW");
+  int64_t items = cdiv(m, mr) * cdiv(n, gt_param(c, "NR") * gt_param(c, "NB"));
+  int64_t want = GT_ITEM_FLOPS / max64(1, 2 * m * n * k / items);
+  int64_t groups = max64(1, p->batch * items / (gt_param(c, "WGS") * max64(1, units) * GT_GROUPS_PER_UNIT));
+  return max64(1, min64(min64(want, groups), p->batch));
+}
+
 /* families/cpu.py */
-static int gt_plan_cpu(const gt_cfg *c, const gt_problem *p, gemmtune_launch_plan *plan) {
+static int gt_plan_cpu(const gt_cfg *c, const gt_problem *p, const gemmtune_device_facts *dev,
+                       gemmtune_launch_plan *plan) {
   int64_t mr = gt_param(c, "MV") * gt_param(c, "VW"), nr = gt_param(c, "NR"), wgs = gt_param(c, "WGS");
   int complex = gt_precision_complex[c->prec], planar = gt_param(c, "VW") > 1 && complex, pass, npacked = 0;
+  int batched = p->batch > 1, dims = batched ? 3 : 2;
   const char *packed[2];
-  int64_t rows, cols, g[2], l[2];
+  int64_t rows, cols, g[3], l[3], per_item = batched ? gt_problems_per_item(c, p, dev->compute_units) : 1;
   gemmtune_launch *product;
   for (pass = 0; pass < 2; pass++) {
     int a = pass == 0;
     int64_t n = a ? p->m : p->n, block = a ? mr : nr, blocks;
     if (!gt_param(c, a ? "PACKA" : "PACKB")) continue;
     blocks = max64(1, cdiv(n, block));
-    gt_add_scratch(plan, a ? "Ap" : "Bp", gt_precision_bytes[c->prec] * blocks * block * p->k);
+    gt_add_scratch(plan, a ? "Ap" : "Bp", gt_precision_bytes[c->prec] * blocks * block * p->k * p->batch);
     packed[npacked++] = a ? "Ap" : "Bp";
     if (p->k > 0) {
       gemmtune_launch *launch;
-      g[0] = cdiv(p->k, GT_PACK_WG) * GT_PACK_WG; g[1] = blocks; l[0] = GT_PACK_WG; l[1] = 1;
-      launch = gt_add_launch(plan, a ? "xgemm_pack_a" : "xgemm_pack_b", 0, 2, g, l);
+      g[0] = cdiv(p->k, GT_PACK_WG) * GT_PACK_WG; g[1] = blocks; g[2] = p->batch; l[0] = GT_PACK_WG; l[1] = l[2] = 1;
+      launch = gt_add_launch(plan, a ? "xgemm_pack_a" : "xgemm_pack_b", 0, dims, g, l);
       gt_int(launch, n); gt_int(launch, p->k); gt_call(launch, a ? GEMMTUNE_CALL_A : GEMMTUNE_CALL_B);
       gt_call(launch, a ? GEMMTUNE_CALL_OFFSET_A : GEMMTUNE_CALL_OFFSET_B); gt_int(launch, a ? p->lda : p->ldb);
       gt_scratch(launch, plan, packed[npacked - 1]);
+      gt_batch_args(launch, p, 0);
       gt_part_defines(launch, c, PREPARATION);
       if (a) {
         gt_define(launch, "PACKA", 1); gt_define(launch, "PACKB", 0); gt_define(launch, "VW", 1);
@@ -190,19 +225,22 @@ static int gt_plan_cpu(const gt_cfg *c, const gt_problem *p, gemmtune_launch_pla
         gt_define(launch, "PACKA", 0); gt_define(launch, "PACKB", 1); gt_define(launch, "VW", 1);
         gt_define(launch, "MV", 1); gt_define(launch, "NR", block); gt_define(launch, "TRANSB", gt_op(p->tb));
       }
+      gt_batch_define(launch, p, 0);
     }
   }
   rows = max64(1, cdiv(p->m, mr));
   cols = max64(1, cdiv(p->n, nr * gt_param(c, "NB")));
   if (gt_param(c, "ORDER")) { g[0] = cdiv(rows, wgs) * wgs; g[1] = cols; }
   else { g[0] = cdiv(cols, wgs) * wgs; g[1] = rows; }
-  l[0] = wgs; l[1] = 1;
-  product = gt_add_launch(plan, "xgemm", 1, 2, g, l);
+  g[2] = cdiv(p->batch, per_item); l[0] = wgs; l[1] = l[2] = 1;
+  product = gt_add_launch(plan, "xgemm", 1, dims, g, l);
   gt_int(product, p->m); gt_int(product, p->n); gt_int(product, p->k); gt_call(product, GEMMTUNE_CALL_ALPHA);
   gt_call(product, GEMMTUNE_CALL_BETA); gt_call(product, GEMMTUNE_CALL_A); gt_call(product, GEMMTUNE_CALL_OFFSET_A);
   gt_int(product, p->lda); gt_call(product, GEMMTUNE_CALL_B); gt_call(product, GEMMTUNE_CALL_OFFSET_B); gt_int(product, p->ldb);
   gt_call(product, GEMMTUNE_CALL_C); gt_call(product, GEMMTUNE_CALL_OFFSET_C); gt_int(product, p->ldc);
   for (pass = 0; pass < npacked; pass++) gt_scratch(product, plan, packed[pass]);
+  gt_batch_args(product, p, 0);
+  if (batched) { gt_int(product, p->batch); gt_int(product, per_item); }
   return GEMMTUNE_SUCCESS;
 }
 
@@ -216,8 +254,9 @@ static int gt_plan_direct(const gt_cfg *c, const gt_problem *p, const gemmtune_d
   parts = max64(1, min64(min64(gt_param(c, "KSPLIT"), slices), GT_DIRECT_PARTS_BYTES / (p->m * p->n * bytes)));
   length = cdiv(slices, parts) * kwg;
   parts = cdiv(p->k, length);
+  if (p->batch > 1) { parts = 1; length = max64(p->k, 1); }   /* batched, dimension 2 is the problem */
   gt_add_scratch(plan, "work", bytes * (parts > 1 ? parts * p->m * p->n : 1));
-  g[0] = roundup(p->m, mwg) / mwg * mdimc; g[1] = roundup(p->n, nwg) / nwg * ndimc; g[2] = parts;
+  g[0] = roundup(p->m, mwg) / mwg * mdimc; g[1] = roundup(p->n, nwg) / nwg * ndimc; g[2] = parts * p->batch;
   l[0] = mdimc; l[1] = ndimc; l[2] = 1;
   product = gt_add_launch(plan, "xgemm_direct", 1, 3, g, l);
   gt_int(product, p->m); gt_int(product, p->n); gt_int(product, p->k); gt_call(product, GEMMTUNE_CALL_ALPHA);
@@ -225,6 +264,7 @@ static int gt_plan_direct(const gt_cfg *c, const gt_problem *p, const gemmtune_d
   gt_int(product, p->lda); gt_call(product, GEMMTUNE_CALL_B); gt_call(product, GEMMTUNE_CALL_OFFSET_B); gt_int(product, p->ldb);
   gt_call(product, GEMMTUNE_CALL_C); gt_call(product, GEMMTUNE_CALL_OFFSET_C); gt_int(product, p->ldc);
   gt_int(product, length); gt_scratch(product, plan, "work");
+  gt_batch_args(product, p, 0);
   if (parts > 1) {
     int64_t tile[2];
     gemmtune_launch *sum;
@@ -285,28 +325,36 @@ static int gt_plan_thin(const gt_cfg *c, const gt_problem *p, const gemmtune_dev
   return GEMMTUNE_SUCCESS;
 }
 
-/* families/padded.py's _prepare: dst (rows_p x cols_p) <- src (rows x cols), or its transpose */
-static void gt_prepare(const gt_cfg *c, const gemmtune_device_facts *dev, gemmtune_launch_plan *plan, int src,
-                       int64_t ld, int transpose, int conj, int64_t rows, int64_t cols, int64_t rows_p,
-                       int64_t cols_p, const char *dst) {
-  int64_t g[2], l[2];
+/* families/padded.py's _prepare: dst (rows_p x cols_p) <- src (rows x cols), or its transpose;
+ * batched (copies > 0), copies problems along dimension 2, the operand's offset and index after */
+static void gt_prepare(const gt_cfg *c, const gt_problem *p, const gemmtune_device_facts *dev,
+                       gemmtune_launch_plan *plan, int src, int64_t ld, int transpose, int conj, int64_t rows,
+                       int64_t cols, int64_t rows_p, int64_t cols_p, const char *dst, int64_t copies) {
+  int64_t g[3], l[3];
   gemmtune_launch *launch;
+  g[2] = copies; l[2] = 1;
   if (!transpose) {
     gt_copy_tile(dev, l);
     g[0] = roundup(rows_p, l[0]); g[1] = roundup(cdiv(cols_p, GT_COPY_PER_ITEM), l[1]);
-    launch = gt_add_launch(plan, "pad_copy", 0, 2, g, l);
+    launch = gt_add_launch(plan, "pad_copy", 0, copies ? 3 : 2, g, l);
     gt_int(launch, rows); gt_int(launch, cols); gt_int(launch, ld); gt_int(launch, rows_p); gt_int(launch, cols_p);
   } else {
     int64_t tx = gt_param(c, "TRANSPOSEX"), ty = gt_param(c, "TRANSPOSEY"), tw = gt_param(c, "TRANSPOSEW");
     g[0] = roundup(cols_p, tx); g[1] = roundup(rows_p, ty * tw) / tw; l[0] = tx; l[1] = ty;
-    launch = gt_add_launch(plan, "pad_transpose", 0, 2, g, l);
+    launch = gt_add_launch(plan, "pad_transpose", 0, copies ? 3 : 2, g, l);
     gt_int(launch, cols); gt_int(launch, rows); gt_int(launch, ld); gt_int(launch, cols_p); gt_int(launch, rows_p);
   }
   gt_int(launch, conj); gt_call(launch, src); gt_scratch(launch, plan, dst);
+  if (copies) {
+    gt_call(launch, src == GEMMTUNE_CALL_A ? GEMMTUNE_CALL_OFFSET_A : GEMMTUNE_CALL_OFFSET_B);
+    gt_int(launch, src == GEMMTUNE_CALL_A ? 0 : 1);
+    gt_batch_args(launch, p, 1);
+  }
   gt_part_defines(launch, c, PREPARATION);
   gt_define(launch, "TRANSPOSEX", gt_param(c, "TRANSPOSEX"));
   gt_define(launch, "TRANSPOSEY", gt_param(c, "TRANSPOSEY"));
   gt_define(launch, "TRANSPOSEW", gt_param(c, "TRANSPOSEW"));
+  if (copies) gt_batch_define(launch, p, 1);
 }
 
 /* families/rt.py's stream_k_pieces: tiles first..tiles cut into runs equal runs of K-slices, as
@@ -375,24 +423,37 @@ static int gt_plan_padded(const gt_cfg *c, const gt_problem *p, const gemmtune_d
   const gt_family *f = c->family;
   int64_t tm = gt_param(c, f->tile[0]), tn = gt_param(c, f->tile[1]), tk = gt_param(c, f->tile[2]);
   int64_t mp = roundup(p->m, tm), np = roundup(p->n, tn), kp = roundup(p->k, tk), bytes = gt_precision_bytes[c->prec];
-  int bkf = gt_param(c, "BKFAST") != 0, a_pass, b_pass;
+  int bkf = gt_param(c, "BKFAST") != 0, a_pass, b_pass, batched = gt_batch_build(p, 1) != 0, i;
   int64_t brows = bkf ? p->k : p->n, bcols = bkf ? p->n : p->k, brows_p = bkf ? kp : np, bcols_p = bkf ? np : kp;
-  int64_t lda = p->lda, ldb = p->ldb, g[2], l[2];
+  int64_t lda = p->lda, ldb = p->ldb, g[3], l[3], copies[2] = {1, 1}, packed[2] = {-1, -1};
+  int64_t align = f->kind == GT_RT ? gt_param(c, "VWG") : 1;   /* operand_alignment: vector loads in place */
   gt_operand a = {GEMMTUNE_CALL_A, NULL}, b = {GEMMTUNE_CALL_B, NULL};
   gemmtune_launch *product;
-  if (p->views) return GEMMTUNE_INVALID_CONFIGURATION;   /* reads operands from offset 0 only */
+  /* one problem's operands at offset 0 only, unless the family takes batches */
+  if ((p->views || p->batch > 1) && !f->takes_batch) return GEMMTUNE_INVALID_CONFIGURATION;
   a_pass = !(p->ta == 'N' && mp == p->m && kp == p->k && p->lda == p->m);
   b_pass = !(p->tb == (bkf ? 'N' : 'T') && brows_p == brows && bcols_p == bcols && p->ldb == brows);
+  if (batched) {
+    /* in place only at offset 0 and strides of whole vectors; else each problem's copy (one for an
+       operand all share) packed */
+    for (i = 0; i < 2; i++) {
+      int in_place = !p->views && !p->table && p->strides[i] % align == 0;
+      if (!in_place) { if (i == 0) a_pass = 1; else b_pass = 1; }
+      copies[i] = !p->table && p->strides[i] == 0 ? 1 : p->batch;
+    }
+  }
   if (a_pass) {
-    gt_add_scratch(plan, "a_padded", mp * kp * bytes);
-    gt_prepare(c, dev, plan, GEMMTUNE_CALL_A, lda, p->ta != 'N', p->ta == 'C', p->m, p->k, mp, kp, "a_padded");
-    a.scratch = "a_padded"; lda = mp;
+    gt_add_scratch(plan, "a_padded", copies[0] * mp * kp * bytes);
+    gt_prepare(c, p, dev, plan, GEMMTUNE_CALL_A, lda, p->ta != 'N', p->ta == 'C', p->m, p->k, mp, kp, "a_padded",
+               batched ? copies[0] : 0);
+    a.scratch = "a_padded"; lda = mp; packed[0] = copies[0] > 1 ? mp * kp : 0;
   }
   if (b_pass) {
     int transpose = bkf ? p->tb != 'N' : p->tb == 'N';
-    gt_add_scratch(plan, "b_padded", np * kp * bytes);
-    gt_prepare(c, dev, plan, GEMMTUNE_CALL_B, ldb, transpose, p->tb == 'C', brows, bcols, brows_p, bcols_p, "b_padded");
-    b.scratch = "b_padded"; ldb = brows_p;
+    gt_add_scratch(plan, "b_padded", copies[1] * np * kp * bytes);
+    gt_prepare(c, p, dev, plan, GEMMTUNE_CALL_B, ldb, transpose, p->tb == 'C', brows, bcols, brows_p, bcols_p,
+               "b_padded", batched ? copies[1] : 0);
+    b.scratch = "b_padded"; ldb = brows_p; packed[1] = copies[1] > 1 ? np * kp : 0;
   }
   if (f->kind == GT_K5) {
     int64_t wptn = gt_param(c, "WPTN");
@@ -403,7 +464,9 @@ static int gt_plan_padded(const gt_cfg *c, const gt_problem *p, const gemmtune_d
     gt_operand_arg(product, plan, b); gt_int(product, ldb); gt_call(product, GEMMTUNE_CALL_C); gt_int(product, p->ldc);
   } else {
     int64_t mwg = tm, nwg = tn, mdimc = gt_param(c, "MDIMC"), ndimc = gt_param(c, "NDIMC");
-    int64_t streamk = gt_param(c, "STREAMK"), tiles = (mp / mwg) * (np / nwg), slices = kp / tk, first = 0;
+    int64_t streamk = gt_param(c, "STREAMK"), slices = kp / tk, first = 0;
+    /* batched, the tiles of every problem, numbered problem after problem */
+    int64_t tiles = (batched ? p->batch : 1) * (mp / mwg) * (np / nwg);
     gt_split split = {NULL, NULL, 0, 0, 0};
     if (streamk) {
       /* shared_tiles: how many of the last tiles are cut, for rounds work-groups at once */
@@ -428,12 +491,16 @@ static int gt_plan_padded(const gt_cfg *c, const gt_problem *p, const gemmtune_d
     gt_add_scratch(plan, "work", max64(bytes, split.slots * mwg * nwg * bytes));
     if (streamk) { g[0] = (first + split.npieces) * mdimc; g[1] = ndimc; }
     else { g[0] = mp / mwg * mdimc; g[1] = np / nwg * ndimc; }
-    l[0] = mdimc; l[1] = ndimc;
-    product = gt_add_launch(plan, "xgemm", 1, 2, g, l);
+    g[2] = batched ? p->batch : 1; l[0] = mdimc; l[1] = ndimc; l[2] = 1;
+    product = gt_add_launch(plan, "xgemm", 1, batched && !streamk ? 3 : 2, g, l);
     gt_int(product, p->m); gt_int(product, p->n); gt_int(product, kp); gt_call(product, GEMMTUNE_CALL_ALPHA);
     gt_call(product, GEMMTUNE_CALL_BETA); gt_operand_arg(product, plan, a); gt_int(product, lda);
     gt_operand_arg(product, plan, b); gt_int(product, ldb); gt_call(product, GEMMTUNE_CALL_C); gt_int(product, p->ldc);
     gt_int(product, first); gt_scratch(product, plan, "pieces"); gt_scratch(product, plan, "work");
+    if (batched) {
+      gt_call(product, GEMMTUNE_CALL_OFFSET_C); gt_int(product, packed[0]); gt_int(product, packed[1]);
+      gt_batch_args(product, p, 1);
+    }
     if (split.nfixups) {
       int64_t per_tile = mwg * nwg / gt_fixup_width(mwg);
       gemmtune_launch *fix;
@@ -443,8 +510,10 @@ static int gt_plan_padded(const gt_cfg *c, const gt_problem *p, const gemmtune_d
       fix = gt_add_launch(plan, "xgemm_fixup", 1, 1, g, l);
       gt_int(fix, p->m); gt_int(fix, p->n); gt_call(fix, GEMMTUNE_CALL_ALPHA); gt_call(fix, GEMMTUNE_CALL_BETA);
       gt_call(fix, GEMMTUNE_CALL_C); gt_int(fix, p->ldc); gt_scratch(fix, plan, "fixups"); gt_scratch(fix, plan, "work");
+      if (batched) { gt_call(fix, GEMMTUNE_CALL_OFFSET_C); gt_batch_args(fix, p, 1); }
       gt_part_defines(fix, c, FIXUP);
       gt_define(fix, "MWG", mwg); gt_define(fix, "NWG", nwg); gt_define(fix, "BANDM", gt_param(c, "BANDM"));
+      gt_batch_define(fix, p, 1);
     }
     free(split.fixups);
   }
@@ -475,6 +544,10 @@ static void gt_main_options(const gt_cfg *c, const gt_problem *p, char *out, siz
     default: break;
   }
   GT_OPTION("PART", PRODUCT);
+  {   /* Problem.batch_defines (padded.py's batch_build for the padded families) */
+    int batch = gt_batch_build(p, c->family->kind == GT_K5 || c->family->kind == GT_RT);
+    if (batch) GT_OPTION("BATCH", batch);
+  }
 #undef GT_OPTION
 }
 
@@ -495,8 +568,9 @@ static int gt_make_plan(const gt_cfg *c, const gt_problem *p, const gemmtune_dev
     plan->param_values[i] = c->values[i];
   }
   gt_main_options(c, p, plan->options, sizeof plan->options);
+  if (p->batch > 1 && !c->family->takes_batch) return GEMMTUNE_INVALID_CONFIGURATION;
   switch (c->family->kind) {
-    case GT_CPU: status = gt_plan_cpu(c, p, plan); break;
+    case GT_CPU: status = gt_plan_cpu(c, p, dev, plan); break;
     case GT_DIRECT: status = gt_plan_direct(c, p, dev, plan); break;
     case GT_THIN: status = gt_plan_thin(c, p, dev, plan); break;
     default: status = gt_plan_padded(c, p, dev, plan); break;
@@ -545,7 +619,9 @@ static gt_choice gt_select(int device, int type, int prec, const gt_problem *p) 
     } else {
       choice.config = d->defaults[prec][cls];
     }
-    if (p->views && choice.config >= 0 && !gt_families[gt_configs[choice.config].family].takes_views) {
+    /* a view takes a family that reads views, a batch one that takes batches (batched.batch_config) */
+    if (choice.config >= 0 && (p->batch > 1 ? !gt_families[gt_configs[choice.config].family].takes_batch
+                               : p->views && !gt_families[gt_configs[choice.config].family].takes_views)) {
       choice.config = d->views[prec][cls];
       choice.source = "default";
       choice.shape[0] = choice.shape[1] = choice.shape[2] = 0;
@@ -580,6 +656,7 @@ typedef struct {
   int bound;
   cl_mem a, b, c;
   cl_int offsets[3];
+  cl_mem table;
   unsigned char alpha[16], beta[16];
 } gt_operation;
 
@@ -722,6 +799,7 @@ const char *gemmtune_status_message(int status) {
     case GEMMTUNE_OPENCL_ERROR: return "OpenCL error: gemmtune_last_error says which call";
     case GEMMTUNE_OUT_OF_HOST_MEMORY: return "out of host memory";
     case GEMMTUNE_INVALID_ARGUMENT: return "invalid argument: a null pointer where a result goes";
+    case GEMMTUNE_INVALID_BATCH: return "invalid batch: a negative count or stride, a stride of c of 0 (its problems would share elements), or null offsets or scalars";
     default: return "unknown status";
   }
 }
@@ -816,7 +894,8 @@ static int gt_prepare_operation(gemmtune_handle h, const gt_cfg *c, gt_operation
 
 static int gt_same_problem(const gt_problem *a, const gt_problem *b) {
   return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda
-         && a->ldb == b->ldb && a->ldc == b->ldc && a->views == b->views;
+         && a->ldb == b->ldb && a->ldc == b->ldc && a->views == b->views && a->batch == b->batch
+         && a->table == b->table && memcmp(a->strides, b->strides, sizeof a->strides) == 0;
 }
 
 static int gt_config_of(int index, int prec, gt_cfg *c) {
@@ -926,7 +1005,8 @@ static int gt_problem_of(int layout, int trans_a, int trans_b, int64_t m, int64_
   } else {
     p->m = m; p->n = n; p->ta = ta; p->tb = tb; p->lda = lda; p->ldb = ldb;
   }
-  p->k = k; p->ldc = ldc; p->views = 0;
+  p->k = k; p->ldc = ldc; p->views = 0; p->batch = 1; p->table = 0;
+  p->strides[0] = p->strides[1] = p->strides[2] = 0;
   if (p->lda < max64(1, p->ta == 'N' ? p->m : p->k) || p->ldb < max64(1, p->tb == 'N' ? p->k : p->n)
       || p->ldc < max64(1, p->m))
     return GEMMTUNE_INVALID_LEADING_DIMENSION;
@@ -947,15 +1027,57 @@ static int gt_check_operand(gemmtune_handle h, cl_mem buffer, int64_t offset, in
   return GEMMTUNE_SUCCESS;
 }
 
+/* A batch as a call gives it: count problems, at strides of a, b and c (as the caller names them),
+ * or (offsets non-null) the array form: problem members[i] at offsets[0..2][members[i]]. */
+typedef struct {
+  int64_t count, strides[3];
+  const int64_t *offsets[3];
+  const int64_t *members;
+} gt_batch;
+
+static const gt_batch gt_single = {1, {0, 0, 0}, {NULL, NULL, NULL}, NULL};
+
+/* Every problem's operands of a batch inside their buffers: the last at its strides, or each of
+ * the table; the column-major table (A, B and C of the problem) into rows. */
+static int gt_check_batch(gemmtune_handle h, const gt_problem *p, const gt_batch *batch, int swap, cl_mem *buffers,
+                          const cl_int *first, int bytes, cl_int *rows) {
+  int64_t shape[3][2], i;
+  int order, x, status;
+  shape[0][0] = p->ta == 'N' ? p->m : p->k; shape[0][1] = p->ta == 'N' ? p->k : p->m;
+  shape[1][0] = p->tb == 'N' ? p->k : p->n; shape[1][1] = p->tb == 'N' ? p->n : p->k;
+  shape[2][0] = p->m; shape[2][1] = p->n;
+  for (order = 0; order < 3; order++) {   /* C first, then A and B, as a single call checks them */
+    int64_t ld;
+    x = (order + 2) % 3;
+    ld = x == 0 ? p->lda : x == 1 ? p->ldb : p->ldc;
+    if (x < 2 && p->k == 0) continue;   /* K = 0 reads neither */
+    if (!rows) {
+      status = gt_check_operand(h, buffers[x], first[x] + (batch->count - 1) * p->strides[x], ld, shape[x][0],
+                                shape[x][1], bytes);
+      if (status != GEMMTUNE_SUCCESS) return status;
+      continue;
+    }
+    for (i = 0; i < batch->count; i++) {
+      int64_t offset = batch->offsets[x == 2 ? 2 : x ^ swap][batch->members[i]];
+      if (offset < 0) return GEMMTUNE_INVALID_SIZE;
+      if (offset >= GT_INDEX_LIMIT) return GEMMTUNE_TOO_LARGE;
+      status = gt_check_operand(h, buffers[x], offset, ld, shape[x][0], shape[x][1], bytes);
+      if (status != GEMMTUNE_SUCCESS) return status;
+      rows[3 * i + x] = (cl_int)offset;
+    }
+  }
+  return GEMMTUNE_SUCCESS;
+}
+
 static int gt_gemm_call(gemmtune_handle h, cl_command_queue queue, int prec, int layout, int trans_a, int trans_b,
                    int64_t m, int64_t n, int64_t k, const void *alpha, cl_mem a, int64_t a_offset, int64_t lda,
                    cl_mem b, int64_t b_offset, int64_t ldb, const void *beta, cl_mem c, int64_t c_offset,
-                   int64_t ldc, cl_event *event) {
+                   int64_t ldc, const gt_batch *batch, cl_event *event) {
   gt_problem p;
   gt_operation *op;
-  int swap, status, bytes = gt_precision_bytes[prec], i, j, in_order;
-  cl_mem buffers[3];
-  cl_int offsets[3], err;
+  int swap, status, bytes = gt_precision_bytes[prec], i, j, in_order, array = batch->offsets[0] != NULL;
+  cl_mem buffers[3], table = NULL;
+  cl_int offsets[3], err, *rows = NULL;
   cl_command_queue_properties properties = 0;
   cl_event previous = NULL;
   if (!h) return GEMMTUNE_INVALID_HANDLE;
@@ -964,30 +1086,56 @@ static int gt_gemm_call(gemmtune_handle h, cl_command_queue queue, int prec, int
   if (status != GEMMTUNE_SUCCESS) return status;
   if (a_offset < 0 || b_offset < 0 || c_offset < 0) return GEMMTUNE_INVALID_SIZE;
   if (a_offset >= GT_INDEX_LIMIT || b_offset >= GT_INDEX_LIMIT || c_offset >= GT_INDEX_LIMIT) return GEMMTUNE_TOO_LARGE;
+  if (batch->count < 0 || batch->strides[0] < 0 || batch->strides[1] < 0 || batch->strides[2] < 0
+      || (batch->count > 1 && batch->strides[2] == 0 && !array && m > 0 && n > 0))
+    return GEMMTUNE_INVALID_BATCH;
   if (gt_precision_double[prec] && !h->doubles) return GEMMTUNE_UNSUPPORTED_PRECISION;
   if (!queue) return gt_fail(h, GEMMTUNE_INVALID_ARGUMENT, "a null queue", CL_INVALID_COMMAND_QUEUE);
   buffers[0] = swap ? b : a; buffers[1] = swap ? a : b; buffers[2] = c;
   offsets[0] = (cl_int)(swap ? b_offset : a_offset); offsets[1] = (cl_int)(swap ? a_offset : b_offset);
   offsets[2] = (cl_int)c_offset;
-  if (p.m == 0 || p.n == 0) {
+  p.strides[0] = batch->strides[swap]; p.strides[1] = batch->strides[!swap]; p.strides[2] = batch->strides[2];
+  if (p.m == 0 || p.n == 0 || batch->count == 0) {
     if (!event) return GEMMTUNE_SUCCESS;
     err = clEnqueueMarkerWithWaitList(queue, 0, NULL, event);
     return err == CL_SUCCESS ? GEMMTUNE_SUCCESS : gt_fail(h, GEMMTUNE_OPENCL_ERROR, "clEnqueueMarkerWithWaitList", err);
   }
-  status = gt_check_operand(h, c, c_offset, p.ldc, p.m, p.n, bytes);
-  if (status == GEMMTUNE_SUCCESS && k > 0)
-    status = gt_check_operand(h, buffers[0], swap ? b_offset : a_offset, p.lda, p.ta == 'N' ? p.m : p.k,
-                              p.ta == 'N' ? p.k : p.m, bytes);
-  if (status == GEMMTUNE_SUCCESS && k > 0)
-    status = gt_check_operand(h, buffers[1], swap ? a_offset : b_offset, p.ldb, p.tb == 'N' ? p.k : p.n,
-                              p.tb == 'N' ? p.n : p.k, bytes);
-  if (status != GEMMTUNE_SUCCESS) return status;
-  if (k == 0) return gt_scale(h, queue, prec, &p, beta, c, offsets[2], event);
-  p.views = offsets[0] || offsets[1] || offsets[2];
+  if (array) {
+    rows = malloc(sizeof *rows * 3 * (size_t)batch->count);
+    if (!rows) return GEMMTUNE_OUT_OF_HOST_MEMORY;
+  }
+  status = gt_check_batch(h, &p, batch, swap, buffers, offsets, bytes, rows);
+  if (status == GEMMTUNE_SUCCESS && array && batch->count == 1) {   /* one problem: at its offsets */
+    memcpy(offsets, rows, sizeof offsets);
+    free(rows);
+    rows = NULL;
+  }
+  if (status != GEMMTUNE_SUCCESS) { free(rows); return status; }
+  if (k == 0) {   /* C <- beta * C, problem by problem */
+    cl_event *last = event;
+    int64_t z;
+    for (z = 0; z < batch->count && status == GEMMTUNE_SUCCESS; z++) {
+      cl_int at = rows ? rows[3 * z + 2] : (cl_int)(offsets[2] + z * p.strides[2]);
+      if (event && *event) clReleaseEvent(*event);
+      status = gt_scale(h, queue, prec, &p, beta, c, at, last);
+    }
+    free(rows);
+    return status;
+  }
+  p.batch = batch->count;
+  p.table = rows != NULL;
+  p.views = p.table || offsets[0] || offsets[1] || offsets[2];
+  if (p.table) {
+    table = clCreateBuffer(h->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof *rows * 3 * (size_t)p.batch,
+                           rows, &err);
+    free(rows);
+    if (err != CL_SUCCESS) return gt_fail(h, GEMMTUNE_OPENCL_ERROR, "clCreateBuffer of a batch's offsets", err);
+    p.strides[0] = p.strides[1] = p.strides[2] = 0;
+  }
   status = gt_operation_of(h, prec, &p, &op);
-  if (status != GEMMTUNE_SUCCESS) return status;
+  if (status != GEMMTUNE_SUCCESS) { if (table) clReleaseMemObject(table); return status; }
   if (!op->bound || op->a != buffers[0] || op->b != buffers[1] || op->c != c || memcmp(op->offsets, offsets, sizeof offsets)
-      || memcmp(op->alpha, alpha, (size_t)bytes) || memcmp(op->beta, beta, (size_t)bytes)) {
+      || op->table != table || memcmp(op->alpha, alpha, (size_t)bytes) || memcmp(op->beta, beta, (size_t)bytes)) {
     for (i = 0; i < op->plan.nlaunches; i++) {
       const gemmtune_launch *l = &op->plan.launches[i];
       for (j = 0; j < l->nargs; j++) {
@@ -995,17 +1143,28 @@ static int gt_gemm_call(gemmtune_handle h, cl_command_queue queue, int prec, int
         if (l->args[j].kind != GEMMTUNE_ARG_CALL) continue;
         if (v <= GEMMTUNE_CALL_C) err = clSetKernelArg(op->kernels[i], (cl_uint)j, sizeof(cl_mem), &buffers[v]);
         else if (v <= GEMMTUNE_CALL_OFFSET_C) err = clSetKernelArg(op->kernels[i], (cl_uint)j, sizeof(cl_int), &offsets[v - 3]);
+        else if (v == GEMMTUNE_CALL_BATCH_OFFSETS) err = clSetKernelArg(op->kernels[i], (cl_uint)j, sizeof(cl_mem), &table);
         else err = clSetKernelArg(op->kernels[i], (cl_uint)j, (size_t)bytes, v == GEMMTUNE_CALL_ALPHA ? alpha : beta);
-        if (err != CL_SUCCESS) { op->bound = 0; return gt_fail(h, GEMMTUNE_OPENCL_ERROR, "clSetKernelArg", err); }
+        if (err != CL_SUCCESS) {
+          op->bound = 0;
+          if (table) clReleaseMemObject(table);
+          return gt_fail(h, GEMMTUNE_OPENCL_ERROR, "clSetKernelArg", err);
+        }
       }
     }
-    op->bound = 1; op->a = buffers[0]; op->b = buffers[1]; op->c = c;
+    op->bound = 1; op->a = buffers[0]; op->b = buffers[1]; op->c = c; op->table = table;
     memcpy(op->offsets, offsets, sizeof offsets);
     memcpy(op->alpha, alpha, (size_t)bytes);
     memcpy(op->beta, beta, (size_t)bytes);
   }
+  /* the table is this call's: released once enqueued (OpenCL keeps it until the kernels have run),
+     so the next call binds its own */
+  if (table) op->bound = 0;
   err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof properties, &properties, NULL);
-  if (err != CL_SUCCESS) return gt_fail(h, GEMMTUNE_OPENCL_ERROR, "clGetCommandQueueInfo", err);
+  if (err != CL_SUCCESS) {
+    if (table) clReleaseMemObject(table);
+    return gt_fail(h, GEMMTUNE_OPENCL_ERROR, "clGetCommandQueueInfo", err);
+  }
   in_order = !(properties & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
   for (i = 0; i < op->plan.nlaunches; i++) {
     const gemmtune_launch *l = &op->plan.launches[i];
@@ -1019,12 +1178,14 @@ static int gt_gemm_call(gemmtune_handle h, cl_command_queue queue, int prec, int
     previous = NULL;
     if (err != CL_SUCCESS) {
       char what[64];
+      if (table) clReleaseMemObject(table);
       snprintf(what, sizeof what, "enqueueing %s", l->kernel);
       return gt_fail(h, GEMMTUNE_OPENCL_ERROR, what, err);
     }
     if (last) { if (event) *event = done; }
     else if (!in_order) previous = done;
   }
+  if (table) clReleaseMemObject(table);
   return GEMMTUNE_SUCCESS;
 }
 
@@ -1033,13 +1194,13 @@ static int gt_gemm_call(gemmtune_handle h, cl_command_queue queue, int prec, int
 static int gt_gemm(gemmtune_handle h, cl_command_queue queue, int prec, int layout, int trans_a, int trans_b,
                    int64_t m, int64_t n, int64_t k, const void *alpha, cl_mem a, int64_t a_offset, int64_t lda,
                    cl_mem b, int64_t b_offset, int64_t ldb, const void *beta, cl_mem c, int64_t c_offset,
-                   int64_t ldc, cl_event *event) {
+                   int64_t ldc, const gt_batch *batch, cl_event *event) {
   unsigned long failures;
   int status;
   if (!h) return GEMMTUNE_INVALID_HANDLE;
   failures = h->failures;
   status = gt_gemm_call(h, queue, prec, layout, trans_a, trans_b, m, n, k, alpha, a, a_offset, lda, b, b_offset, ldb,
-                        beta, c, c_offset, ldc, event);
+                        beta, c, c_offset, ldc, batch, event);
   if (status != GEMMTUNE_SUCCESS && h->failures == failures) {
     snprintf(h->error, sizeof h->error, "%s", gemmtune_status_message(status));
     h->failures++;
@@ -1052,7 +1213,7 @@ int gemmtune_sgemm(gemmtune_handle h, cl_command_queue queue, int layout, int tr
                    int64_t b_offset, int64_t ldb, float beta, cl_mem c, int64_t c_offset, int64_t ldc,
                    cl_event *event) {
   return gt_gemm(h, queue, gt_precision_index('s'), layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset,
-                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, event);
+                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, &gt_single, event);
 }
 
 int gemmtune_dgemm(gemmtune_handle h, cl_command_queue queue, int layout, int trans_a, int trans_b, int64_t m,
@@ -1060,7 +1221,7 @@ int gemmtune_dgemm(gemmtune_handle h, cl_command_queue queue, int layout, int tr
                    int64_t b_offset, int64_t ldb, double beta, cl_mem c, int64_t c_offset, int64_t ldc,
                    cl_event *event) {
   return gt_gemm(h, queue, gt_precision_index('d'), layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset,
-                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, event);
+                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, &gt_single, event);
 }
 
 int gemmtune_cgemm(gemmtune_handle h, cl_command_queue queue, int layout, int trans_a, int trans_b, int64_t m,
@@ -1068,7 +1229,7 @@ int gemmtune_cgemm(gemmtune_handle h, cl_command_queue queue, int layout, int tr
                    int64_t b_offset, int64_t ldb, cl_float2 beta, cl_mem c, int64_t c_offset, int64_t ldc,
                    cl_event *event) {
   return gt_gemm(h, queue, gt_precision_index('c'), layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset,
-                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, event);
+                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, &gt_single, event);
 }
 
 int gemmtune_zgemm(gemmtune_handle h, cl_command_queue queue, int layout, int trans_a, int trans_b, int64_t m,
@@ -1076,8 +1237,72 @@ int gemmtune_zgemm(gemmtune_handle h, cl_command_queue queue, int layout, int tr
                    int64_t b_offset, int64_t ldb, cl_double2 beta, cl_mem c, int64_t c_offset, int64_t ldc,
                    cl_event *event) {
   return gt_gemm(h, queue, gt_precision_index('z'), layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset,
-                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, event);
+                 lda, b, b_offset, ldb, &beta, c, c_offset, ldc, &gt_single, event);
 }
+
+/* The array form: problems of equal alpha and beta as one launch each, their offsets in a table. */
+static int gt_batched(gemmtune_handle h, cl_command_queue queue, int prec, int layout, int trans_a, int trans_b,
+                      int64_t m, int64_t n, int64_t k, const void *alphas, cl_mem a, const int64_t *a_offsets,
+                      int64_t lda, cl_mem b, const int64_t *b_offsets, int64_t ldb, const void *betas, cl_mem c,
+                      const int64_t *c_offsets, int64_t ldc, int64_t count, cl_event *event) {
+  const unsigned char *al = alphas, *be = betas;
+  int64_t *members, i, j;
+  unsigned char *done;
+  int bytes = gt_precision_bytes[prec], status = GEMMTUNE_SUCCESS;
+  if (!h) return GEMMTUNE_INVALID_HANDLE;
+  if (count == 0 || count < 0 || !alphas || !betas || !a_offsets || !b_offsets || !c_offsets) {
+    gt_batch none = {count < 0 ? -1 : 0, {0, 0, 0}, {NULL, NULL, NULL}, NULL};
+    if (count != 0) {
+      if (event) *event = NULL;
+      snprintf(h->error, sizeof h->error, "%s", gemmtune_status_message(GEMMTUNE_INVALID_BATCH));
+      h->failures++;
+      return GEMMTUNE_INVALID_BATCH;
+    }
+    return gt_gemm(h, queue, prec, layout, trans_a, trans_b, m, n, k, al, a, 0, lda, b, 0, ldb, be, c, 0, ldc, &none,
+                   event);
+  }
+  if (event) *event = NULL;
+  members = malloc(sizeof *members * (size_t)count);
+  done = calloc((size_t)count, 1);
+  if (!members || !done) { free(members); free(done); return GEMMTUNE_OUT_OF_HOST_MEMORY; }
+  for (i = 0; i < count && status == GEMMTUNE_SUCCESS; i++) {
+    gt_batch group = {0, {0, 0, 0}, {a_offsets, b_offsets, c_offsets}, members};
+    if (done[i]) continue;
+    for (j = i; j < count; j++)
+      if (!done[j] && !memcmp(al + i * bytes, al + j * bytes, (size_t)bytes) && !memcmp(be + i * bytes, be + j * bytes, (size_t)bytes)) {
+        members[group.count++] = j;
+        done[j] = 1;
+      }
+    if (event && *event) { clReleaseEvent(*event); *event = NULL; }
+    status = gt_gemm(h, queue, prec, layout, trans_a, trans_b, m, n, k, al + i * bytes, a, 0, lda, b, 0, ldb,
+                     be + i * bytes, c, 0, ldc, &group, event);
+  }
+  free(members);
+  free(done);
+  return status;
+}
+
+#define GT_BATCHED_CALLS(X, scalar) \
+  int gemmtune_##X##gemm_strided_batched(gemmtune_handle h, cl_command_queue queue, int layout, int trans_a, \
+      int trans_b, int64_t m, int64_t n, int64_t k, scalar alpha, cl_mem a, int64_t a_offset, int64_t lda, \
+      int64_t a_stride, cl_mem b, int64_t b_offset, int64_t ldb, int64_t b_stride, scalar beta, cl_mem c, \
+      int64_t c_offset, int64_t ldc, int64_t c_stride, int64_t batch_count, cl_event *event) { \
+    gt_batch batch = {batch_count, {a_stride, b_stride, c_stride}, {NULL, NULL, NULL}, NULL}; \
+    return gt_gemm(h, queue, gt_precision_index(#X[0]), layout, trans_a, trans_b, m, n, k, &alpha, a, a_offset, \
+                   lda, b, b_offset, ldb, &beta, c, c_offset, ldc, &batch, event); \
+  } \
+  int gemmtune_##X##gemm_batched(gemmtune_handle h, cl_command_queue queue, int layout, int trans_a, int trans_b, \
+      int64_t m, int64_t n, int64_t k, const scalar *alphas, cl_mem a, const int64_t *a_offsets, int64_t lda, \
+      cl_mem b, const int64_t *b_offsets, int64_t ldb, const scalar *betas, cl_mem c, const int64_t *c_offsets, \
+      int64_t ldc, int64_t batch_count, cl_event *event) { \
+    return gt_batched(h, queue, gt_precision_index(#X[0]), layout, trans_a, trans_b, m, n, k, alphas, a, a_offsets, \
+                      lda, b, b_offsets, ldb, betas, c, c_offsets, ldc, batch_count, event); \
+  }
+GT_BATCHED_CALLS(s, float)
+GT_BATCHED_CALLS(d, double)
+GT_BATCHED_CALLS(c, cl_float2)
+GT_BATCHED_CALLS(z, cl_double2)
+#undef GT_BATCHED_CALLS
 
 /* ------------------------------------------------------------------ introspection */
 
@@ -1105,10 +1330,11 @@ int gemmtune_plan(gemmtune_handle h, char precision, int trans_a, int trans_b, i
   return GEMMTUNE_SUCCESS;
 }
 
-int gemmtune_plan_config(const char *family, int nparams, const char *const *names, const int *values,
-                         const gemmtune_device_facts *facts, char precision, int trans_a, int trans_b, int64_t m,
-                         int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int views,
-                         gemmtune_launch_plan *plan) {
+int gemmtune_plan_config_batched(const char *family, int nparams, const char *const *names, const int *values,
+                                 const gemmtune_device_facts *facts, char precision, int trans_a, int trans_b,
+                                 int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int views,
+                                 int64_t batch_count, const int64_t strides[3], int table,
+                                 gemmtune_launch_plan *plan) {
   gt_problem p;
   gt_cfg c;
   int given[GEMMTUNE_MAX_PARAMS], prec = gt_precision_index(precision), swap, status, f, i, j;
@@ -1131,7 +1357,20 @@ int gemmtune_plan_config(const char *family, int nparams, const char *const *nam
   status = gt_problem_of(GEMMTUNE_COL_MAJOR, trans_a, trans_b, m, n, k, lda, ldb, ldc, &p, &swap);
   if (status != GEMMTUNE_SUCCESS) return status;
   if (m == 0 || n == 0 || k == 0) return GEMMTUNE_INVALID_SIZE;
-  p.views = views != 0;
+  p.views = views != 0 || (table && batch_count > 1);
+  if (batch_count < 1 || (!table && batch_count > 1 && !strides)) return GEMMTUNE_INVALID_BATCH;
+  if (batch_count > 1) {
+    int x;
+    p.batch = batch_count;
+    p.table = table != 0;
+    for (x = 0; x < 3 && !table; x++) {
+      int64_t cols = x == 0 ? (p.ta == 'N' ? p.k : p.m) : x == 1 ? (p.tb == 'N' ? p.n : p.k) : p.n;
+      int64_t ld = x == 0 ? p.lda : x == 1 ? p.ldb : p.ldc;
+      if (strides[x] < 0) return GEMMTUNE_INVALID_BATCH;
+      if ((batch_count - 1) * strides[x] + ld * cols >= GT_INDEX_LIMIT) return GEMMTUNE_TOO_LARGE;
+      p.strides[x] = strides[x];
+    }
+  }
   c.family = &gt_families[f];
   c.values = given;
   c.prec = prec;
@@ -1140,4 +1379,12 @@ int gemmtune_plan_config(const char *family, int nparams, const char *const *nam
   for (i = 0; i < plan->nparams; i++) plan->param_values[i] = given[i];
   snprintf(plan->source, sizeof plan->source, "given");
   return GEMMTUNE_SUCCESS;
+}
+
+int gemmtune_plan_config(const char *family, int nparams, const char *const *names, const int *values,
+                         const gemmtune_device_facts *facts, char precision, int trans_a, int trans_b, int64_t m,
+                         int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int views,
+                         gemmtune_launch_plan *plan) {
+  return gemmtune_plan_config_batched(family, nparams, names, values, facts, precision, trans_a, trans_b, m, n, k,
+                                      lda, ldb, ldc, views, 1, NULL, 0, plan);
 }
