@@ -292,3 +292,67 @@ def test_the_3m_product_on_the_gpu(queue, tmp_path, code, ta, tb):
         outside = np.ones(big[2].shape, bool)
         outside[1:1 + m, 3:3 + n] = False
         assert np.array_equal(got[outside], big[2][outside])
+
+
+def _batched(queue, gpu, given: dict, code: str, count: int, m: int, n: int, k: int, ta: str, tb: str) -> None:
+    """``count`` problems through one batched plan of ``given``: gemm on stacks (b shared, beta with
+    a broadcast c), then Gemm on a list of views (the table) into a NaN-poisoned pool, every problem
+    against numpy."""
+    import pyopencl.array as cla
+
+    from gemmtune import compute
+
+    dtype, prec = DTYPES[code], get_precision(code)
+    rng = np.random.default_rng([count, m, n, k])
+    alpha = 0.75 if code in "sd" else 0.5 - 0.25j
+    a = uniform((count, m, k) if ta == "N" else (count, k, m), dtype, rng)
+    b = uniform((k, n) if tb == "N" else (n, k), dtype, rng)
+    c = uniform((1, n), dtype, rng)
+    got = compute.gemm(a, b, c, alpha=alpha, beta=-1.5, trans_a=ta, trans_b=tb, config=given, device=gpu.index)
+    for z in range(count):
+        ref = Reference.compute(prec, a[z], b, np.broadcast_to(c, (m, n)), alpha, -1.5, ta, tb)
+        outcome = compare(got[z], ref, prec)
+        assert outcome.passed, (given, z, outcome)
+    da, db = cla.to_device(queue, a), cla.to_device(queue, b)
+    pool = cla.to_device(queue, np.full((count * (m + 1), n + 2), np.nan, dtype))
+    outs = [pool[z * (m + 1):z * (m + 1) + m, 1:1 + n] for z in range(count)][::-1]
+    compute.Gemm(queue, code, config=given)([da[z] for z in range(count)], db, outs, alpha=alpha, trans_a=ta,
+                                            trans_b=tb)
+    after = pool.get()
+    for z in range(count):
+        r = (count - 1 - z) * (m + 1)
+        outcome = compare(after[r:r + m, 1:1 + n], Reference.compute(prec, a[z], b, None, alpha, 0.0, ta, tb), prec)
+        assert outcome.passed, (given, z, outcome)
+    written = np.zeros(after.shape, bool)
+    for z in range(count):
+        written[z * (m + 1):z * (m + 1) + m, 1:1 + n] = True
+    assert np.isnan(after[~written]).all()
+
+
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+def test_batched_gpu_defaults_on_the_gpu(queue, gpu, code):
+    """The shipped GPU defaults of xgemm_rt (s's cp.async pipeline and stream-K, d's and z's FP64
+    matrix instructions where the device has them) as batches: the batch along dimension 2, or
+    with stream-K in the tile numbers; tile remainders, a batch's last round cut along K."""
+    from gemmtune.defaults import default_config
+
+    prec = get_precision(code)
+    for shape in ((2000, 1000, 1500), (200, 100, 300)):
+        config = default_config(gpu, prec, shape)
+        if config.kernel != "xgemm_rt":
+            continue
+        given = {"KERNEL": config.kernel, **config.params}
+        _batched(queue, gpu, given, code, 7, 129, 65, 300, "N", "N")
+        _batched(queue, gpu, given, code, 50, 64, 64, 64, "T", "N")
+        _batched(queue, gpu, given, code, 3, 333, 222, 111, "N", "C" if code in "cz" else "T")
+
+
+@pytest.mark.parametrize("code, given", MMA_VARIANTS[:3] + MMA_VARIANTS[6:9],
+                         ids=["d-pipe7-streamk", "z-padl2-pipe7", "z-72k", "d-ahead-streamk", "d-ahead-k16-pipe5",
+                              "z-ahead-pipe7"])
+def test_batched_matrix_instructions_on_the_gpu(queue, gpu, code, given):
+    from gemmtune.compute import resolve_config
+
+    fixed = dict(KERNEL="xgemm_rt", VLM=1, VLN=1, UNROLL=1, WARPM=0, STAGE=1, BKFAST=0)
+    config = resolve_config({**fixed, **given}, gpu, get_precision(code))
+    _batched(queue, gpu, {"KERNEL": config.kernel, **config.params}, code, 9, 200, 130, 96, "T", "N")
