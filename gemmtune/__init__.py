@@ -30,7 +30,7 @@ def __getattr__(name):
         from gemmtune.tuned import best_config
         return best_config
     if name == "list_devices":
-        from gemmtune.device import list_devices
+        from gemmtune.devices.opencl import list_devices
         return list_devices
     raise AttributeError(f"module 'gemmtune' has no attribute {name!r}")
 

@@ -12,8 +12,8 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from gemmtune import batched, inputs
-from gemmtune.device import device_spec, list_devices, open_device
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.opencl import device_spec, list_devices, open_device
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.defaults import default_config
 from gemmtune.families import FAMILIES
 from gemmtune.kernels import GemmOperation

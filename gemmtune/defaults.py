@@ -10,7 +10,7 @@ import numpy as np
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.precision import Precision
 from gemmtune.resources import configs_dir
 from gemmtune.space import Config, load_space, make_config, require_precision

@@ -12,7 +12,7 @@ import os
 import re
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.info import DeviceInfo, host_cores
+from gemmtune.devices.info import DeviceInfo, host_cores
 from gemmtune.precision import Precision, require_precision
 
 SEED_MAX = 2**32 - 1   # numpy's and Optuna's samplers take seeds 0 .. 2**32 - 1

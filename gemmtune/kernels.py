@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pyopencl as cl
 
-from gemmtune.device import compute_units as device_compute_units, has_fp64_matrix, nvidia_compute_capability
+from gemmtune.devices.opencl import compute_units as device_compute_units, has_fp64_matrix, nvidia_compute_capability
 from gemmtune.families import COPY_PER_ITEM, FAMILIES, Family
 from gemmtune.launch import (A, ALPHA, B, BATCH_OFFSETS, BETA, C, CALL_ARGUMENTS, OFFSET_A, OFFSET_B, OFFSET_C,
                              Problem, Scratch)

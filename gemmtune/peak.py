@@ -29,9 +29,9 @@ import pyopencl as cl
 from gemmtune.db.connect import writing
 from gemmtune.db.store import Store, database_url, probe
 from gemmtune.db.urls import shown
-from gemmtune.device import open_device
+from gemmtune.devices.opencl import open_device
 from gemmtune.errors import GemmtuneError
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.kernels import BUILD_OPTIONS
 from gemmtune.models.analytic import BANDWIDTH, nominal_peaks
 from gemmtune.precision import PRECISIONS, Precision, get_precision

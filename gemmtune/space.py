@@ -21,7 +21,7 @@ import numpy as np
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES, Constraint, Family, kernel_parameters
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.files import parse_toml, read_text
 from gemmtune.precision import Precision, require_precision
 from gemmtune.resources import configs_dir, load_kernel_source

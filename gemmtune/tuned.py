@@ -35,7 +35,7 @@ from gemmtune.db.urls import DEFAULT_DB, DEFAULT_DB_FILE, database_url
 from gemmtune.defaults import default_config
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config, Space, require_precision, shipped_families
 
@@ -127,7 +127,7 @@ def _db_key(url: str) -> str:
 def _device_info(device) -> DeviceInfo:
     if isinstance(device, DeviceInfo):
         return device
-    from gemmtune.device import device_spec, resolve_device
+    from gemmtune.devices.opencl import device_spec, resolve_device
 
     spec = device_spec(device)
     if spec not in _devices:

@@ -20,7 +20,7 @@ import numpy as np
 
 from gemmtune import space as space_module
 from gemmtune.families import FAMILIES, Constraint
-from gemmtune.info import DeviceInfo, forking_is_safe
+from gemmtune.devices.info import DeviceInfo, forking_is_safe
 from gemmtune.precision import Precision
 from gemmtune.space import Config, FamilySpace, Space, require_precision
 

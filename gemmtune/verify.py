@@ -30,7 +30,7 @@ from functools import cache, cached_property
 import numpy as np
 
 from gemmtune.errors import OperandError
-from gemmtune.info import host_cores
+from gemmtune.devices.info import host_cores
 from gemmtune.precision import Precision
 
 

@@ -137,7 +137,7 @@ IMPLEMENTATIONS = {"pocl": "Portable Computing Language", "intel": "Intel(R) Ope
 def implementation_device(name: str):
     """The first device of implementation ``name`` (a key of IMPLEMENTATIONS); None where
     there is none."""
-    from gemmtune.device import list_devices
+    from gemmtune.devices.opencl import list_devices
 
     return next((d for d in list_devices() if d.platform == IMPLEMENTATIONS[name]), None)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 
 REPO = Path(__file__).resolve().parents[1]
 

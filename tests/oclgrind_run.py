@@ -22,7 +22,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.characterize
 
-from gemmtune.device import open_device
+from gemmtune.devices.opencl import open_device
 from gemmtune.kernels import GemmOperation
 from gemmtune.launch import Problem
 from gemmtune.precision import get_precision

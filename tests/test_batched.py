@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_foundation import DTYPES  # noqa: E402
 
 import gemmtune  # noqa: E402
-from gemmtune.device import open_device  # noqa: E402
+from gemmtune.devices.opencl import open_device  # noqa: E402
 from gemmtune.errors import GemmtuneError, OperandError  # noqa: E402
 from gemmtune.families import FAMILIES  # noqa: E402
 from gemmtune.launch import INDEX_LIMIT, Problem  # noqa: E402

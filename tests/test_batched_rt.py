@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_foundation import DTYPES, uniform  # noqa: E402
 
 import gemmtune  # noqa: E402
-from gemmtune.device import open_device  # noqa: E402
+from gemmtune.devices.opencl import open_device  # noqa: E402
 from gemmtune.families import FAMILIES, XGEMM_RT  # noqa: E402
 from gemmtune.kernels import GemmOperation, defines  # noqa: E402
 from gemmtune.launch import Problem  # noqa: E402

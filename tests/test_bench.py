@@ -24,7 +24,7 @@ import gemmtune.verify  # noqa: E402
 from gemmtune.bench import run_bench  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.defaults import default_config  # noqa: E402
-from gemmtune.device import resolve_device  # noqa: E402
+from gemmtune.devices.opencl import resolve_device  # noqa: E402
 from gemmtune.kernels import GemmOperation  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.shapes import Shape  # noqa: E402

@@ -45,7 +45,7 @@ def lib():
 
 @pytest.fixture(scope="module")
 def queue():
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
 
     _, dev = open_device(0)
     return cl.CommandQueue(cl.Context([dev]))

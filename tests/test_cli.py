@@ -26,7 +26,7 @@ from helpers_foundation import BYTES, PARAMS, REPO, broken_rules, product, toml_
 
 import gemmtune.compute  # noqa: E402
 from gemmtune.cli import cli, emit  # noqa: E402
-from gemmtune.device import list_devices, resolve_device  # noqa: E402
+from gemmtune.devices.opencl import list_devices, resolve_device  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.resources import configs_dir  # noqa: E402
 from gemmtune.space import describe, load_space  # noqa: E402
@@ -130,7 +130,7 @@ def test_space_count_of_the_shipped_space_is_quick_and_small():
     # What the drivers take (Intel's runtime about 90 MiB once loaded), from a process that
     # opens the device and counts nothing
     opened = ("import resource, subprocess, sys; subprocess.run([sys.executable, '-c', "
-              "'from gemmtune.device import open_device; open_device(0)'], check=True); "
+              "'from gemmtune.devices.opencl import open_device; open_device(0)'], check=True); "
               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     drivers_kib = int(subprocess.run([sys.executable, "-c", opened], check=True, capture_output=True, text=True).stdout)
     assert int(count) == expected > 1_000_000

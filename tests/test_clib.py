@@ -25,9 +25,9 @@ from gemmtune.clib.binding import COL_MAJOR, OPS, ROW_MAJOR, Facts, Plan, load, 
 from gemmtune.cli import cli
 from gemmtune.db.store import Store
 from gemmtune.defaults import default_config
-from gemmtune.device import open_device
+from gemmtune.devices.opencl import open_device
 from gemmtune.families import FAMILIES
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.kernels import build_options, defines
 from gemmtune.launch import CALL_ARGUMENTS, Problem
 from gemmtune.precision import PRECISIONS
@@ -733,7 +733,7 @@ def test_the_gpu_defaults_on_a_gpu(prec, tmp_path):
     defaults (xgemm_rt with stream-K, FP64 matrix instructions in d where the GPU has them) from
     an export without results, on problems whose last tiles stream-K cuts, every op, both layouts,
     and at views (which take the views' default)."""
-    from gemmtune.device import list_devices
+    from gemmtune.devices.opencl import list_devices
 
     gpus = [d for d in list_devices() if d.type == "GPU"]
     chosen = next((d for d in gpus if str(d.index) == os.environ.get("GEMMTUNE_TEST_GPU")), gpus[0] if gpus else None)

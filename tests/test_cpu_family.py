@@ -46,7 +46,7 @@ SPREAD = [("N", "N"), ("T", "C"), ("C", "T"), ("N", "T")]
 def queue():
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
 
     _, dev = open_device(0)
     return cl.CommandQueue(cl.Context([dev]))
@@ -167,7 +167,7 @@ def test_cpu_gemm_api_runs_the_family():
 def test_the_kernels_error_checks_agree_with_constraint_1(queue):
     """The kernel refuses to build what constraint 1 forbids: a vector width that is not a
     power of two up to 16, and vectors of complex elements read in place (A not packed)."""
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
     from gemmtune.kernels import BuildError, build, defines
 
     source = shipped_families().family("xgemm_cpu").source

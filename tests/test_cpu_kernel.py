@@ -17,7 +17,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from gemmtune.device import open_device
+from gemmtune.devices.opencl import open_device
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 
@@ -136,7 +136,7 @@ WIDE = [(32, dict(VW=16, PACKA=0, TRANSA=0)), (32, dict(VW=16, PACKA=0, TRANSA=1
 BUILD_TWICE = """
 import sys, warnings
 import pyopencl as cl
-from gemmtune.device import open_device
+from gemmtune.devices.opencl import open_device
 warnings.simplefilter("ignore")
 ctx = cl.Context([open_device(None)[1]])
 source = open(sys.argv[1]).read()

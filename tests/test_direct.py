@@ -36,7 +36,7 @@ SPREAD = [("N", "N"), ("T", "C"), ("C", "T"), ("N", "T")]
 def queue():
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
 
     _, dev = open_device(0)
     ctx = cl.Context([dev])
@@ -168,7 +168,7 @@ def test_the_kernels_error_checks_agree_with_constraints_1_and_3(queue):
 
 
 def _pocl_info():
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     return resolve_device(0)
 

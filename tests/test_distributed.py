@@ -80,7 +80,7 @@ def test_two_devices_of_one_model_search_one_study_together(tmp_path, space):
 
 
 def test_timing_workers_of_several_devices_run_on_cores_of_their_own(tmp_path, space, monkeypatch):
-    from gemmtune import device, info
+    from gemmtune.devices import info, opencl as device
     from gemmtune.search import loop as S
     from gemmtune.timing import TimingPolicy
 
@@ -144,7 +144,7 @@ def test_default_jobs_are_one_per_core_the_compilers_may_use(monkeypatch):
 
 
 def test_core_plan_gives_each_worker_a_block_and_the_compilers_the_rest(monkeypatch):
-    from gemmtune import info
+    from gemmtune.devices import info
 
     def cores(c):
         monkeypatch.setattr(info.os, "sched_getaffinity", lambda pid: set(c))

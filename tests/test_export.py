@@ -16,7 +16,7 @@ from helpers_foundation import sql
 import gemmtune
 from gemmtune.cli import cli
 from gemmtune.defaults import shipped_default
-from gemmtune.device import open_device, resolve_device
+from gemmtune.devices.opencl import open_device, resolve_device
 from gemmtune.export import device_macro
 from gemmtune.families import FAMILIES
 from gemmtune.kernels import GemmOperation

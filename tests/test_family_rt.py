@@ -533,7 +533,7 @@ def rt(config: dict) -> dict:
 
 
 def test_test_configurations_cover_the_features():
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     dev = resolve_device(0)
     for code, config in CASES:
@@ -581,7 +581,7 @@ BANDED = [("d", {**CONFIGS["d"], "BANDM": 3}, (70, 100, 40)),
 
 @pytest.mark.parametrize("code, config, shape", BANDED, ids=["d-band3", "s-band2-streamk3", "z-band4"])
 def test_gemm_in_bands_of_tile_rows_matches_numpy(code, config, shape):
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     assert not rt_broken(config, resolve_device(0), code)
     m, n, _ = shape
@@ -647,7 +647,7 @@ def fp64_matrix_device(monkeypatch):
                                                           "d-ahead-k16", "z-ahead-pipe5", "d-ahead-pipe7",
                                                           "d-ahead-three-sets"])
 def test_gemm_with_matrix_instructions_matches_numpy(fp64_matrix_device, code, config, shape):
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     assert rt_broken(config, resolve_device(0), code) == [12]
     assert not rt_broken(config, make_device(fp64_matrix=True), code)
@@ -758,7 +758,7 @@ def test_candidates_share_one_build_of_the_preparation_and_fixup_kernels():
     the product alone, and both compute right (C poisoned with NaN)."""
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.kernels import GemmOperation
 
     _, dev = open_device(0)
@@ -803,7 +803,7 @@ def check_stream_k(code: str, config: dict, units: int, m: int, k: int) -> None:
     against numpy."""
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.kernels import GemmOperation
 
     n = 11
@@ -871,7 +871,7 @@ def test_result_does_not_depend_on_bkfast(shape):
     (dict(MWG=16, NWG=8, KWG=8, MDIMC=8, NDIMC=4, VWG=1, VLM=1, VLN=1, WARPM=0, UNROLL=1, MMA=1), 12),  # PoCL lacks them
 ], ids=["c1", "c3-bkfast", "c4-padl", "c6", "c7", "c8", "c11", "c12"])
 def test_invalid_rt_config_names_the_constraint(config, number):
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
     from gemmtune.space import make_config
 
     full = make_config(load_space(), "xgemm_rt", config).params
@@ -897,7 +897,7 @@ def count(args) -> int:
 
 @pytest.mark.parametrize("code", ["s", "z"])
 def test_space_explain_lists_rt_constraints(tmp_path, code):
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     rt_table = {**BASE, "MWG": [16, 32, 64], "NWG": [16, 64], "KWG": [6, 8, 16], "MDIMC": [2, 4, 8],
                 "NDIMC": [4, 8], "VWG": [1, 4], "VLM": [1, 4], "PIPE": [1, 2, 6, 9], "PADL": [0, 2],

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def gpu():
-    from gemmtune.device import list_devices
+    from gemmtune.devices.opencl import list_devices
 
     found = [d for d in list_devices() if d.type == "GPU"]
     index = os.environ.get("GEMMTUNE_TEST_GPU")
@@ -42,7 +42,7 @@ def gpu():
 def queue(gpu):
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
 
     _, dev = open_device(gpu.index)
     ctx = cl.Context([dev])

@@ -24,7 +24,7 @@ from helpers_foundation import TINY_SPACE  # noqa: E402
 
 import gemmtune  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
-from gemmtune.device import resolve_device  # noqa: E402
+from gemmtune.devices.opencl import resolve_device  # noqa: E402
 from gemmtune.export import comment_text, device_macro  # noqa: E402
 from gemmtune.tuned import best_config  # noqa: E402
 

@@ -26,7 +26,7 @@ from helpers_foundation import DTYPES  # noqa: E402
 import gemmtune  # noqa: E402
 from gemmtune import compute, inputs  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
-from gemmtune.device import open_device  # noqa: E402
+from gemmtune.devices.opencl import open_device  # noqa: E402
 from gemmtune.errors import GemmtuneError, OperandError  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.verify import Reference, compare, random_matrix  # noqa: E402

@@ -65,7 +65,7 @@ def test_a_value_past_its_range_is_refused_at_the_bound_by_every_python_entry():
         with pytest.raises(GemmtuneError, match=f"from {low} to {high}, the range of KC"):
             make_config(space, "xgemm_cpu", {"KC": value})
     # a Config built by hand skips make_config: the device's check holds it to the same range
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
     from gemmtune.precision import get_precision
 
     config = Config.of("xgemm_cpu", {**space.family("xgemm_cpu").defaults, "KC": HUGE})
@@ -216,7 +216,7 @@ def test_no_child_outlives_a_search_killed_outright(tmp_path):
 
 def test_jobs_beyond_the_cores_are_refused_before_any_process_starts(tmp_path):
     from gemmtune.execution.processes import Compilers
-    from gemmtune.info import host_cores
+    from gemmtune.devices.info import host_cores
     from gemmtune.inputs import check_jobs
     from gemmtune.search import SearchRequest, run_search
 

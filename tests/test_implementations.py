@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, 
 from helpers_foundation import DTYPES, SMALL_SPACE, make_device, numpy_product, uniform, worst_case_tolerance  # noqa: E402
 
 from gemmtune.cli import cli  # noqa: E402
-from gemmtune.info import DeviceInfo  # noqa: E402
+from gemmtune.devices.info import DeviceInfo  # noqa: E402
 from gemmtune.precision import PRECISIONS, get_precision  # noqa: E402
 
 # A driver at its worst: nothing it reports about size or speed is usable.
@@ -35,7 +35,7 @@ ZEROS = dict(compute_units=0, max_clock_mhz=0, local_mem_bytes=0, max_work_group
 
 
 def fake_cl_device(kind: str = "GPU", **reported):
-    """An object that answers what device.py asks of a pyopencl Device, reporting ``reported``."""
+    """An object that answers what devices/opencl.py asks of a pyopencl Device, reporting ``reported``."""
     import pyopencl as cl
 
     values = dict(type=getattr(cl.device_type, kind), name="Fake", vendor="Fake", version="OpenCL 3.0",
@@ -47,7 +47,7 @@ def fake_cl_device(kind: str = "GPU", **reported):
 
 
 def test_a_driver_reporting_zeros_is_described_with_fallbacks_it_names():
-    from gemmtune import device
+    from gemmtune.devices import opencl as device
 
     info = device._info(3, 0, 0, device.cl.get_platforms()[0], fake_cl_device())
     assert info.compute_units == 1 and info.max_clock_mhz > 0 and info.local_mem_bytes > 0
@@ -66,7 +66,7 @@ def test_a_driver_reporting_zeros_is_described_with_fallbacks_it_names():
 
 
 def test_a_cpu_reporting_zeros_takes_the_hosts_cores_and_clock():
-    from gemmtune.info import host_clock_mhz, host_cores
+    from gemmtune.devices.info import host_clock_mhz, host_cores
 
     dev = make_device(type="CPU", **ZEROS)
     assert dev.compute_units == host_cores()
@@ -85,7 +85,7 @@ def test_absurd_values_are_replaced_and_small_real_ones_kept():
 
 
 def test_disagreeing_fp64_reports_are_settled_by_a_build(monkeypatch):
-    from gemmtune import device
+    from gemmtune.devices import opencl as device
 
     monkeypatch.setattr(device, "_probe", lambda d, source: "")   # no double kernel builds
     says_yes = fake_cl_device(double_fp_config=63)                 # but no cl_khr_fp64
@@ -132,7 +132,7 @@ def test_stream_k_plans_on_a_driver_reporting_zero_compute_units(monkeypatch):
     import pyopencl.array as cla
 
     import gemmtune
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
 
     monkeypatch.setattr(cl.Device, "max_compute_units", property(lambda self: 0))
     config = dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=1, VLM=1, VLN=1, PIPE=6, PADL=0, UNROLL=1,
@@ -186,7 +186,7 @@ def test_shipped_defaults_are_right_through_gemm_Gemm_and_verify(implementation,
 
     import gemmtune
     from gemmtune.compute import verify_config
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
 
     (m, n, k), ta, tb = SHAPES[code]
     dtype, rng = DTYPES[code], np.random.default_rng([m, n, k, "sdcz".index(code)])
@@ -260,7 +260,7 @@ def test_peak_measures_without_passing_on_build_remarks(implementation):
 
 def test_a_cpu_register_file_is_what_its_compiler_targets(implementation):
     from gemmtune.defaults import table_name
-    from gemmtune.device import HOST_REGISTER_FILES, host_register_file
+    from gemmtune.devices.opencl import HOST_REGISTER_FILES, host_register_file
 
     file = (implementation.vector_registers, implementation.vector_bytes)
     assert file in [f for _, f in HOST_REGISTER_FILES]
@@ -271,7 +271,7 @@ def test_a_cpu_register_file_is_what_its_compiler_targets(implementation):
 
 
 def test_a_spir_compilers_register_file_follows_its_target_arch(monkeypatch):
-    from gemmtune.device import host_register_file, spir_register_file
+    from gemmtune.devices.opencl import host_register_file, spir_register_file
 
     monkeypatch.delenv("CL_CONFIG_CPU_TARGET_ARCH", raising=False)
     assert spir_register_file()[:2] == host_register_file()
@@ -284,14 +284,14 @@ def test_a_spir_compilers_register_file_follows_its_target_arch(monkeypatch):
 # ---------------------------------------------------------------- finding Intel's runtime
 
 def _platforms(env: dict) -> list[str]:
-    code = "from gemmtune.device import list_devices; print('\\n'.join(d.platform for d in list_devices()))"
+    code = "from gemmtune.devices.opencl import list_devices; print('\\n'.join(d.platform for d in list_devices()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert "Traceback" not in out.stderr, out.stderr
     return out.stdout.split("\n")
 
 
 def test_intel_runtime_is_found_beside_the_systems_drivers_and_can_be_turned_off(tmp_path):
-    from gemmtune.icd import pip_intel_opencl
+    from gemmtune.devices.icd import pip_intel_opencl
 
     if pip_intel_opencl() is None:
         if os.environ.get("CI") == "true" or "intel" in os.environ.get("GEMMTUNE_TEST_IMPLEMENTATIONS", ""):

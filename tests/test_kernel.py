@@ -58,7 +58,7 @@ def operands(rng, dtype, m, n, k, ta, tb):
 
 
 def test_test_configurations_are_valid_on_pocl():
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     dev = resolve_device(0)
     for name, config in CONFIGS.items():
@@ -169,7 +169,7 @@ def test_gemm_rejects_mixed_dtypes(dtypes):
     ({"TSM": 16, "TSN": 32, "TSK": 4, "WPTN": 4}, 3),           # TSK=4 rows of A over RTSN=8
 ], ids=["constraint-1", "constraint-3"])
 def test_invalid_config_names_the_constraint(config, number):
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
     from gemmtune.space import load_space, make_config
 
     full = make_config(load_space(), None, config).params
@@ -292,7 +292,7 @@ def test_a_binary_loads_as_the_timing_worker_will_and_a_bad_one_is_refused():
     # worker (which builds from source and says why).
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.defaults import default_config
     from gemmtune.kernels import build, defines, load_binary, program_binary
     from gemmtune.precision import get_precision
@@ -346,13 +346,13 @@ def test_device_defines_only_offer_cp_async_where_it_exists(extensions, major, e
     ("cl_khr_fp64 cl_nv_device_attribute_query", 9, 256 * 1024, 256 * 1024),  # never less than reported
 ])
 def test_local_memory_is_what_a_work_group_can_use(extensions, major, reported, usable):
-    from gemmtune.device import local_mem_bytes
+    from gemmtune.devices.opencl import local_mem_bytes
 
     assert local_mem_bytes(_FakeDevice(extensions, major, reported)) == usable
 
 
 def test_the_cpu_device_builds_without_device_defines():
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.kernels import device_defines
 
     info, dev = open_device(0)
@@ -365,7 +365,7 @@ def test_the_cpu_device_builds_without_device_defines():
     ("cl_nv_device_attribute_query", None, 0),                    # a driver that lacks the query
 ])
 def test_registers_per_group_only_where_the_driver_says(extensions, registers, expected):
-    from gemmtune.device import registers_per_group
+    from gemmtune.devices.opencl import registers_per_group
 
     assert registers_per_group(_FakeDevice(extensions, 9, registers=registers)) == expected
 
@@ -409,7 +409,7 @@ def test_device_time_leaves_the_hosts_latency_out():
 
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.kernels import GemmOperation, device_time_ms
     from gemmtune.space import Config, load_space
 
@@ -472,7 +472,7 @@ def test_pad_copy_pads_and_conjugates_with_any_work_group(monkeypatch, tile):
     shapes that need padding on every side and a work-group that leaves items past the edges."""
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.families import padded
     from gemmtune.kernels import GemmOperation
     from gemmtune.space import Config, load_space

@@ -42,7 +42,7 @@ CASES = [
 def context():
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
 
     return cl.Context([open_device(0)[1]])
 

@@ -31,8 +31,8 @@ LAYERS = [
     ("strategies", {"strategies"}),
     ("models", {"models", "tuned"}),
     ("services", {"db", "execution", "valid", "optuna_adapter"}),
-    ("core", {"errors", "precision", "launch", "output", "config_text", "resources", "files", "inputs", "info", "icd",
-              "device", "families", "space", "defaults", "timing", "verify", "shapes", "kernels"}),
+    ("core", {"errors", "precision", "launch", "output", "config_text", "resources", "files", "inputs", "devices",
+              "families", "space", "defaults", "timing", "verify", "shapes", "kernels"}),
 ]
 
 

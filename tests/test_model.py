@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from helpers_foundation import make_device
 
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.models import analytic
 from gemmtune.precision import get_precision
 from gemmtune.space import Config, load_space, make_config
@@ -123,7 +123,7 @@ def test_pass_count_matches_what_gemm_operation_enqueues():
     """The model's pass rules against the real thing, on the PoCL device."""
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.kernels import GemmOperation
     from gemmtune.space import load_space
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from gemmtune.cli import cli
 from gemmtune.db.store import Store
-from gemmtune.device import resolve_device
+from gemmtune.devices.opencl import resolve_device
 from gemmtune.models import analytic
 from gemmtune.precision import get_precision
 from gemmtune.space import Config
@@ -157,7 +157,7 @@ def test_the_madd_kernel_computes_the_multiply_adds_it_is_credited_with(code):
     import numpy as np
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.peak import CHAINS, _program
 
     info, dev = open_device(0)
@@ -187,7 +187,7 @@ def test_cpu_peak_counts_the_flops_of_its_vector_kernel(monkeypatch):
     import pyopencl as cl
 
     from gemmtune import peak as pk
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
 
     info, dev = open_device(0)
     if info.type != "CPU":

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 from gemmtune.cli import cli
 from gemmtune.db.store import Store
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.models import analytic
 from gemmtune.precision import get_precision
 from gemmtune.search import replay as rp
@@ -541,7 +541,7 @@ def test_a_device_description_file_gives_the_named_device_or_its_only_one(tmp_pa
     import json
 
     from gemmtune.errors import GemmtuneError
-    from gemmtune.info import read_device_info
+    from gemmtune.devices.info import read_device_info
 
     a, b = gpu("A GPU"), gpu("B GPU")
     two, one = tmp_path / "two.json", tmp_path / "one.json"

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from helpers_foundation import sql
 
 from gemmtune.cli import cli
-from gemmtune.device import resolve_device
+from gemmtune.devices.opencl import resolve_device
 from gemmtune.timing import is_tie
 
 FANCY = "Test | Fancy GPU 9000 | 1.0"

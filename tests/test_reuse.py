@@ -21,7 +21,7 @@ import gemmtune
 from gemmtune import compute
 from gemmtune.db import store
 from gemmtune.defaults import default_config
-from gemmtune.device import open_device, resolve_device
+from gemmtune.devices.opencl import open_device, resolve_device
 from gemmtune.precision import get_precision
 from gemmtune.space import Config
 from gemmtune.verify import Reference, compare, random_matrix

@@ -18,8 +18,8 @@ from faults import write_fault_space
 from helpers_foundation import SMALL_SPACE, TINY_SPACE, make_device
 
 from gemmtune.cli import cli
-from gemmtune.device import resolve_device
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.opencl import resolve_device
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.precision import get_precision
 from gemmtune.search import check_problem
 from gemmtune.space import load_space
@@ -756,7 +756,7 @@ def test_on_pocl_a_compiler_hands_its_build_over_through_the_drivers_cache(tmp_p
     # PoCL keeps source builds, and each kernel's code for the size it was launched with, on
     # disk: no binary is made (asked for one, PoCL compiles every kernel for any size first).
     # One digest per build, so that identical builds are measured once.
-    from gemmtune.device import keeps_source_builds, open_device
+    from gemmtune.devices.opencl import keeps_source_builds, open_device
     from gemmtune.launch import Problem
 
     (tmp_path / "tiny.toml").write_text(TINY_SPACE)
@@ -780,7 +780,7 @@ def test_a_compiler_sends_the_programs_built_apart_and_the_timing_worker_loads_t
     import pyopencl as cl
 
     from gemmtune import kernels
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.execution.messages import Job
     from gemmtune.execution.timing_worker import _trial
     from gemmtune.families import FAMILIES
@@ -816,7 +816,7 @@ def test_on_pocl_a_compiler_launches_the_kernels_it_built(tmp_path):
     # The proof that it launches: a kernel that reads far out of bounds kills the compiler
     # (one candidate lost, as on the timing worker); a launch the driver refuses is left for the
     # timing worker to report.
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.launch import Problem
 
     space = load_space(write_fault_space(tmp_path, (3, 6)))

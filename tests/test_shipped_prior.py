@@ -14,7 +14,7 @@ from test_replay import SYNTHETIC, gpu, landscape  # noqa: E402
 
 from gemmtune.db.store import Store  # noqa: E402
 from gemmtune.families import FAMILIES  # noqa: E402
-from gemmtune.info import read_device_info  # noqa: E402
+from gemmtune.devices.info import read_device_info  # noqa: E402
 from gemmtune.models import (
     learned,  # noqa: E402
     shipped_prior,

@@ -27,7 +27,7 @@ from helpers_foundation import (  # noqa: E402
 
 from gemmtune.defaults import FALLBACK, default_config, shipped_default  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
-from gemmtune.info import forking_is_safe  # noqa: E402
+from gemmtune.devices.info import forking_is_safe  # noqa: E402
 from gemmtune.families import FAMILIES, XGEMM_K5, kernel_parameters  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.resources import load_kernel_source  # noqa: E402
@@ -431,7 +431,7 @@ REGISTER_FILES = {"CPU": (32, 64), "CPU-256": (16, 32)}
 
 def _pocl_as(table: str):
     """The PoCL device, with the register file of ``table`` where that is a CPU table."""
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     dev = resolve_device(0)
     if table in REGISTER_FILES:
@@ -533,7 +533,7 @@ def test_cpu_defaults_need_no_local_memory_nor_large_work_groups(code):
 # ---------------------------------------------------------------- spaces per device type
 
 def test_each_device_type_gets_its_shipped_space():
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     cpu = load_space(device=resolve_device(0))
     assert resolve_device(0).type == "CPU"
@@ -572,7 +572,7 @@ def test_space_command_takes_the_device_space_unless_one_is_given(tmp_path, k5_s
     from click.testing import CliRunner
 
     from gemmtune.cli import cli
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     dev, prec = resolve_device(0), get_precision("d")
     shipped = CliRunner().invoke(cli, ["space", "--precision", "d", "--count"])

@@ -69,7 +69,7 @@ def test_a_worker_reads_every_result_afresh_into_the_memory_it_maps_once_per_sha
     import pyopencl as cl
     from faults import write_fault_space
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.execution.messages import Job
     from gemmtune.execution.timing_worker import _trial
 

@@ -169,7 +169,7 @@ def test_build_cost_together_builds_each_candidate_with_its_own_parameters():
 
     import pyopencl as cl
 
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.kernels import build, defines
     from gemmtune.launch import Problem
     from gemmtune.precision import get_precision
@@ -245,7 +245,7 @@ def test_replay_bench_writes_the_landscapes_the_docs_replay_from_the_repository(
     """The benchmark's database holds every recorded row of the 25 landscapes, the older grids'
     baselines, and the H200's description and peaks, which the models' features depend on."""
     from gemmtune.db.store import Store
-    from gemmtune.info import read_device_info
+    from gemmtune.devices.info import read_device_info
     from gemmtune.models import shipped_prior
     from gemmtune.search import replay
 
@@ -277,7 +277,7 @@ def test_replay_bench_writes_another_devices_landscapes_without_the_h200s_prior_
     ones, as a search there does), no rows of the H200 in the database: a replay adds the
     H200's shipped rows it borrows, at other problems."""
     from gemmtune.db.store import Store
-    from gemmtune.info import read_device_info
+    from gemmtune.devices.info import read_device_info
     from gemmtune.models import shipped_prior
     from gemmtune.search import replay
 

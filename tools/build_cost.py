@@ -86,7 +86,7 @@ def _builder(device: str, jobs, barrier, results, cache: str) -> None:
     os.environ["CUDA_CACHE_PATH"] = os.environ["POCL_CACHE_DIR"] = cache
     import pyopencl as cl
 
-    from gemmtune.device import keeps_source_builds, open_device
+    from gemmtune.devices.opencl import keeps_source_builds, open_device
     from gemmtune.kernels import build, load_binary, program_binary
 
     _, dev = open_device(device)
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
         if getattr(args, name) < 1:
             print(f"Error: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}", file=sys.stderr)
             return 2
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.errors import GemmtuneError
     from gemmtune.kernels import defines
     from gemmtune.launch import Problem

@@ -107,7 +107,7 @@ def main(argv=None) -> dict:
     import gemmtune
     from gemmtune import clib
     from gemmtune.db.urls import database_url
-    from gemmtune.device import open_device
+    from gemmtune.devices.opencl import open_device
     from gemmtune.precision import get_precision
     from gemmtune.report.table import load
     from gemmtune.space import make_config, shipped_families

@@ -39,7 +39,7 @@ def _settings() -> dict:
 
 def _ready(conn):
     """Say the described device is open, as a worker does; returns it."""
-    from gemmtune.info import read_device_info
+    from gemmtune.devices.info import read_device_info
 
     dev = read_device_info(_settings()["device_info"])
     conn.send(("ready", dev))
@@ -118,11 +118,11 @@ def main(argv=None) -> int:
     if args.jobs < 1:
         print(f"Error: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
         return 2
-    from gemmtune import device
+    from gemmtune.devices import opencl as device
     from gemmtune.cli import cli
     from gemmtune.errors import GemmtuneError
     from gemmtune.execution import processes
-    from gemmtune.info import read_device_info
+    from gemmtune.devices.info import read_device_info
 
     try:
         dev = read_device_info(args.device_info)

@@ -28,10 +28,10 @@ from collections import Counter
 
 def described(args):
     if args.device_info:
-        from gemmtune.info import read_device_info
+        from gemmtune.devices.info import read_device_info
 
         return read_device_info(args.device_info)
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     return resolve_device(str(args.device))
 

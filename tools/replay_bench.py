@@ -53,7 +53,7 @@ def build(path: Path, studies=None, device: str = DEVICE) -> int:
     from gemmtune import __version__
     from gemmtune.db.store import Store, results
     from gemmtune.errors import GemmtuneError
-    from gemmtune.info import read_device_info
+    from gemmtune.devices.info import read_device_info
     from gemmtune.models import shipped_prior
 
     if device not in devices():

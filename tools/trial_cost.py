@@ -29,7 +29,7 @@ WARM = 20   # trials left out of the medians
 def measure(url: str, trials: int, device: str, precision: str) -> dict[str, list[float]]:
     """Milliseconds of each step, per trial."""
     from gemmtune.db.store import Store
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
     from gemmtune.errors import GemmtuneError
     from gemmtune.execution.messages import Outcome
     from gemmtune.precision import get_precision

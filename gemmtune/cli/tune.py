@@ -37,7 +37,7 @@ from gemmtune.precision import get_precision
 @format_option("table", "json")
 def devices(fmt):
     """List every OpenCL device of every platform, under one flat index."""
-    from gemmtune.device import list_devices
+    from gemmtune.devices.opencl import list_devices
 
     found = [d.to_json() for d in list_devices()]
     if fmt == "table":
@@ -82,7 +82,7 @@ def space(device, precision, shape, space_file, fmt, count, explain, limit):
     """Enumerate the valid kernel configurations for a device, precision and shape."""
     from gemmtune import listing, valid
     from gemmtune import space as sp
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
 
     dev = resolve_device(device)
     prec = get_precision(precision)

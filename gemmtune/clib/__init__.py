@@ -19,7 +19,7 @@ from gemmtune.defaults import (AVX2_TABLE, LONG_K, MEDIUM_VOLUME, SKINNY, SMALL_
                                default_config, shape_class, shipped_defaults)
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import COPY_PER_ITEM, COPY_TILES, FAMILIES, IDLE_WORTH_SHARING, cpu, direct, thin
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.kernels import BUILD_OPTIONS
 from gemmtune.launch import INDEX_LIMIT
 from gemmtune.precision import PRECISIONS

@@ -198,7 +198,7 @@ def device_of(text):
     describe one, as a string: not a JSON object of DeviceInfo's fields, each of its type."""
     from dataclasses import MISSING, fields
 
-    from gemmtune.info import DeviceInfo
+    from gemmtune.devices.info import DeviceInfo
 
     try:
         data = json.loads(text) if isinstance(text, str) else None

@@ -19,7 +19,7 @@ from gemmtune.db.connect import check_url, fast_sqlite, lock_file, open_engine, 
 from gemmtune.db.rows import device_of, peak_of
 from gemmtune.db.urls import database_url, db_error, shown
 from gemmtune.errors import GemmtuneError
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 
 metadata = sa.MetaData()
 results = sa.Table(

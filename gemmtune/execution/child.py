@@ -69,7 +69,7 @@ def open_worker(conn, device, parent: int, quiet: bool, cores, check_builds: boo
     try:
         import pyopencl as cl
 
-        from gemmtune.device import open_device
+        from gemmtune.devices.opencl import open_device
 
         info, dev = open_device(device)
         ctx = cl.Context([dev])

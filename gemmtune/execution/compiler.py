@@ -36,7 +36,7 @@ def compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=None
     if opened is None:
         return
     cl, ctx = opened
-    from gemmtune.device import keeps_source_builds
+    from gemmtune.devices.opencl import keeps_source_builds
     from gemmtune.kernels import BuildError, build, defines, load_binary, program_binary
     from gemmtune.precision import get_precision
 
@@ -80,7 +80,7 @@ def _apart_defines(ctx, job: BuildJob, prec) -> tuple[tuple, ...]:
     (``Launch.defines``: operand preparation, stream-K's fix-up), in launch order. Their binaries
     go with the candidate, so that the timing worker loads them instead of compiling them. Empty
     where the problem is not known."""
-    from gemmtune.device import compute_units
+    from gemmtune.devices.opencl import compute_units
     from gemmtune.families import FAMILIES
 
     if job.problem is None:

@@ -23,7 +23,7 @@ from gemmtune.execution.child import die_with_parent
 from gemmtune.execution.compiler import compiler_main
 from gemmtune.execution.messages import Built, Job, Outcome, StopAbove
 from gemmtune.execution.timing_worker import worker_main
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.inputs import check_jobs
 
 STARTUP_TIMEOUT = 120.0   # seconds for a worker to import pyopencl and open its context
@@ -151,7 +151,7 @@ class Runner:
         """``wait`` False returns at once; call ``ready()`` before using the runner (runners of
         several devices then open them in parallel). ``cores``: the host cores its process (and
         every thread of it, the driver's included) may run on; None: any."""
-        from gemmtune.device import device_spec
+        from gemmtune.devices.opencl import device_spec
 
         self.spec = device_spec(device)
         self.trial_timeout = trial_timeout

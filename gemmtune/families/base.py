@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import numpy as np
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.launch import Plan, Problem
 from gemmtune.precision import Precision
 from gemmtune.resources import load_kernel_source

@@ -11,7 +11,7 @@ from gemmtune.families.base import (FIXUP, MODE, PADDING, TILE, WIDTH, Constrain
                                     work_group_fits, part_defines, work_per_item)
 from gemmtune.families.padded import TRANSPOSE_FITS, TRANSPOSE_RANGES, Padded, batch_build
 from gemmtune.families.split import Split
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.launch import ALPHA, BETA, C, OFFSET_C, Launch, Scratch
 from gemmtune.precision import Precision
 

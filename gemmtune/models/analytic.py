@@ -96,7 +96,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from gemmtune.families import FAMILIES
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.launch import Problem
 from gemmtune.precision import Precision
 from gemmtune.space import Config

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from gemmtune.families import FAMILIES
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.models import analytic
 from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config

@@ -22,7 +22,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from gemmtune.info import DeviceInfo, read_device_info
+from gemmtune.devices.info import DeviceInfo, read_device_info
 
 PREFIX = "shipped:"
 COLUMNS = ("study", "precision", "m", "n", "k", "trans_a", "trans_b", "kernel", "params", "status", "gflops",

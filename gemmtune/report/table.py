@@ -50,7 +50,7 @@ class Filters:
         if self.device is not None:
             spec = str(self.device).strip()
             if _DEVICE_SPEC.fullmatch(spec):
-                from gemmtune.device import resolve_device  # OpenCL only for a device of this machine
+                from gemmtune.devices.opencl import resolve_device  # OpenCL only for a device of this machine
 
                 keep &= rows.device == resolve_device(spec).key
             else:
@@ -214,7 +214,7 @@ def describe_device(found: Results, key: str):
     if found.devices.get(key) is not None:
         return found.devices[key]
     try:
-        from gemmtune.device import list_devices  # OpenCL only for a device this database never described
+        from gemmtune.devices.opencl import list_devices  # OpenCL only for a device this database never described
 
         return next((d for d in list_devices() if d.key == key), None)
     except GemmtuneError:

@@ -29,7 +29,7 @@ import optuna
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.execution.child import die_with_parent
-from gemmtune.info import forking_is_safe as ahead_possible
+from gemmtune.devices.info import forking_is_safe as ahead_possible
 from gemmtune.search.proposer import Proposer
 
 

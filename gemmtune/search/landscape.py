@@ -16,7 +16,7 @@ from gemmtune.db.rows import recorded_op, screen, skipped_note
 from gemmtune.db.store import Store, database_url
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
-from gemmtune.info import DeviceInfo, read_device_info
+from gemmtune.devices.info import DeviceInfo, read_device_info
 from gemmtune.models import shipped_prior
 from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config, FamilySpace, Space, load_space, shipped_families
@@ -154,7 +154,7 @@ def device_for(land: Landscape, info_file: str | Path | None = None) -> DeviceIn
     if land.described is not None:
         return land.described
     try:
-        from gemmtune.device import list_devices
+        from gemmtune.devices.opencl import list_devices
 
         return next((d for d in list_devices() if d.key == land.device), None)
     except GemmtuneError:  # no OpenCL platform here

@@ -18,7 +18,7 @@ from gemmtune.db.store import Store, database_url, probe
 from gemmtune.errors import GemmtuneError
 from gemmtune.execution.processes import Compilers, Runner
 from gemmtune.families import FAMILIES
-from gemmtune.info import core_plan, host_cores
+from gemmtune.devices.info import core_plan, host_cores
 from gemmtune.inputs import (available_host_bytes, check_jobs, check_problem, check_seed, check_study_name,
                              device_bytes, host_bytes)
 from gemmtune.launch import INDEX_LIMIT
@@ -92,7 +92,7 @@ class Testbed:
     def __init__(self, req: SearchRequest, problems: list[tuple[Precision, int, int, int, int]] | None = None):
         """``problems``: (precision, m, n, k, batch) of each search to come (default: ``req``'s),
         checked against the devices before anything opens."""
-        from gemmtune.device import device_specs, resolve_device
+        from gemmtune.devices.opencl import device_specs, resolve_device
 
         check_request(req)
         # A given space file is read (and refused) now; without one, each device gets the

@@ -15,7 +15,7 @@ import pandas as pd
 
 from gemmtune.db.rows import recorded_batch
 from gemmtune.db.store import Store
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.models import learned, shipped_prior
 
 

@@ -10,7 +10,7 @@ from typing import Callable
 from gemmtune.db.rows import screen, skipped_note
 from gemmtune.db.store import Store
 from gemmtune.execution.messages import Outcome
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.precision import Precision
 from gemmtune.search.request import Summary
 from gemmtune.space import Config, Space, config_key

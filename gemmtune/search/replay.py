@@ -58,7 +58,7 @@ import pandas as pd
 from gemmtune.db.urls import shown
 from gemmtune.errors import GemmtuneError
 from gemmtune.execution.child import die_with_parent
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.inputs import check_jobs
 from gemmtune.models import analytic, learned
 

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from gemmtune.execution.messages import Outcome
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.precision import Precision
 from gemmtune.space import Config
 from gemmtune.strategies import DEFAULT

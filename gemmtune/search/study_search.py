@@ -18,7 +18,7 @@ from gemmtune.defaults import default_config, distance
 from gemmtune.execution.messages import Outcome
 from gemmtune.execution.processes import Compilers, Runner
 from gemmtune.families import FAMILIES
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.info import DeviceInfo
 from gemmtune.models import learned
 from gemmtune.precision import Precision
 from gemmtune.search.ahead import AheadProposer, Journal, NotReady, ahead_possible

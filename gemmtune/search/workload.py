@@ -47,7 +47,7 @@ def run_workload(req, shapes: list[Shape], progress=None, on_step: Callable[[Ste
     evenly, then the rest in proportion to what each problem's first pass gained over its
     baseline (at least GAIN_FLOOR), so that time goes where searching paid."""
     from gemmtune import search as searching
-    from gemmtune.device import resolve_device
+    from gemmtune.devices.opencl import resolve_device
     from gemmtune.precision import get_precision
 
     if req.timeout is not None and not 0 < req.timeout < math.inf:   # nan is neither

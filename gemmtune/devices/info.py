@@ -40,7 +40,7 @@ class DeviceInfo:
     vector_registers: int = 0
     vector_bytes: int = 0
     # What the driver reported that gemmtune does not use, and what it uses instead: (field, why)
-    # pairs, filled in by ``__post_init__`` (``substitute``) and by ``device.py``'s probes
+    # pairs, filled in by ``__post_init__`` (``substitute``) and by ``opencl.py``'s probes
     fallbacks: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):

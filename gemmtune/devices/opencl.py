@@ -8,8 +8,8 @@ import warnings
 from pathlib import Path
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.icd import register_pip_runtimes
-from gemmtune.info import DeviceInfo
+from gemmtune.devices.icd import register_pip_runtimes
+from gemmtune.devices.info import DeviceInfo
 
 register_pip_runtimes()   # before the first OpenCL call, which reads the vendors directory
 # pyopencl reads this variable unguarded when a program binary it cached cannot be loaded (as
