@@ -6,15 +6,17 @@ JSON (``to_json``)::
      "entries": [{"device": "<platform> | <device name> | <driver version>",
                   "device_name": "...", "precision": "s", "m": 1024, "n": 1024, "k": 1024,
                   "kernel": "xgemm_k5", "params": {"TSM": 64, ...}, "gflops": 1234.5,
-                  "time_ms": 1.74, "study": "...", "trial": 17}, ...]}
+                  "batch": 1, "time_ms": 1.74, "study": "...", "trial": 17}, ...]}
 
-one entry per (device, precision, m, n, k): its best ``ok`` row. Shapes are BLAS's
-(column-major, C is m x n), as ``gemmtune search`` uses them.
+one entry per (device, precision, m, n, k, ops, batch): its best ``ok`` row. Shapes are BLAS's
+(column-major, C is m x n), as ``gemmtune search`` uses them; ``batch`` is the problems of one
+launch (docs/batched.md), ``gflops`` and ``time_ms`` the whole batch's.
 
 C header (``to_header``): one block of ``#define``s per device and precision, chosen by macros
 the including program defines; see the header's own comment (``HEADER_USAGE``). Per device and
-precision the block holds the best configuration of the largest shape tuned (by m*n*k, then
-GFLOP/s): large problems are what tuning is for, and the configuration of one shape is valid
+precision the block holds the best configuration of the largest shape tuned one problem a launch
+(by m*n*k, then GFLOP/s; a batch's needs a batched build and launch, which the header does not
+describe): large problems are what tuning is for, and the configuration of one shape is valid
 for all. The ``#else`` block holds the shipped defaults of ``configs/defaults.toml``.
 
 Both leave out rows whose parameters are not those of a shipped kernel family (tuned from a
@@ -54,22 +56,23 @@ DEFAULT_TABLES = (("GPU", "defined(GEMMTUNE_DEVICE_TYPE_GPU)"),
 
 
 def best_entries(rows: pd.DataFrame) -> list[dict]:
-    """The best ok row of each (device, precision, m, n, k, ops) among shipped-family
-    configurations, as JSON entries, sorted by device, precision, shape and ops."""
+    """The best ok row of each (device, precision, m, n, k, ops, batch) among shipped-family
+    configurations, as JSON entries, sorted by device, precision, shape, ops and batch."""
     from gemmtune.report.table import with_ops
 
     space = shipped_families()
     ok = with_ops(rows[rows.status == "ok"]).sort_values(["gflops", "id"], ascending=[False, True])
     entries: dict[tuple, dict] = {}
     for row in ok.itertuples():
-        key = (row.device, row.precision, int(row.m), int(row.n), int(row.k), row.ops)
+        key = (row.device, row.precision, int(row.m), int(row.n), int(row.k), row.ops, int(row.batch))
         if key in entries:
             continue
         config = shipped_config(row.kernel, row.params, space)
         if config is None:
             continue
         entries[key] = {"device": row.device, "device_name": row.device_name, "precision": row.precision,
-                        "m": key[2], "n": key[3], "k": key[4], "ops": row.ops, "kernel": config.kernel,
+                        "m": key[2], "n": key[3], "k": key[4], "ops": row.ops, "batch": key[6],
+                        "kernel": config.kernel,
                         "params": config.params, "gflops": float(row.gflops),
                         "time_ms": None if pd.isna(row.time_ms) else float(row.time_ms),
                         "study": row.study, "trial": int(row.trial)}
@@ -119,9 +122,12 @@ def device_macro(device_key: str) -> str:
 
 
 def header_choice(entries: list[dict]) -> dict[tuple[str, str], dict]:
-    """(device, precision) -> the entry the header uses: the largest shape's best."""
+    """(device, precision) -> the entry the header uses: the largest shape's best, of one problem a
+    launch (the header's kernel is built without BATCH)."""
     chosen: dict[tuple[str, str], dict] = {}
     for e in entries:
+        if e.get("batch", 1) > 1:
+            continue
         key = (e["device"], e["precision"])
         size = (e["m"] * e["n"] * e["k"], e["gflops"])
         if key not in chosen or size > (chosen[key]["m"] * chosen[key]["n"] * chosen[key]["k"], chosen[key]["gflops"]):

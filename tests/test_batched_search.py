@@ -11,6 +11,7 @@ search records was compared with numpy first (the timing worker's check, tested 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import sys
 from pathlib import Path
@@ -110,8 +111,10 @@ def test_search_measures_the_batch_with_families_that_take_one(searched):
     assert summary["best"]["gflops"] == max(r["gflops"] for r in recorded)
 
 
-def test_best_config_asks_for_the_batch_then_the_nearest_then_defaults(searched):
-    summary, db = searched
+def test_best_config_asks_for_the_batch_then_the_nearest_then_defaults(searched, tmp_path):
+    summary, searched_db = searched
+    db = tmp_path / "copy.db"
+    shutil.copy(searched_db, db)   # with a row of its own, apart from the other tests' database
     url = f"sqlite:///{db}"
     prec = get_precision("s")
     dev = resolve_device(0)
@@ -240,3 +243,22 @@ def test_a_space_without_a_family_that_takes_batches_is_refused(tmp_path):
     result = search("--space", str(space), "--db", f"sqlite:///{tmp_path / 'x.db'}", "--trials", "1",
                     "--size", "16", "--batch", "4", code=2)
     assert "no kernel family of" in result.stderr and "takes a batch" in result.stderr
+
+
+def test_report_and_export_carry_the_batch(searched, tmp_path):
+    summary, db = searched
+    url = f"sqlite:///{db}"
+    report = CliRunner().invoke(cli, ["report", "--db", url, "--format", "json"])
+    assert report.exit_code == 0, report.output
+    (row,) = json.loads(report.stdout)
+    assert (row["m"], row["n"], row["k"], row["ops"], row["batch"]) == (12, 10, 9, "NT", 40)
+    assert row["gflops"] == pytest.approx(summary["best"]["gflops"])
+    table = CliRunner().invoke(cli, ["report", "--db", url, "--format", "markdown"]).stdout.splitlines()
+    header, cells = ([c.strip() for c in line.split("|")] for line in (table[0], table[2]))
+    assert cells[header.index("batch")] == "40"
+    exported = json.loads(CliRunner().invoke(cli, ["export", "--db", url, "--format", "json"]).stdout)
+    assert [(e["batch"], e["kernel"]) for e in exported["entries"]] == [(40, summary["best"]["kernel"])]
+    # a C header describes single-problem builds: a batch's configuration is left out of it
+    header = CliRunner().invoke(cli, ["export", "--db", url, "--format", "header"])
+    assert header.exit_code == 0 and "#ifndef GEMMTUNE_TUNED_H" in header.stdout
+    assert summary["study"] not in header.stdout   # a tuned block names its study

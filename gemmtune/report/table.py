@@ -114,7 +114,7 @@ def load(db: str | None = None, filters: Filters = Filters()) -> Results:
     return Results(store.url, store.exists, len(rows), kept, filters, peaks, devices, screened.skipped, store.skipped)
 
 
-GROUP = ["device", "precision", "m", "n", "k", "ops"]
+GROUP = ["device", "precision", "m", "n", "k", "ops", "batch"]
 
 
 def with_ops(rows: pd.DataFrame) -> pd.DataFrame:
@@ -146,7 +146,8 @@ def _best_columns(row) -> dict:
 
 
 def summary(rows: pd.DataFrame, peaks: dict | None = None) -> pd.DataFrame:
-    """One row per (device, precision, m, n, k): the best configuration and how it was found.
+    """One row per (device, precision, m, n, k, ops, batch): the best configuration and how it was
+    found (``gflops`` and ``time_ms`` of a batch are the whole batch's).
 
     ``gflops_low``/``gflops_high``: 95 % interval of the best's GFLOP/s; ``trials``: rows
     measured; ``failed``: reason -> count; ``tuning_s``: summed wall time of the trials
@@ -160,12 +161,12 @@ def summary(rows: pd.DataFrame, peaks: dict | None = None) -> pd.DataFrame:
     """
     peaks = peaks or {}
     out = []
-    for (device, precision, m, n, k, ops), group in rows.groupby(GROUP, sort=False):
+    for (device, precision, m, n, k, ops, batch), group in rows.groupby(GROUP, sort=False):
         ranked = _ranked(group)
         # "slow" was stopped early on purpose: neither correct-and-complete nor a failure.
         failed = group[~group.status.isin(("ok", "slow"))].status.value_counts().sort_index()
         entry = {"device": device, "device_name": group.device_name.iloc[0], "precision": precision,
-                 "m": int(m), "n": int(n), "k": int(k), "ops": ops, "kernel": None, "params": None, "gflops": None,
+                 "m": int(m), "n": int(n), "k": int(k), "ops": ops, "batch": int(batch), "kernel": None, "params": None, "gflops": None,
                  "gflops_low": None, "gflops_high": None, "time_ms": None, "trials": len(group),
                  "failed": {str(r): int(c) for r, c in failed.items()},
                  "tuning_s": float(group.trial_s.fillna(0).sum()),
@@ -195,7 +196,8 @@ def top(rows: pd.DataFrame, count: int) -> pd.DataFrame:
     for _, group in rows.groupby(GROUP, sort=False):
         for rank, row in enumerate(_ranked(group).head(count).itertuples(), start=1):
             out.append({"device": row.device, "device_name": row.device_name, "precision": row.precision,
-                        "m": int(row.m), "n": int(row.n), "k": int(row.k), "ops": row.ops, "rank": rank,
+                        "m": int(row.m), "n": int(row.n), "k": int(row.k), "ops": row.ops, "batch": int(row.batch),
+                        "rank": rank,
                         **_best_columns(row), "study": row.study, "trial": int(row.trial)})
     return _sorted(pd.DataFrame(out), extra=["rank"])
 
@@ -203,7 +205,8 @@ def top(rows: pd.DataFrame, count: int) -> pd.DataFrame:
 def _sorted(frame: pd.DataFrame, extra=()) -> pd.DataFrame:
     if frame.empty:
         return frame
-    return frame.sort_values(["device_name", "device", "precision", "m", "n", "k", "ops", *extra]).reset_index(drop=True)
+    return frame.sort_values(["device_name", "device", "precision", "m", "n", "k", "ops", "batch", *extra]
+                             ).reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- the performance model
@@ -241,7 +244,7 @@ def add_model(frame: pd.DataFrame, found: Results) -> tuple[pd.DataFrame, list[s
     for group, rows in found.rows.groupby(GROUP, sort=False):
         dev = devices.get(group[0])
         ok = rows[(rows.status == "ok") & rows.kernel.isin(list(FAMILIES))]
-        if dev is None or ok.empty:
+        if dev is None or ok.empty or group[6] > 1:   # the model times one problem, not a batch
             continue
         prec, (m, n, k), ops = get_precision(group[1]), map(int, group[2:5]), group[5]
         # Screened rows: each a configuration, completed with the defaults of parameters added since
@@ -252,11 +255,11 @@ def add_model(frame: pd.DataFrame, found: Results) -> tuple[pd.DataFrame, list[s
     for row in frame.itertuples():
         dev = devices.get(row.device)
         config = config_of(row.kernel, row.params) if isinstance(row.params, dict) else None
-        ok = dev is not None and config is not None and not isinstance(config, str)
+        ok = dev is not None and config is not None and not isinstance(config, str) and row.batch == 1
         predicted_gflops.append(
             predict(config, dev, get_precision(row.precision), row.m, row.n, row.k,
                     found.peaks.get(row.device), trans_a=row.ops[0], trans_b=row.ops[1]).gflops if ok else None)
-    spearmans = [correlation.get((r.device, r.precision, r.m, r.n, r.k, r.ops)) for r in frame.itertuples()]
+    spearmans = [correlation.get((r.device, r.precision, r.m, r.n, r.k, r.ops, r.batch)) for r in frame.itertuples()]
     return frame.assign(predicted_gflops=predicted_gflops, model_spearman=spearmans), notes
 
 
@@ -269,8 +272,9 @@ def _number(x) -> str:
 
 
 def _for_people(frame: pd.DataFrame) -> pd.DataFrame:
-    """Dicts as short text, numbers rounded, the device shown by name."""
-    shown = frame.drop(columns=["device"])
+    """Dicts as short text, numbers rounded, the device shown by name; the batch only where some
+    row is one (problems per launch above 1)."""
+    shown = frame.drop(columns=["device", *(["batch"] if "batch" in frame and (frame.batch == 1).all() else [])])
     for column in shown.columns:
         values = shown[column]
         if column == "params":
