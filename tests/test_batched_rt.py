@@ -240,6 +240,15 @@ def test_gemm_and_gemm_class_take_rt_batches(queue):
     for r, z in zip((20, 0, 10), (3, 1, 4)):
         assert compare(result[r:r + 7, 1:4], Reference.compute(prec, host_a[z], host_b, None, -1.0, 0.0),
                        prec).passed
+    # a list of one: one problem at offsets, planned as a batch of one with strides 0
+    small = cla.to_device(queue, np.full((9, 5), np.nan, np.complex64))
+    gemm([da[2]], db, [small[2:9, 1:4]], alpha=2.0)
+    assert gemm.last_operation.plan.launches[-1].args[-3:] == (0, 0, 0)
+    assert gemm.last_operation.plan.launches[-1].global_size[2] == 1
+    after = small.get()
+    assert compare(after[2:9, 1:4], Reference.compute(prec, host_a[2], host_b, None, 2.0, 0.0), prec).passed
+    after[2:9, 1:4] = np.nan
+    assert np.isnan(after).all()
 
 
 def test_matrix_instructions_batched():
