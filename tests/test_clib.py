@@ -715,8 +715,8 @@ def test_the_benchmark_prints_both_device_times_and_the_host_cost(tmp_path):
     """tools/clib_bench.py on something small (its figures are measurements: their form and
     arithmetic are checked, not their size)."""
     done = subprocess.run([sys.executable, str(HERE.parent / "tools" / "clib_bench.py"), "--size", "32", "--repeats",
-                           "3", "--calls", "50", "--db", f"sqlite:///{tmp_path / 'none.db'}"], capture_output=True,
-                          text=True, timeout=300)
+                           "3", "--calls", "50", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--batch", "20"],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     figures = {name.strip(): float(value) for name, value in
                re.findall(r"^(device time, C call|device time, Gemm|C / Gemm|trivial launch|beyond its enqueues)"
@@ -724,6 +724,12 @@ def test_the_benchmark_prints_both_device_times_and_the_host_cost(tmp_path):
     assert len(figures) == 5 and figures["device time, Gemm"] > 0, done.stdout
     assert figures["C / Gemm"] == pytest.approx(figures["device time, C call"] / figures["device time, Gemm"],
                                                 rel=0.05)
+    batch = {name.strip(): float(value) for name, value in
+             re.findall(r"^(batch of 20, one call|batch of 20, single calls|single calls / batch)\s+([\d.]+)",
+                        done.stdout, re.M)}
+    assert len(batch) == 3 and batch["batch of 20, one call"] > 0, done.stdout
+    assert batch["single calls / batch"] == pytest.approx(
+        batch["batch of 20, single calls"] / batch["batch of 20, one call"], rel=0.05)
 
 
 @pytest.mark.gpu

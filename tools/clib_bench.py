@@ -2,6 +2,7 @@
 for the same configuration, and the host cost of a C call beyond the OpenCL enqueues it makes.
 
     python tools/clib_bench.py [--device N] [--precision s] [--size 256] [--calls 2000] [--repeats 30] [--db URL]
+                               [--batch COUNT]
 
 Exports the library from ``--db`` (default: $GEMMTUNE_DB, else the default database) into a
 temporary directory and compiles it with the system's C compiler. Then, on one device:
@@ -13,7 +14,11 @@ temporary directory and compiles it with the system's C compiler. Then, on one d
 * host cost, measured in C at min(size, 64): the median time of one ``gemmtune_sgemm`` call (its
   operation prepared, no wait) and, after each, of as many enqueues of a kernel that does nothing
   as the call makes, over ``--calls`` turns; the cost beyond the enqueues is the call's time less
-  those enqueues'.
+  those enqueues';
+* with ``--batch COUNT``: COUNT problems of size^3 (each its own a, b and c, one after another in
+  a buffer each) as one ``gemmtune_<p>gemm_strided_batched`` call, and as COUNT single calls in a
+  loop, each followed by a wait for the last, the median of ``--repeats`` of each in turn; the
+  batch's result is checked against numpy first (every problem, or 16 of them).
 """
 
 from __future__ import annotations
@@ -91,6 +96,59 @@ def profiled_ms(event) -> float:
     return (event.profile.end - event.profile.start) * 1e-6
 
 
+def batch_figures(lib, handle, queue, prec, n: int, count: int, repeats: int) -> dict:
+    """One strided batched call of ``count`` n^3 problems against as many single calls: the
+    median wall time of each, call(s) and wait, in turn; the batch's product checked first."""
+    import pyopencl as cl
+
+    from gemmtune.clib.binding import OPS, scalar
+    from gemmtune.verify import Reference, compare, random_matrix
+
+    rng = np.random.default_rng(1)
+    host = [random_matrix(prec, (count, n, n), rng) for _ in range(2)]
+    mf = cl.mem_flags
+    a, b = (cl.Buffer(queue.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x) for x in host)
+    c = cl.Buffer(queue.context, mf.READ_WRITE, count * n * n * prec.bytes)
+    cl.enqueue_fill_buffer(queue, c, prec.nan, 0, c.size)
+    one, zero, size = scalar(prec.code, 1.0 + 0j), scalar(prec.code, 0j), n * n
+    batched = getattr(lib, f"gemmtune_{prec.code}gemm_strided_batched")
+    single = getattr(lib, f"gemmtune_{prec.code}gemm")
+
+    def wait(event) -> None:
+        cl.Event.from_int_ptr(event.value, retain=False).wait()
+
+    def batch_call() -> None:
+        event = C.c_void_p()
+        assert batched(handle, queue.int_ptr, 101, OPS["N"], OPS["N"], n, n, n, one, a.int_ptr, 0, n, size, b.int_ptr,
+                       0, n, size, zero, c.int_ptr, 0, n, size, count, C.byref(event)) == 0, lib.gemmtune_last_error(handle)
+        wait(event)
+
+    def loop_calls() -> None:
+        for z in range(count):
+            event = C.c_void_p()
+            assert single(handle, queue.int_ptr, 101, OPS["N"], OPS["N"], n, n, n, one, a.int_ptr, z * size, n,
+                          b.int_ptr, z * size, n, zero, c.int_ptr, z * size, n,
+                          C.byref(event) if z == count - 1 else None) == 0, lib.gemmtune_last_error(handle)
+        wait(event)
+
+    batch_call()
+    got = np.empty((count, n, n), prec.dtype)
+    cl.enqueue_copy(queue, got, c)
+    for z in sorted({0, count - 1, *rng.integers(0, count, min(count, 16) - 2)}):
+        check = compare(got[z], Reference.compute(prec, host[0][z], host[1][z], None, 1.0, 0.0), prec)
+        assert check.passed, (z, check)
+    loop_calls()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        batch_call()
+        t1 = time.perf_counter()
+        loop_calls()
+        times.append((t1 - t0, time.perf_counter() - t1))
+    return {"batch_ms": statistics.median(t[0] for t in times) * 1e3,
+            "loop_ms": statistics.median(t[1] for t in times) * 1e3}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", type=int, default=0)
@@ -99,6 +157,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--db", default=None)
+    parser.add_argument("--batch", type=int, default=0)
     args = parser.parse_args(argv)
 
     import pyopencl as cl
@@ -176,6 +235,8 @@ def main(argv=None) -> dict:
                    "gemm_device_ms": statistics.median(d[1] for d in device),
                    "c_call_finish_ms": statistics.median(w[0] for w in walls),
                    "gemm_call_finish_ms": statistics.median(w[1] for w in walls)}
+        if args.batch > 0:
+            results.update(batch_figures(lib, handle, queue, prec, n, args.batch, args.repeats))
         assert lib.gemmtune_release(handle) == 0
         out = subprocess.run([str(where / "host_cost"), str(info.platform_index), str(info.device_index), str(min(n, 64)),
                               str(args.calls)], check=True, capture_output=True, text=True).stdout.split()
@@ -192,6 +253,10 @@ def main(argv=None) -> dict:
     print(f"C call, host ({min(n, 64)}^3)       {results['c_call_us']:9.2f} us   ({launches} enqueue(s), median of {args.calls})")
     print(f"trivial launch             {results['trivial_launch_us']:9.2f} us")
     print(f"beyond its enqueues        {results['beyond_enqueues_us']:9.2f} us")
+    if args.batch > 0:
+        print(f"batch of {args.batch}, one call      {results['batch_ms']:9.4f} ms   (strided batched, call + wait)")
+        print(f"batch of {args.batch}, single calls  {results['loop_ms']:9.4f} ms   (a call per problem, wait for the last)")
+        print(f"single calls / batch       {results['loop_ms'] / results['batch_ms']:9.3f}")
     return results
 
 
