@@ -154,16 +154,18 @@ def test_cpu_family_computes_several_tiny_problems_per_work_item(queue):
 
     prec, rng = get_precision("d"), np.random.default_rng()
     count, m, n, k = 37, 5, 6, 7
-    p = {k_: v for k_, v in CPU.items() if k_ != "KERNEL"}
+    config = {**CPU, "NB": 2}   # a work-item's block, 8 x 6, covers a problem (column-major 6 x 5)
+    p = {k_: v for k_, v in config.items() if k_ != "KERNEL"}
     per_item = problems_per_item(p, Problem(n, m, k, batch=count), queue.device.max_compute_units)
     assert 1 < per_item < count and count % per_item, per_item
+    assert problems_per_item(CPU, Problem(n, m, k, batch=count), queue.device.max_compute_units) == 1
     plan = FAMILIES["xgemm_cpu"].plan(p, prec, Problem(n, m, k, batch=count, strides=(42, 35, 30)), queue.device,
                                       queue.device.max_compute_units)
     assert plan.launches[-1].global_size[2] == -(-count // per_item)
     a, b = random_matrix(prec, (count, m, k), rng), random_matrix(prec, (count, k, n), rng)
     c = random_matrix(prec, (count, m, n), rng)
     da, db, dc = cla.to_device(queue, a), cla.to_device(queue, b), cla.to_device(queue, c)
-    gemmtune.Gemm(queue, "d", config=CPU)(da, db, dc, alpha=1.5, beta=-0.5)
+    gemmtune.Gemm(queue, "d", config=config)(da, db, dc, alpha=1.5, beta=-0.5)
     assert_close(dc.get(), reference(prec, a, b, c, 1.5, -0.5), prec)
 
 
