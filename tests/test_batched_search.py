@@ -262,3 +262,17 @@ def test_report_and_export_carry_the_batch(searched, tmp_path):
     header = CliRunner().invoke(cli, ["export", "--db", url, "--format", "header"])
     assert header.exit_code == 0 and "#ifndef GEMMTUNE_TUNED_H" in header.stdout
     assert summary["study"] not in header.stdout   # a tuned block names its study
+
+
+def test_a_batch_searches_the_families_that_take_one_with_operands_in_place_on_a_cpu():
+    from gemmtune.search.loop import batch_space, shipped_batch_space
+
+    cpu = make_device(type="CPU", local_mem_bytes=1 << 20, max_work_group_size=4096, max_work_item_sizes=(4096,) * 3)
+    (family,) = batch_space(shipped_batch_space(cpu)).families
+    # small problems' packing passes, one work-group per problem, cost more than their product
+    assert family.family.name == "xgemm_cpu" and set(family.values["PACKA"]) == {0, 1}
+    assert batch_space(shipped_batch_space(cpu)).allows(shipped_default("CPU", get_precision("s"), "batch_small"))
+    gpu = make_device(type="GPU", local_mem_bytes=48 << 10, max_work_group_size=1024,
+                      max_work_item_sizes=(1024, 1024, 64))
+    names = [f.family.name for f in batch_space(shipped_batch_space(gpu)).families]
+    assert "xgemm_direct" in names and "xgemm_k5" not in names and "xgemm_thin" not in names

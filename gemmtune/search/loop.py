@@ -26,7 +26,8 @@ from gemmtune.precision import Precision, get_precision
 from gemmtune.search.study_search import StudySearch
 from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
-from gemmtune.space import Space, load_space
+from gemmtune.resources import configs_dir
+from gemmtune.space import Space, load_space, parse_space
 from gemmtune.strategies import STRATEGIES, make_strategy
 from gemmtune.valid import ValidConfigs
 
@@ -158,9 +159,8 @@ class Testbed:
     def _valid(self, dev, prec: Precision, batched: bool = False) -> tuple[Space, ValidConfigs]:
         key = (dev.key, prec.code, batched)
         if key not in self.valid:
-            searched = self.space or load_space(device=dev)
-            if batched:
-                searched = batch_space(searched)
+            searched = batch_space(self.space or shipped_batch_space(dev)) if batched else \
+                self.space or load_space(device=dev)
             valid = ValidConfigs(searched, dev, prec)   # drawn from and counted, never listed whole
             if not valid:
                 raise GemmtuneError(f"no configuration of {searched.origin} is valid on device {dev.index} "
@@ -199,6 +199,18 @@ class Testbed:
                 compilers.close()
         for r in self.runners:
             r.close()
+
+
+# The shipped spaces of a batch where a device type has one of its own (else its usual space's
+# families that take batches): on a CPU, xgemm_cpu with operands read in place too.
+BATCH_SPACES = {"CPU": "space-cpu-batch.toml"}
+
+
+def shipped_batch_space(dev) -> Space:
+    name = BATCH_SPACES.get(dev.type)
+    if name is None:
+        return load_space(device=dev)
+    return parse_space((configs_dir() / name).read_text(encoding="utf-8"), f"configs/{name}")
 
 
 def batch_space(space: Space) -> Space:
