@@ -212,12 +212,13 @@ def run_case(lib, handle, dev: Opened, prec: str, problem, layout: int, offsets=
     assert check.passed, (prec, problem, layout, check)
 
 
-def plan_of(lib, handle, prec: str, problem, views=False) -> tuple[str, dict, str]:
+def plan_of(lib, handle, prec: str, problem, views=False, batch=1) -> tuple[str, dict, str]:
     m, n, k, ta, tb = problem
     plan = Plan()
     lda, ldb = (m if ta == "N" else k), (k if tb == "N" else n)
-    status = lib.gemmtune_plan(handle, prec.encode(), OPS[ta], OPS[tb], m, n, k, lda, ldb, m, int(views),
-                               C.byref(plan))
+    strides = offsets([lda * (k if ta == "N" else m), ldb * (n if tb == "N" else k), m * n])
+    status = lib.gemmtune_plan_batched(handle, prec.encode(), OPS[ta], OPS[tb], m, n, k, lda, ldb, m, int(views),
+                                       batch, strides, 0, C.byref(plan))
     assert status == 0, lib.gemmtune_status_message(status)
     try:
         params = {plan.param_names[i].decode(): plan.param_values[i] for i in range(plan.nparams)}
@@ -419,6 +420,26 @@ def test_batches_of_one_none_and_of_an_untuned_shape(built, handles, opened):
         assert lib.gemmtune_sgemm_strided_batched(handles[0], dev.queue.int_ptr, COL, OPS["N"], OPS["N"], 4, 4 * (
             count == 0), 4, 1.0, None, 0, 4, 16, None, 0, 4, 16, 0.0, None, 0, 4, 16, count, C.byref(event)) == 0
         cl.Event.from_int_ptr(event.value, retain=False).wait()   # a marker
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_batch_takes_the_configuration_python_gives_it(built, handles, opened, device):
+    """batched.batch_config's choice: the nearest tuned problem of a family that takes batches
+    (thin's and k5's tuned shapes give way), else the default of the batch's class."""
+    from gemmtune.batched import batch_config
+
+    db, _, lib = built
+    dev = opened[device]
+    clear_cache()
+    for prec, problem in (("s", (37, 29, 41, "N", "T")), ("d", (3, 67, 131, "N", "T")), ("c", (19, 21, 17, "T", "C")),
+                          ("z", (16, 16, 16, "N", "N")), ("d", (300, 200, 100, "T", "N"))):
+        if PRECISIONS[prec].needs_double and not dev.info.double_precision:
+            continue
+        for batch in (2, 1000):
+            expected = batch_config(None, dev.info, PRECISIONS[prec], problem[:3], problem[3:], db, batch)
+            family, params, _ = plan_of(lib, handles[device], prec, problem, batch=batch)
+            assert (family, params) == (expected.kernel, dict(expected.params)), (device, prec, problem, batch)
+            assert FAMILIES[family].takes_batch
 
 
 def test_bad_batches_are_statuses(built, handles, opened):

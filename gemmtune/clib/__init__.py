@@ -35,10 +35,15 @@ DEVICE_TYPES = ("CPU", "GPU", "OTHER")   # gemmtune_impl.c's GT_TYPE_*
 # defaults.toml's table of a device of each type that was not described: a CPU's compiler may
 # target 256-bit vectors, on which the AVX-512 table's blocks spill (CPU-256's run on both)
 TYPE_TABLES = {"CPU": AVX2_TABLE, "GPU": "GPU", "OTHER": "OTHER"}
-CLASSES = ("tiny", "small", "medium", "large", "skinny_m", "skinny_n", "vector")
-# a problem of each class, for default_config, which takes a shape
+CLASSES = ("tiny", "small", "medium", "large", "skinny_m", "skinny_n", "vector", "batch_small", "batch_medium")
+# a problem of each class, for default_config, which takes a shape (and a batch)
 EXAMPLES = {"tiny": (1, 1, 1), "small": (64, 64, 65), "medium": (1024, 1024, 1024), "large": (2048, 2048, 1024),
-            "skinny_m": (1, 2, 1024), "skinny_n": (2, 1, 1024), "vector": (1, 1024, 1024)}
+            "skinny_m": (1, 2, 1024), "skinny_n": (2, 1, 1024), "vector": (1, 1024, 1024),
+            "batch_small": (16, 16, 16), "batch_medium": (128, 128, 128)}
+
+
+def example_batch(cls: str) -> int:
+    return 2 if cls.startswith("batch_") else 1
 
 
 def parameters(family) -> list[str]:
@@ -157,7 +162,7 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
     from gemmtune import __version__
 
     for cls, shape in EXAMPLES.items():
-        assert shape_class(*shape) == cls, (cls, shape)
+        assert shape_class(*shape, example_batch(cls)) == cls, (cls, shape)
     emit = _Emitter()
     family_lines, family_index = _families()
     # Devices by name: keys that differ in the driver version alone are one device here. Per
@@ -180,20 +185,26 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
         if info is None:
             defaults = views = [[-1] * len(CLASSES) for _ in PRECISIONS]
         else:
-            defaults = _defaults(emit, lambda prec, cls: default_config(info, prec, EXAMPLES[cls]), None)
-            views = _defaults(emit, None, lambda prec, cls: default_config(info, prec, EXAMPLES[cls], views=True))
+            defaults = _defaults(emit, lambda prec, cls: default_config(info, prec, EXAMPLES[cls],
+                                                                         batch=example_batch(cls)), None)
+            views = _defaults(emit, None, lambda prec, cls: default_config(info, prec, EXAMPLES[cls], views=True,
+                                                                           batch=example_batch(cls)))
         device_lines.append(f"  /* {comment(name)} */")
         device_lines.append(f"  {{{c_string(name)}, {_brace(spans)}, {_brace(defaults)}, {_brace(views)}}},")
     type_defaults, type_views = [], []
     for device_type in DEVICE_TYPES:
         found = {code: shipped_defaults(TYPE_TABLES[device_type], prec) for code, prec in PRECISIONS.items()}
 
-        def views_entry(prec, cls, found=found):
+        def entry(prec, cls, views=False, found=found):
+            # default_config's rule, without a device to repair for: a view takes a family that
+            # reads views, a batch one that takes batches, else the views class's
             config = class_entry(found[prec.code], cls)
-            return config if FAMILIES[config.kernel].takes_views else class_entry(found[prec.code], "views")
+            family = FAMILIES[config.kernel]
+            fits = (family.takes_views or not views) and (family.takes_batch or not cls.startswith("batch_"))
+            return config if fits else class_entry(found[prec.code], "views")
 
-        type_defaults.append(_defaults(emit, lambda prec, cls, found=found: class_entry(found[prec.code], cls), None))
-        type_views.append(_defaults(emit, None, views_entry))
+        type_defaults.append(_defaults(emit, entry, None))
+        type_views.append(_defaults(emit, None, lambda prec, cls, entry=entry: entry(prec, cls, views=True)))
     configs = sorted(emit.configs.items(), key=lambda item: item[1])
     defines = [f"#define GT_VERSION {c_string(__version__)}",
                f"#define GT_NCLASSES {len(CLASSES)}",

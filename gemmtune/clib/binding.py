@@ -72,6 +72,8 @@ def load(path: str | Path) -> C.CDLL:
     lib.gemmtune_plan_config.argtypes = [C.c_char_p, C.c_int, C.POINTER(C.c_char_p), C.POINTER(C.c_int),
                                          C.POINTER(Facts), C.c_char, C.c_int, C.c_int, i64, i64, i64, i64, i64, i64,
                                          C.c_int, C.POINTER(Plan)]
+    lib.gemmtune_plan_batched.argtypes = [*lib.gemmtune_plan.argtypes[:-1], i64, C.POINTER(i64), C.c_int,
+                                          C.POINTER(Plan)]
     lib.gemmtune_plan_config_batched.argtypes = [*lib.gemmtune_plan_config.argtypes[:-1], i64, C.POINTER(i64),
                                                  C.c_int, C.POINTER(Plan)]
     lib.gemmtune_plan_release.argtypes = [C.POINTER(Plan)]

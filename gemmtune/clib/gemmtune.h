@@ -189,6 +189,11 @@ int gemmtune_plan_config(const char *family, int nparams, const char *const *nam
                          const gemmtune_device_facts *facts, char precision, int trans_a, int trans_b, int64_t m,
                          int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int views,
                          gemmtune_launch_plan *plan);
+/* gemmtune_plan for a batch of batch_count problems, as gemmtune_plan_config_batched takes it: the
+ * configuration a batched call of that column-major problem gets. */
+int gemmtune_plan_batched(gemmtune_handle handle, char precision, int trans_a, int trans_b, int64_t m, int64_t n,
+                          int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int views, int64_t batch_count,
+                          const int64_t strides[3], int table, gemmtune_launch_plan *plan);
 /* gemmtune_plan_config for a batch of batch_count problems: strided (strides of A, B and C of the
  * column-major problem), or with table != 0 the array form, whose offsets a table gives. */
 int gemmtune_plan_config_batched(const char *family, int nparams, const char *const *names, const int *values,

@@ -185,10 +185,10 @@ enum { PRODUCT = 1, PREPARATION = 2, FIXUP = 3 };
 
 /* families/cpu.py's problems_per_item: a batch's problems each work-item computes in turn */
 static int64_t gt_problems_per_item(const gt_cfg *c, const gt_problem *p, int64_t units) {
-  int64_t m = max64(p->m, 1), n = max64(p->n, 1), k = max64(p->k, 1), mr = gt_param(c, "MV") * gt_param(c, "VW");
-  int64_t items = cdiv(m, mr) * cdiv(n, gt_param(c, "NR") * gt_param(c, "NB"));
-  int64_t want = GT_ITEM_FLOPS / max64(1, 2 * m * n * k / items);
-  int64_t groups = max64(1, p->batch * items / (gt_param(c, "WGS") * max64(1, units) * GT_GROUPS_PER_UNIT));
+  int64_t m = max64(p->m, 1), n = max64(p->n, 1), k = max64(p->k, 1), want, groups;
+  if (m > gt_param(c, "MV") * gt_param(c, "VW") || n > gt_param(c, "NR") * gt_param(c, "NB")) return 1;
+  want = GT_ITEM_FLOPS / (2 * m * n * k);   /* several only where a work-item's block is a whole problem */
+  groups = max64(1, p->batch / (gt_param(c, "WGS") * max64(1, units) * GT_GROUPS_PER_UNIT));
   return max64(1, min64(min64(want, groups), p->batch));
 }
 
@@ -581,8 +581,9 @@ static int gt_make_plan(const gt_cfg *c, const gt_problem *p, const gemmtune_dev
 
 /* ------------------------------------------------------------------ selection (tuned.py) */
 
-static int gt_shape_class(int64_t m, int64_t n, int64_t k) {
+static int gt_shape_class(int64_t m, int64_t n, int64_t k, int64_t batch) {
   double volume = (double)m * (double)n * (double)k;
+  if (batch > 1) return volume <= GT_TINY_VOLUME ? GT_CLASS_BATCH_SMALL : GT_CLASS_BATCH_MEDIUM;
   if (min64(m, n) == 1 && volume > GT_TINY_VOLUME) return GT_CLASS_VECTOR;
   if (min64(m, n) <= GT_SKINNY && k >= GT_LONG_K) return m <= n ? GT_CLASS_SKINNY_M : GT_CLASS_SKINNY_N;
   if (volume <= GT_TINY_VOLUME) return GT_CLASS_TINY;
@@ -595,10 +596,13 @@ typedef struct { int config; const char *source; int64_t shape[3]; } gt_choice;
 
 /* best_config: the tuned problem itself, else the nearest in log size (other ops count
  * GT_OTHER_OPS, ties to the larger shape), else the default of the shape's class; a view takes
- * a family that reads views. device: an index into gt_devices, or -1. */
+ * a family that reads views. A batch (batched.batch_config) takes the nearest tuned problem of
+ * a family that takes batches (the tuned problems are single ones: at the same distance in
+ * batch), else the default of its batch class (whose family takes batches, views too). device:
+ * an index into gt_devices, or -1. */
 static gt_choice gt_select(int device, int type, int prec, const gt_problem *p) {
   gt_choice choice = {-1, "default", {0, 0, 0}};
-  int cls = gt_shape_class(p->m, p->n, p->k);
+  int cls = gt_shape_class(p->m, p->n, p->k, p->batch), batched = p->batch > 1;
   if (device >= 0) {
     const gt_device *d = &gt_devices[device];
     int i, best = -1;
@@ -608,7 +612,8 @@ static gt_choice gt_select(int device, int type, int prec, const gt_problem *p) 
       double dm = log((double)t->m) - log((double)p->m), dn = log((double)t->n) - log((double)p->n);
       double dk = log((double)t->k) - log((double)p->k), size = (double)t->m * (double)t->n * (double)t->k;
       double distance = sqrt(dm * dm + dn * dn + dk * dk) + GT_OTHER_OPS * (t->ta != p->ta || t->tb != p->tb);
-      if (t->m == p->m && t->n == p->n && t->k == p->k && t->ta == p->ta && t->tb == p->tb) { best = i; choice.source = "tuned"; break; }
+      if (batched && !gt_families[gt_configs[t->config].family].takes_batch) continue;
+      if (!batched && t->m == p->m && t->n == p->n && t->k == p->k && t->ta == p->ta && t->tb == p->tb) { best = i; choice.source = "tuned"; break; }
       if (best < 0 || distance < best_distance || (distance == best_distance && size > best_size)) {
         best = i; best_distance = distance; best_size = size; choice.source = "nearest";
       }
@@ -619,16 +624,14 @@ static gt_choice gt_select(int device, int type, int prec, const gt_problem *p) 
     } else {
       choice.config = d->defaults[prec][cls];
     }
-    /* a view takes a family that reads views, a batch one that takes batches (batched.batch_config) */
-    if (choice.config >= 0 && (p->batch > 1 ? !gt_families[gt_configs[choice.config].family].takes_batch
-                               : p->views && !gt_families[gt_configs[choice.config].family].takes_views)) {
+    if (!batched && p->views && choice.config >= 0 && !gt_families[gt_configs[choice.config].family].takes_views) {
       choice.config = d->views[prec][cls];
       choice.source = "default";
       choice.shape[0] = choice.shape[1] = choice.shape[2] = 0;
     }
   }
   if (choice.config < 0) {   /* a device not exported, or not described: its type's defaults */
-    choice.config = p->views ? gt_type_views[type][prec][cls] : gt_type_defaults[type][prec][cls];
+    choice.config = p->views && !batched ? gt_type_views[type][prec][cls] : gt_type_defaults[type][prec][cls];
     choice.source = "default";
   }
   return choice;
@@ -1306,8 +1309,32 @@ GT_BATCHED_CALLS(z, cl_double2)
 
 /* ------------------------------------------------------------------ introspection */
 
+/* An introspected problem as a batch: strided (each operand within what an int indexes) or a table */
+static int gt_batch_problem(gt_problem *p, int views, int64_t batch_count, const int64_t strides[3], int table) {
+  int x;
+  p->views = views != 0 || (table && batch_count > 1);
+  if (batch_count < 1 || (!table && batch_count > 1 && !strides)) return GEMMTUNE_INVALID_BATCH;
+  if (batch_count == 1) return GEMMTUNE_SUCCESS;
+  p->batch = batch_count;
+  p->table = table != 0;
+  for (x = 0; x < 3 && !table; x++) {
+    int64_t cols = x == 0 ? (p->ta == 'N' ? p->k : p->m) : x == 1 ? (p->tb == 'N' ? p->n : p->k) : p->n;
+    int64_t ld = x == 0 ? p->lda : x == 1 ? p->ldb : p->ldc;
+    if (strides[x] < 0) return GEMMTUNE_INVALID_BATCH;
+    if ((batch_count - 1) * strides[x] + ld * cols >= GT_INDEX_LIMIT) return GEMMTUNE_TOO_LARGE;
+    p->strides[x] = strides[x];
+  }
+  return GEMMTUNE_SUCCESS;
+}
+
 int gemmtune_plan(gemmtune_handle h, char precision, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                   int64_t lda, int64_t ldb, int64_t ldc, int views, gemmtune_launch_plan *plan) {
+  return gemmtune_plan_batched(h, precision, trans_a, trans_b, m, n, k, lda, ldb, ldc, views, 1, NULL, 0, plan);
+}
+
+int gemmtune_plan_batched(gemmtune_handle h, char precision, int trans_a, int trans_b, int64_t m, int64_t n,
+                          int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int views, int64_t batch_count,
+                          const int64_t strides[3], int table, gemmtune_launch_plan *plan) {
   gt_problem p;
   gt_choice choice;
   gt_cfg c;
@@ -1320,7 +1347,8 @@ int gemmtune_plan(gemmtune_handle h, char precision, int trans_a, int trans_b, i
   status = gt_problem_of(GEMMTUNE_COL_MAJOR, trans_a, trans_b, m, n, k, lda, ldb, ldc, &p, &swap);
   if (status != GEMMTUNE_SUCCESS) return status;
   if (m == 0 || n == 0 || k == 0) return GEMMTUNE_INVALID_SIZE;   /* no kernel of a family runs */
-  p.views = views != 0;
+  status = gt_batch_problem(&p, views, batch_count, strides, table);
+  if (status != GEMMTUNE_SUCCESS) return status;
   choice = gt_select(h->device_index, h->type, prec, &p);
   status = gt_config_of(choice.config, prec, &c);
   if (status == GEMMTUNE_SUCCESS) status = gt_make_plan(&c, &p, &h->facts, plan);
@@ -1357,20 +1385,8 @@ int gemmtune_plan_config_batched(const char *family, int nparams, const char *co
   status = gt_problem_of(GEMMTUNE_COL_MAJOR, trans_a, trans_b, m, n, k, lda, ldb, ldc, &p, &swap);
   if (status != GEMMTUNE_SUCCESS) return status;
   if (m == 0 || n == 0 || k == 0) return GEMMTUNE_INVALID_SIZE;
-  p.views = views != 0 || (table && batch_count > 1);
-  if (batch_count < 1 || (!table && batch_count > 1 && !strides)) return GEMMTUNE_INVALID_BATCH;
-  if (batch_count > 1) {
-    int x;
-    p.batch = batch_count;
-    p.table = table != 0;
-    for (x = 0; x < 3 && !table; x++) {
-      int64_t cols = x == 0 ? (p.ta == 'N' ? p.k : p.m) : x == 1 ? (p.tb == 'N' ? p.n : p.k) : p.n;
-      int64_t ld = x == 0 ? p.lda : x == 1 ? p.ldb : p.ldc;
-      if (strides[x] < 0) return GEMMTUNE_INVALID_BATCH;
-      if ((batch_count - 1) * strides[x] + ld * cols >= GT_INDEX_LIMIT) return GEMMTUNE_TOO_LARGE;
-      p.strides[x] = strides[x];
-    }
-  }
+  status = gt_batch_problem(&p, views, batch_count, strides, table);
+  if (status != GEMMTUNE_SUCCESS) return status;
   c.family = &gt_families[f];
   c.values = given;
   c.prec = prec;
