@@ -316,19 +316,31 @@ def launch_docs() -> str:
         config = make_config(shipped_families(), name, changes)
         prec = PRECISIONS[code]
         problem = Problem(m, n, k, ta, tb)
-        plan = FAMILIES[name].plan(config.params, prec, problem, dev, dev.compute_units)
         out += [f"### `{name}`", "",
                 f"{', '.join(f'{key}={value}' for key, value in config.items)}; C ({m} x {n}) ← "
                 f"op(A) · op(B) with K = {k}, op(A) = {ta}, op(B) = {tb}, packed leading dimensions.", "",
-                "| kernel | program | global | local | arguments |", "|---|---|---|---|---|"]
-        for launch in plan.launches:
-            program = " ".join(f"{d}={v}" for d, v in launch.defines) if launch.defines else "*own*"
-            out.append(f"| `{launch.kernel}` | {program} | {' x '.join(map(str, launch.global_size))} | "
-                       f"{' x '.join(map(str, launch.local_size))} | {', '.join(map(str, launch.args))} |")
-        scratch = ", ".join(f"{s.name} ({len(s.table)} x 4 ints)" if s.table is not None
-                            else f"{s.name} ({s.nbytes} bytes)" for s in plan.scratch)
-        out += ["", f"Scratch buffers: {scratch or 'none'}.", ""]
+                *_launch_table(FAMILIES[name].plan(config.params, prec, problem, dev, dev.compute_units))]
+        if FAMILIES[name].takes_batch:
+            span_a = m * k
+            batch = Problem(m, n, k, ta, tb, batch=BATCH_EXAMPLE, strides=(span_a, 0, m * n))
+            out += [f"As a batch of {BATCH_EXAMPLE} such problems, one after another in A and C ({span_a} and "
+                    f"{m * n} elements apart), B shared (stride 0):", "",
+                    *_launch_table(FAMILIES[name].plan(config.params, prec, batch, dev, dev.compute_units))]
     return "\n".join([*out, LAUNCH_DOCS[1]]) + "\n"
+
+
+BATCH_EXAMPLE = 6
+
+
+def _launch_table(plan) -> list[str]:
+    out = ["| kernel | program | global | local | arguments |", "|---|---|---|---|---|"]
+    for launch in plan.launches:
+        program = " ".join(f"{d}={v}" for d, v in launch.defines) if launch.defines else "*own*"
+        out.append(f"| `{launch.kernel}` | {program} | {' x '.join(map(str, launch.global_size))} | "
+                   f"{' x '.join(map(str, launch.local_size))} | {', '.join(map(str, launch.args))} |")
+    scratch = ", ".join(f"{s.name} ({len(s.table)} x 4 ints)" if s.table is not None
+                        else f"{s.name} ({s.nbytes} bytes)" for s in plan.scratch)
+    return [*out, "", f"Scratch buffers: {scratch or 'none'}.", ""]
 
 
 def write_launch_docs(path: str | Path) -> None:
