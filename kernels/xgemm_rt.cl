@@ -33,6 +33,11 @@
 // sum in slot `slot` of `work`, and xgemm_fixup, launched next, adds each split tile's parts up
 // in order into C. Without STREAMK, the grid is 2D and split_from, pieces and work are not read.
 //
+// With BATCH (common.cl; the host defines it for a batch only), the launch holds many problems: the
+// grid's dimension 2 is the problem, or with STREAMK its tile numbers run over every problem's
+// tiles in turn; each problem's A and B are pad.cl's copies (packed_a, packed_b elements apart) or
+// the caller's at BATCH_AT, its C at offset_c and BATCH_AT (pad.cl's BATCH_OPERANDS).
+//
 // With STAGE = 0 nothing is staged: each work-item reads its operands for step k straight from
 // A and B (B n-fastest) through the device's cache, and the loop needs no barrier at all
 // (CLBlast's SA = SB = 0).
