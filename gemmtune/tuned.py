@@ -28,7 +28,9 @@ same process to see its results.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from gemmtune.db.urls import DEFAULT_DB, DEFAULT_DB_FILE, database_url
@@ -110,7 +112,13 @@ def clear_cache() -> None:
 
 
 def _db_key(url: str) -> str:
-    # A relative SQLite path names another file after a chdir.
+    # A relative SQLite path names another file after a chdir. Parsing the URL took a tenth of a
+    # millisecond of every batched call of 10,000 16^3 problems (1.3 ms in all): kept per directory.
+    return _parsed_db_key(url, os.getcwd())
+
+
+@lru_cache(maxsize=64)
+def _parsed_db_key(url: str, cwd: str) -> str:
     if url == DEFAULT_DB:
         return f"sqlite:///{Path(DEFAULT_DB_FILE).absolute()}"
     import sqlalchemy as sa
