@@ -17,10 +17,11 @@ PACK_WG = 16          # the packing kernels' fixed work-group size (the kernel's
 VECTOR_REGISTERS = 32
 REGISTER_BYTES = 64
 # A batch's work-item whose block is a whole problem computes several problems in turn where one
-# is little work: each work-group costs the runtime time to start, and a s 16^3 problem is 8 KFLOP
-# (PoCL, 2 cores, 10,000 of them: 57 GFLOP/s one a work-item, 74 with 32). At least ITEM_FLOPS a
+# is little work: each work-group costs the runtime time to start, and a s 16^3 problem is 8 KFLOP.
+# 10,000 of them on the 2-core EPYC: PoCL 57 GFLOP/s one a work-item, 86 with 32 to 512; Intel's
+# runtime 59 with 2, 87 with 32, 122 with 512 (d: the same within noise). At least ITEM_FLOPS a
 # work-item, while the batch keeps GROUPS_PER_UNIT work-groups per compute unit.
-ITEM_FLOPS = 1 << 18
+ITEM_FLOPS = 1 << 22
 GROUPS_PER_UNIT = 8
 
 
