@@ -25,10 +25,9 @@
 //          global (ceil(ceil(N / (NR * NB)) / WGS) * WGS, ceil(M / MR)), local (WGS, 1);
 //          ORDER 1 swaps the two: (ceil(ceil(M / MR) / WGS) * WGS, ceil(N / (NR * NB)))
 //   Batched (common.cl's BATCH): each launch gets a dimension 2 of one work-item per problem, and
-//          problem z's panels lie z panels' sizes into Ap and Bp; xgemm takes the batch's size and
-//          how many problems each work-item computes in turn after BATCH_ARGS (batch, per_item):
-//          dimension 2 is then ceil(batch / per_item), so that tiny problems do not each pay for a
-//          work-group of their own
+//          problem z's panels lie z panels' sizes into Ap and Bp; after BATCH_ARGS xgemm takes the
+//          batch's size and the problems each work-item computes in turn (per_item): dimension 2 is
+//          ceil(batch / per_item), so that tiny problems do not each pay for a work-group
 #include "common.cl"
 
 #ifndef VW
@@ -246,25 +245,18 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
   B += offB;
   C += offC;
 #if BATCH   // dimension 2: per_item problems, one after another; their panels follow each other's
-  const __global real* A0 = A;
-  const __global real* B0 = B;
+  const __global real *A0 = A, *B0 = B;
   __global real* C0 = C;
-#if PACKA
-  const __global real* Ap0 = Ap;
-#endif
-#if PACKB
-  const __global real* Bp0 = Bp;
-#endif
-  const int z_end = min((int)get_global_id(2) * per_item + per_item, batch);
-  for (int z = (int)get_global_id(2) * per_item; z < z_end; z++) {
+  const int z0 = (int)get_global_id(2) * per_item, z_end = min(z0 + per_item, batch);
+  for (int z = z0; z < z_end; z++) {
   A = A0 + BATCH_AT(z, 0, stride_a);
   B = B0 + BATCH_AT(z, 1, stride_b);
   C = C0 + BATCH_AT(z, 2, stride_c);
 #if PACKA
-  Ap = Ap0 + (size_t)z * ((M + MR - 1) / MR) * MR * K;
+  Ap += (size_t)(z == z0 ? z : 1) * ((M + MR - 1) / MR) * MR * K;
 #endif
 #if PACKB
-  Bp = Bp0 + (size_t)z * ((N + NR - 1) / NR) * NR * K;
+  Bp += (size_t)(z == z0 ? z : 1) * ((N + NR - 1) / NR) * NR * K;
 #endif
 #endif
   const bool full_rows = i0 + MR <= M;

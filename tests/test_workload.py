@@ -231,7 +231,7 @@ def fake_workers(monkeypatch, search, clock, opened=None, start: float = 0.0):
 
         def __init__(self, req, problems):
             if opened is not None:
-                opened.append([p[1:] for p in problems])
+                opened.append([p[1:4] for p in problems])   # (precision, m, n, k, batch)
 
         def __enter__(self):
             clock[0] += start

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from dataclasses import replace
+from dataclasses import astuple, replace
 from typing import Callable
 
 from gemmtune.execution.messages import BuildJob, Job, Outcome, problem_key
@@ -94,8 +94,7 @@ class Pipeline:
         self.problem, self.policy, self.threshold_ms, self.finish = problem, policy, threshold_ms, finish
         self.same = SameRuns(prec, problem, runners[0].device)
         self.flops = prec.flops(problem.m, problem.n, problem.k) * problem.batch
-        self.problem_key = problem_key(prec.code, problem.m, problem.n, problem.k, problem.trans_a, problem.trans_b,
-                                       problem.batch)
+        self.problem_key = problem_key(prec.code, *astuple(problem)[:5], problem.batch)   # m, n, k and the ops
         self.timing_s, self.build_s, self.device_s = 0.0, None, None   # time on devices; mean build, trial
         self.idle = IdleTime()   # what its devices waited for; the search sets its ``start``
         self.best_collected: float | None = None   # of results collected, recorded or not yet
@@ -188,10 +187,9 @@ class Pipeline:
         return None
 
     def _job(self, config, built) -> Job:
-        p = self.problem
+        p, helpers = self.problem, built.helpers if built else ()
         return Job(config, self.space.family(config.kernel).source, self.prec.code, p.m, p.n, p.k, self.policy,
-                   built and built.binary, self.threshold_ms(), p.trans_a, p.trans_b, built.helpers if built else (),
-                   p.batch)
+                   built and built.binary, self.threshold_ms(), p.trans_a, p.trans_b, helpers, p.batch)
 
     def waits(self) -> tuple[list, list]:
         """Connections to wait on and their deadlines."""

@@ -124,9 +124,8 @@ class StudySearch:
             self.learn = self.proposer.learn
         self.done, self.failures, self.stopped_by = 0, Counter(), None   # stopped_by: why it stopped, once it has
         self.start, self.progress = time.monotonic(), None
-        self.pipeline = Pipeline(runners, compilers, space, prec,
-                                 packed_problem(m, n, k, req.trans_a, req.trans_b, req.batch), req.policy,
-                                 self.threshold_ms, self.finish)
+        problem = packed_problem(m, n, k, req.trans_a, req.trans_b, req.batch)
+        self.pipeline = Pipeline(runners, compilers, space, prec, problem, req.policy, self.threshold_ms, self.finish)
 
     @property
     def best(self) -> float | None:
