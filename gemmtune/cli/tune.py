@@ -208,7 +208,8 @@ def print_summary(d: dict) -> None:
     click.echo(f"study      {d['study']}  ({d['db']})")
     click.echo(f"device     {d['device']}" + (f" (devices {', '.join(map(str, d['devices']))})"
                                                  if len(d["devices"]) > 1 else ""))
-    batch = f", a batch of {d['batch']:,} in one launch (GFLOP/s of the whole batch)" if d["batch"] > 1 else ""
+    batch = d.get("batch", 1)   # a summary written before batches has none
+    batch = f", a batch of {batch:,} in one launch (GFLOP/s of the whole batch)" if batch > 1 else ""
     click.echo(f"problem    {d['precision']}gemm {d['m']}x{d['n']}x{d['k']}{batch}")
     failed = ", ".join(f"{n} {r}" for r, n in sorted(d["failures"].items())) or "none"
     click.echo(f"this run   {d['trials']} trials in {d['elapsed_s']:.1f} s (stopped: {d['stopped_by']}), "
