@@ -9,7 +9,6 @@ every operand checked as a single problem's is (``operands.py``) and for the who
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,7 +18,7 @@ import pyopencl.array as cla
 from gemmtune.defaults import default_config
 from gemmtune.errors import OperandError
 from gemmtune.families import FAMILIES
-from gemmtune.kernels import GemmOperation
+from gemmtune.kernels import GemmOperation, Prepared
 from gemmtune.launch import Problem
 from gemmtune.operands import (batch_view, check_device_memory, check_host_memory, check_out, deliver, op_flag,
                                out_of_memory, out_of_memory_as_error, overlap, product_shape, view)
@@ -27,8 +26,7 @@ from gemmtune.space import Config, shipped_families
 from gemmtune.tuned import best_config
 from gemmtune.verify import check_scalars
 
-_operations: OrderedDict[tuple, GemmOperation] = OrderedDict()
-_MAX_OPERATIONS = 32
+_operations = Prepared(32)
 
 
 def batch_config(config: Config | None, info, prec, shape: tuple[int, int, int], ops: tuple[str, str],
@@ -52,22 +50,17 @@ def batch_config(config: Config | None, info, prec, shape: tuple[int, int, int],
 
 def _operation(queue, info, cfg: Config, prec, problem: Problem, what: str, cache) -> GemmOperation:
     key = (id(queue.context), cfg, prec.code, problem)
-    op = cache.get(key)
-    if op is None:
+
+    def make() -> GemmOperation:
         plan = FAMILIES[cfg.kernel].plan(cfg.params, prec, problem, queue.device, info.compute_units)
         scratch = {s.name: s.nbytes for s in plan.scratch}
         check_device_memory(info, what, scratch)
         if info.type == "CPU":   # the device's memory is the host's
             check_host_memory(what, scratch)
         with out_of_memory_as_error(what):
-            op = GemmOperation(queue, cfg, shipped_families().family(cfg.kernel).source, prec,
-                               problem.m, problem.n, problem.k, problem=problem)
-        cache[key] = op
-        if len(cache) > _MAX_OPERATIONS:
-            cache.popitem(last=False)
-    else:
-        cache.move_to_end(key)
-    return op
+            return GemmOperation(queue, cfg, shipped_families().family(cfg.kernel).source, prec,
+                                 problem.m, problem.n, problem.k, problem=problem)
+    return cache.get_or_make(key, make)
 
 
 def _shape(shape) -> SimpleNamespace:

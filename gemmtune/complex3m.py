@@ -18,13 +18,13 @@ standard bound. It is never chosen silently: only ``complex_algorithm="3m"`` run
 
 from __future__ import annotations
 
-from collections import OrderedDict
 
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
 from gemmtune.errors import GemmtuneError
+from gemmtune.kernels import Prepared
 from gemmtune.operands import View, check_device_memory
 from gemmtune.precision import Precision, get_precision
 
@@ -99,26 +99,20 @@ class Complex3M:
         self.program = cl.Program(queue.context, _SOURCE).build(options=options)
         self._split = cl.Kernel(self.program, "split")
         self._combine = cl.Kernel(self.program, "combine")
-        self._scratch: OrderedDict[tuple, tuple] = OrderedDict()
+        self._scratch = Prepared(self._MAX_PROBLEMS)   # the parts of a, b and c by their shapes
 
     def _buffers(self, a_shape, b_shape, c_shape):
-        key = (a_shape, b_shape, c_shape)
-        found = self._scratch.get(key)
-        if found is None:
+        def make():
             item = self.real_dtype.itemsize
             check_device_memory(self.real.info, f"the 3m product's parts in precision {self.precision.code}",
                                 {f"{part} of {name}": item * int(np.prod(shape))
                                  for name, shape in (("a", a_shape), ("b", b_shape), ("c", c_shape))
                                  for part in ("real part", "imaginary part", "sum")})
+
             def three(shape):
                 return tuple(cla.empty(self.queue, shape, self.real_dtype) for _ in range(3))
-            found = (three(a_shape), three(b_shape), three(c_shape))
-            self._scratch[key] = found
-            if len(self._scratch) > self._MAX_PROBLEMS:
-                self._scratch.popitem(last=False)
-        else:
-            self._scratch.move_to_end(key)
-        return found
+            return three(a_shape), three(b_shape), three(c_shape)
+        return self._scratch.get_or_make((a_shape, b_shape, c_shape), make)
 
     def _enqueue_split(self, x, view: View, parts, conj: bool, wait) -> cl.Event:
         rows, cols = x.shape

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -16,7 +15,7 @@ from gemmtune.devices.opencl import device_spec, list_devices, open_device
 from gemmtune.devices.info import DeviceInfo
 from gemmtune.defaults import default_config
 from gemmtune.families import FAMILIES
-from gemmtune.kernels import GemmOperation
+from gemmtune.kernels import GemmOperation, Prepared
 from gemmtune.launch import Problem
 from gemmtune.complex3m import Complex3M, check_algorithm
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
@@ -38,8 +37,7 @@ class OpenDevice:
 
 
 _devices: dict[str, OpenDevice] = {}
-_operations: OrderedDict[tuple, GemmOperation] = OrderedDict()
-_MAX_OPERATIONS = 32  # each holds scratch buffers; keep the most recently used
+_operations = Prepared(32)   # GemmOperations by device, configuration and problem
 
 
 def get_device(device=None) -> OpenDevice:
@@ -81,15 +79,8 @@ def resolve_config(config, info: DeviceInfo, prec: Precision) -> Config:
 def operation(dev: OpenDevice, config: Config, source: str, prec: Precision, m: int, n: int, k: int,
               trans_a: str, trans_b: str) -> GemmOperation:
     key = (id(dev.context), config, hash(source), prec.code, m, n, k, trans_a, trans_b)
-    op = _operations.get(key)
-    if op is None:
-        op = GemmOperation(dev.queue, config, source, prec, m, n, k, trans_a, trans_b)
-        _operations[key] = op
-        if len(_operations) > _MAX_OPERATIONS:
-            _operations.popitem(last=False)
-    else:
-        _operations.move_to_end(key)
-    return op
+    return _operations.get_or_make(key, lambda: GemmOperation(dev.queue, config, source, prec, m, n, k,
+                                                              trans_a, trans_b))
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
@@ -313,7 +304,7 @@ class Gemm:
         self.db = db
         # config: one configuration for every problem instead of best_config's choice.
         self.config = None if config is None else resolve_config(config, self.info, self.precision)
-        self._calls: OrderedDict[tuple, GemmOperation | EmptyProduct] = OrderedDict()
+        self._calls = Prepared(self._MAX_PROBLEMS)   # GemmOperation or EmptyProduct by problem
         self._scalars = None   # the last alpha and beta check_scalars passed, with their types
         self._buffers: dict[int, BufferFacts] = {}   # of the last call's operands, by id
         self.last_operation: GemmOperation | EmptyProduct | None = None   # of the last call, and its events
@@ -373,12 +364,7 @@ class Gemm:
             return c
         views = bool(va.first or vb.first or vc.first)
         key = (a.shape, b.shape, c.shape, va.ld, vb.ld, vc.ld, ta, tb, views)
-        op = self._calls.get(key)
-        if op is None:
-            op = self.operation(a, b, c, ta, tb, (va.ld, vb.ld, vc.ld), views)
-            self._calls[key] = op
-            if len(self._calls) > self._MAX_PROBLEMS:
-                self._calls.popitem(last=False)
+        op = self._calls.get_or_make(key, lambda: self.operation(a, b, c, ta, tb, (va.ld, vb.ld, vc.ld), views))
         wait = [*a.events, *b.events, *c.events] or None
         try:
             events = op.enqueue(b.base_data, a.base_data, c.base_data, alpha, beta, wait,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
+from collections import OrderedDict
 
 import numpy as np
 import pyopencl as cl
@@ -139,6 +140,26 @@ def check_work_group(kernel: cl.Kernel, name: str, local_size, device: cl.Device
         message = (f"{name} as built runs at most {limit} work-items per group "
                    f"(its registers or local memory), not {items}")
         raise BuildError(message, message)
+
+
+class Prepared(OrderedDict):
+    """What a call prepares once and reuses (operations with their programs and scratch
+    buffers, the 3M product's parts), by what it depends on; past ``limit`` entries the least
+    recently used is dropped, so a long-running program's memory stays bounded."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def get_or_make(self, key, make):
+        found = self.get(key)
+        if found is None:
+            found = self[key] = make()
+            if len(self) > self.limit:
+                self.popitem(last=False)
+        else:
+            self.move_to_end(key)
+        return found
 
 
 class GemmOperation:

@@ -24,10 +24,9 @@
 //   xgemm(M, N, K, alpha, beta, A, offA, lda, B, offB, ldb, C, offC, ldc[, Ap][, Bp]),
 //          global (ceil(ceil(N / (NR * NB)) / WGS) * WGS, ceil(M / MR)), local (WGS, 1);
 //          ORDER 1 swaps the two: (ceil(ceil(M / MR) / WGS) * WGS, ceil(N / (NR * NB)))
-//   Batched (common.cl's BATCH): each launch gets a dimension 2 of one work-item per problem, and
-//          problem z's panels lie z panels' sizes into Ap and Bp; after BATCH_ARGS xgemm takes the
-//          batch's size and the problems each work-item computes in turn (per_item): dimension 2 is
-//          ceil(batch / per_item), so that tiny problems do not each pay for a work-group
+//   Batched (common.cl's BATCH): a dimension 2, problem z's panels z panels into Ap and Bp; xgemm
+//          takes (batch, per_item) after BATCH_ARGS, each work-item computing per_item problems in
+//          turn over ceil(batch / per_item), so that tiny problems do not each pay for a work-group
 #include "common.cl"
 
 #ifndef VW
@@ -80,7 +79,6 @@
 
 #define MR (MV * VW)  // rows of C per work-item
 #define PACK_WG 16    // work-items per work-group of the packing kernels: launches round K up to it
-
 // Constraints, for the search space:
 //   1. VW in {1, 2, 4, 8, 16}; for complex precisions VW > 1 needs PACKA (planar panels, below)
 //   2. the MV * NR accumulators, MV vectors of A and a broadcast of B fit the vector registers
@@ -248,7 +246,11 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
   const __global real *A0 = A, *B0 = B;
   __global real* C0 = C;
   const int z0 = (int)get_global_id(2) * per_item, z_end = min(z0 + per_item, batch);
+#else
+  const int z0 = 0, z_end = 1;   // one problem: a loop of one, which the compiler drops
+#endif
   for (int z = z0; z < z_end; z++) {
+#if BATCH
   A = A0 + BATCH_AT(z, 0, stride_a);
   B = B0 + BATCH_AT(z, 1, stride_b);
   C = C0 + BATCH_AT(z, 2, stride_c);
@@ -345,9 +347,7 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
       }
     }
   }
-#if BATCH
   }   // the work-item's next problem
-#endif
 }
 #endif
 

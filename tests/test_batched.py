@@ -1,5 +1,5 @@
 """Batched GEMM (docs/batched.md): ``gemm`` on stacks of matrices as numpy.matmul takes them,
-``Gemm`` on 3-D arrays and on lists of views, each batch one launch of xgemm_direct or xgemm_cpu.
+``Gemm`` on 3-D arrays and on lists of views, each batch one launch of xgemm_direct or xgemm_cpu (xgemm_rt's: test_batched_rt.py).
 
 Every result is compared with numpy in float64 or complex128 on fresh random data, the output
 poisoned with NaN first (or beta's c of random values); bad input is refused with a

@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_foundation import DTYPES, uniform  # noqa: E402
+from test_family_rt import CONFIGS  # noqa: E402
 
 import gemmtune  # noqa: E402
 from gemmtune.devices.opencl import open_device  # noqa: E402
@@ -32,20 +33,8 @@ from gemmtune.verify import Reference, compare  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_tuned_results")
 
-# One small configuration per precision (WPTM = MWG / MDIMC, WPTN = NWG / NDIMC), as
-# test_family_rt's: s reads B k-fastest with 4-wide loads in warp sub-tiles, d B n-fastest with
-# scalar loads, c B k-fastest with a register prefetch, z B in 2 x 2 blocks transposed in registers.
-CONFIGS = {
-    "s": dict(MWG=32, NWG=16, KWG=8, MDIMC=8, NDIMC=4, VWG=4, VLM=4, VLN=1, PIPE=2, PADL=4, UNROLL=1,
-              BKFAST=1, WARPM=8, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=8),
-    "d": dict(MWG=16, NWG=32, KWG=16, MDIMC=4, NDIMC=8, VWG=1, VLM=1, VLN=4, PIPE=0, PADL=0, UNROLL=1,
-              BKFAST=0, WARPM=0, STAGE=1, TRANSPOSEX=16, TRANSPOSEY=8, TRANSPOSEW=4),
-    "c": dict(MWG=16, NWG=32, KWG=8, MDIMC=8, NDIMC=8, VWG=2, VLM=2, VLN=1, PIPE=1, PADL=0, UNROLL=1,
-              BKFAST=1, WARPM=8, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=16),
-    "z": dict(MWG=16, NWG=16, KWG=8, MDIMC=4, NDIMC=4, VWG=2, VLM=1, VLN=2, PIPE=2, PADL=4, UNROLL=1,
-              BKFAST=2, WARPM=0, STAGE=1, TRANSPOSEX=8, TRANSPOSEY=8, TRANSPOSEW=3),
-}
-# Stream-K in rounds of 3 work-groups per compute unit, over the batch's tiles
+# The small configurations of test_family_rt (CONFIGS, one a precision), batched; stream-K in
+# rounds of 3 work-groups per compute unit, over the batch's tiles.
 STREAMK = ("s", {**CONFIGS["s"], "STREAMK": 3})
 
 

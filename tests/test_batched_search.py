@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_foundation import make_device  # noqa: E402
+from test_workload import rows, search  # noqa: E402
 
 import gemmtune  # noqa: E402
 from gemmtune import tuned  # noqa: E402
@@ -64,22 +64,6 @@ TRANSPOSEX = [16]
 TRANSPOSEY = [8]
 """
 K5 = Config.of("xgemm_k5", dict(TSM=16, TSN=16, TSK=16, WPTN=2, PAD=1, TRANSPOSEX=16, TRANSPOSEY=8))
-
-
-def search(*args, code=0):
-    result = CliRunner().invoke(cli, ["search", "--device", "0", "--time-cap", "0.05", "--early-stop", "0",
-                                      "--no-seed", "--seed", "3", *args])
-    assert "Traceback" not in result.output, result.output
-    assert result.exit_code == code, (result.output, result.exception)
-    return result
-
-
-def rows(db: Path) -> list[dict]:
-    engine = sa.create_engine(f"sqlite:///{db}")
-    with engine.connect() as conn:
-        found = [dict(r._mapping) for r in conn.execute(sa.text("SELECT * FROM results ORDER BY id"))]
-    engine.dispose()
-    return found
 
 
 @pytest.fixture(scope="module")

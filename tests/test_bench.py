@@ -365,18 +365,22 @@ def test_the_check_covers_sampled_columns_of_the_output(empty_db, monkeypatch):
     assert row["gemmtune"]["verified"] is True
 
 
-def test_short_calls_are_sampled_after_an_unrecorded_call_and_long_ones_directly():
-    """Sampled in turns, a contender's first call after another's pays for the switch between
-    them; under REWARM_MS each sample follows an unrecorded call, above it the switch is a small
-    share of the call and every call after the warm-up is a sample."""
-    calls = {}
-
+def counting(calls: dict):
+    """Contenders' runs that count their calls in ``calls`` and take ``ms`` each."""
     def timed(name, ms):
         def run():
             calls[name] = calls.get(name, 0) + 1
             return ms, ms, 0.01
         return run
+    return timed
 
+
+def test_short_calls_are_sampled_after_an_unrecorded_call_and_long_ones_directly():
+    """Sampled in turns, a contender's first call after another's pays for the switch between
+    them; under REWARM_MS each sample follows an unrecorded call, above it the switch is a small
+    share of the call and every call after the warm-up is a sample."""
+    calls = {}
+    timed = counting(calls)
     short = gemmtune.bench.Contender("short", run=timed("short", gemmtune.bench.REWARM_MS / 2))
     long_ = gemmtune.bench.Contender("long", run=timed("long", gemmtune.bench.REWARM_MS * 1.5))
     policy = TimingPolicy(warmup=2, min_repeats=8, max_repeats=12)
@@ -391,13 +395,7 @@ def test_a_sample_after_the_host_blas_follows_an_unrecorded_call_whatever_its_le
     contender sampled after the host's (and the host's after another's) is called once unrecorded
     first, even above REWARM_MS; two OpenCL contenders in a row are not."""
     calls = {}
-
-    def timed(name, ms):
-        def run():
-            calls[name] = calls.get(name, 0) + 1
-            return ms, ms, 0.01
-        return run
-
+    timed = counting(calls)
     long_ms = gemmtune.bench.REWARM_MS * 1.5
     first = gemmtune.bench.Contender("first", "tuned", run=timed("first", long_ms))
     second = gemmtune.bench.Contender("second", "explicit", run=timed("second", long_ms))

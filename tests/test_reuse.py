@@ -375,3 +375,23 @@ def test_gemm_object_with_k_zero_scales_c_within_its_view(queue, results_db, pre
         assert not np.isnan(out[2:2 + m, 3:3 + n]).any()
     empty = cla.zeros(queue, (0, n), prec.dtype)
     assert gemm(cla.zeros(queue, (0, 3), prec.dtype), cla.zeros(queue, (3, n), prec.dtype), empty) is empty
+
+
+def test_prepared_drops_the_least_recently_used_not_the_oldest():
+    """Operations and scratch are kept per problem up to a limit; a problem called again stays,
+    so a program alternating a few shapes never rebuilds them."""
+    from gemmtune.kernels import Prepared
+
+    made = []
+
+    def make(key):
+        return lambda: made.append(key) or f"op {key}"
+
+    cache = Prepared(2)
+    assert cache.get_or_make("a", make("a")) == "op a"
+    cache.get_or_make("b", make("b"))
+    assert cache.get_or_make("a", make("a")) == "op a"   # reused, and now the most recent
+    cache.get_or_make("c", make("c"))                      # drops b, not a
+    cache.get_or_make("a", make("a"))
+    cache.get_or_make("b", make("b"))
+    assert made == ["a", "b", "c", "b"] and list(cache) == ["a", "b"]
