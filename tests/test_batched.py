@@ -252,8 +252,8 @@ def test_shapes_take_a_batch_column(tmp_path):
 
 
 def test_clblast_strided_batched(queue):
-    """CLBlast's XgemmStridedBatched through gemmtune.clblast, the bench's baseline, against numpy."""
-    from gemmtune import clblast
+    """CLBlast's XgemmStridedBatched through gemmtune.bench.clblast, the bench's baseline, against numpy."""
+    from gemmtune.bench import clblast
 
     try:
         lib = clblast.load()

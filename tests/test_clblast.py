@@ -1,4 +1,4 @@
-"""CLBlast through gemmtune.clblast, on PoCL, against numpy; and ``gemmtune bench --baseline clblast``.
+"""CLBlast through gemmtune.bench.clblast, on PoCL, against numpy; and ``gemmtune bench --baseline clblast``.
 
 CLBlast builds its kernels on a device's first call of a precision (seconds on PoCL, then kept
 in PoCL's cache), so each precision is one test that runs every op pair on it. Under CI
@@ -22,7 +22,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_bench, whatever the import mode
 from test_bench import TIME_CAP, by_contender, check_timed  # noqa: E402
 
-from gemmtune import clblast  # noqa: E402
+from gemmtune.bench import clblast  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402

@@ -100,7 +100,7 @@ def test_disagreeing_fp64_reports_are_settled_by_a_build(monkeypatch):
 def test_model_space_seeds_and_defaults_on_a_device_reporting_zeros(kind, tmp_path):
     from gemmtune.defaults import default_config
     from gemmtune.models import analytic, learned
-    from gemmtune.peak import PeakSizes
+    from gemmtune.bench.peak import PeakSizes
     from gemmtune.space import load_space
     from gemmtune.valid import ValidConfigs
 
@@ -248,7 +248,7 @@ def test_search_runs_to_the_end_and_its_results_report_export_and_compute(implem
 def test_peak_measures_without_passing_on_build_remarks(implementation):
     import warnings
 
-    from gemmtune.peak import PeakSizes, run_peak
+    from gemmtune.bench.peak import PeakSizes, run_peak
     from gemmtune.timing import TimingPolicy
 
     sizes = PeakSizes(iterations=256, copy_mib=1, policy=TimingPolicy(warmup=1, max_repeats=6, max_seconds=0.01))

@@ -26,8 +26,7 @@ KERNEL_LINES = 400
 # module or package of gemmtune/.
 LAYERS = [
     ("commands", {"cli", "__main__"}),
-    ("uses", {"search", "report", "export", "clib", "bench", "clblast", "cublas3m",
-              "peak", "listing", "compute", "batched", "complex3m", "operands"}),
+    ("uses", {"search", "report", "export", "clib", "bench", "listing", "compute", "batched", "complex3m", "operands"}),
     ("strategies", {"strategies"}),
     ("models", {"models", "tuned"}),
     ("services", {"db", "execution", "valid", "optuna_adapter"}),

@@ -141,7 +141,7 @@ def test_an_unusable_database_is_refused_before_measuring():
 
 def test_doubles_on_a_device_without_them_are_refused():
     from gemmtune.errors import GemmtuneError
-    from gemmtune.peak import parse_precisions
+    from gemmtune.bench.peak import parse_precisions
 
     dev = resolve_device(0)
     no_doubles = type(dev)(**{**dev.__dict__, "double_precision": False})
@@ -158,7 +158,7 @@ def test_the_madd_kernel_computes_the_multiply_adds_it_is_credited_with(code):
     import pyopencl as cl
 
     from gemmtune.devices.opencl import open_device
-    from gemmtune.peak import CHAINS, _program
+    from gemmtune.bench.peak import CHAINS, _program
 
     info, dev = open_device(0)
     prec = get_precision(code)
@@ -186,7 +186,7 @@ def test_cpu_peak_counts_the_flops_of_its_vector_kernel(monkeypatch):
     2 ms, the widest vector (64 bytes) does the most flops in that time and gives the figure."""
     import pyopencl as cl
 
-    from gemmtune import peak as pk
+    from gemmtune.bench import peak as pk
     from gemmtune.devices.opencl import open_device
 
     info, dev = open_device(0)

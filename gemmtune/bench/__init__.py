@@ -8,14 +8,14 @@ arrays; CLBlast's strided batched GEMM, numpy's and torch's matmul on 3-D arrays
   gives for the problem (tuned, nearest or default);
 * ``config:NAME=VALUE,...``: ``Gemm`` held to an explicit configuration;
 * ``numpy``: the host BLAS behind numpy (``a @ b``);
-* ``clblast``: CLBlast's GEMM through its C API (``gemmtune.clblast``), on the same OpenCL queue,
+* ``clblast``: CLBlast's GEMM through its C API (``gemmtune.bench.clblast``), on the same OpenCL queue,
   with buffers of its own; an error when the library cannot be loaded (the baseline was asked for);
 * ``torch`` / ``cupy``: cuBLAS on a CUDA device (TF32 off) through ``matmul`` on transposed
   views where op() asks for them; skipped, with the reason, when the package or a CUDA device
   is missing.
 * ``3m`` (c and z): ``Gemm`` with ``complex_algorithm="3m"``, three real products
   (``gemmtune.complex3m``); ``cublas-3m``: cuBLAS's ``cublasCgemm3m`` / ``cublasZgemm3m`` on
-  torch's tensors (``gemmtune.cublas3m``). Their GFLOP/s count 8 real flops per complex
+  torch's tensors (``gemmtune.bench.cublas3m``). Their GFLOP/s count 8 real flops per complex
   multiply-add, as the standard product's do, so that the ratios compare times.
 
 Every sample is one call and its wait, timed on the host (``wall_ms``: what the caller pays),
@@ -172,11 +172,11 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
 def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None, policy: TimingPolicy,
               progress=None, clblast: str | None = None) -> list[dict]:
     """Rows of results, one per (problem, contender); see the module docstring. Each shape
-    carries its precision. ``clblast``: the CLBlast library's path (see gemmtune.clblast.load),
+    carries its precision. ``clblast``: the CLBlast library's path (see gemmtune.bench.clblast.load),
     for the baseline of that name."""
     import pyopencl as cl
 
-    from gemmtune import clblast as clblast_lib
+    from gemmtune.bench import clblast as clblast_lib
     from gemmtune.batched import check_batch
     from gemmtune.compute import get_device
     from gemmtune.db.store import database_url, probe

@@ -154,7 +154,7 @@ def _cublas_3m_timer(prec: Precision, shape: Shape):
         raise RuntimeError("torch is not installed") from None
     if not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
-    from gemmtune.cublas3m import Gemm3M
+    from gemmtune.bench.cublas3m import Gemm3M
 
     gemm = Gemm3M(prec.code)
     dtype = torch.complex64 if prec.code == "c" else torch.complex128

@@ -79,7 +79,7 @@ def bench(device, precision, sizes, shapes_spec, batch, baselines, clblast, db, 
 def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
     """Measure the device's multiply-add throughput per precision and its memory bandwidth."""
     from gemmtune.output import terminal_text
-    from gemmtune.peak import PeakSizes, run_peak
+    from gemmtune.bench.peak import PeakSizes, run_peak
     from gemmtune.timing import TimingPolicy
 
     given = {"iterations": iterations} if iterations else {}
