@@ -24,7 +24,7 @@ from gemmtune.operands import (batch_view, check_device_memory, check_host_memor
                                out_of_memory, out_of_memory_as_error, overlap, product_shape, view)
 from gemmtune.space import Config, shipped_families
 from gemmtune.tuned import best_config
-from gemmtune.verify import check_scalars
+from gemmtune.measure.verify import check_scalars
 
 _operations = Prepared(32)
 

@@ -26,7 +26,7 @@ from gemmtune.operands import (BufferFacts, check_device_memory, check_host_memo
 from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config, check_config, load_space, make_config, require_precision, shipped_families
 from gemmtune.tuned import best_config
-from gemmtune.verify import Check, Reference, check_scalars, compare, random_matrix
+from gemmtune.measure.verify import Check, Reference, check_scalars, compare, random_matrix
 
 
 @dataclass
@@ -199,7 +199,7 @@ def _gemm_3m(dev: OpenDevice, a, b, c, alpha, beta, ta, tb, shape, config, db) -
 
 def verify_config(device, prec: Precision | str, m: int, n: int, k: int, *, config=None, alpha=1.0, beta=0.0,
                   trans_a="N", trans_b="N", seed=None) -> Check:
-    """Run one configuration on fresh random operands and compare with numpy (see gemmtune.verify).
+    """Run one configuration on fresh random operands and compare with numpy (see gemmtune.measure.verify).
 
     With beta == 0 the output starts as NaN, so any element the kernel leaves unwritten fails.
     GemmtuneError, before anything is allocated, for sizes that are not integers from 0, a seed

@@ -154,7 +154,7 @@ def worst_case_tolerance(dtype, k: int, scale: np.ndarray) -> float:
     few roundings. A factor 2 covers gamma's denominator and complex magnitudes. One term dropped
     or doubled moves an element by at least 1/16 (``uniform`` entries are at least 0.25 in
     magnitude), while this is at most 2 * (2k + 8) * u * k < 0.022 for k <= 300 in single
-    precision (scale <= k). Loose for large k: gemmtune.verify.compare is the sharp check."""
+    precision (scale <= k). Loose for large k: gemmtune.measure.verify.compare is the sharp check."""
     u = np.finfo(dtype).eps / 2
     return float(2 * (2 * k + 8) * u * scale.max())
 

@@ -27,7 +27,7 @@ from gemmtune.kernels import GemmOperation
 from gemmtune.launch import Problem
 from gemmtune.precision import get_precision
 from gemmtune.space import check_config, make_config, shipped_families
-from gemmtune.verify import Reference, compare, random_matrix
+from gemmtune.measure.verify import Reference, compare, random_matrix
 
 MARK = "@@case "
 

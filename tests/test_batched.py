@@ -25,7 +25,7 @@ from gemmtune.errors import GemmtuneError, OperandError  # noqa: E402
 from gemmtune.families import FAMILIES  # noqa: E402
 from gemmtune.launch import INDEX_LIMIT, Problem  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
-from gemmtune.verify import Reference, compare, random_matrix  # noqa: E402
+from gemmtune.measure.verify import Reference, compare, random_matrix  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_tuned_results")
 

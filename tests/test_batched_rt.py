@@ -29,7 +29,7 @@ from gemmtune.kernels import GemmOperation, defines  # noqa: E402
 from gemmtune.launch import Problem  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.space import load_space, make_config  # noqa: E402
-from gemmtune.verify import Reference, compare  # noqa: E402
+from gemmtune.measure.verify import Reference, compare  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_tuned_results")
 

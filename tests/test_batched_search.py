@@ -37,7 +37,7 @@ from gemmtune.execution.timing_worker import batch_reference, check_batch_result
 from gemmtune.families import FAMILIES  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.space import Config  # noqa: E402
-from gemmtune.verify import Reference, compare, random_matrix  # noqa: E402
+from gemmtune.measure.verify import Reference, compare, random_matrix  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_tuned_results")
 

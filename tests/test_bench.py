@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, 
 from helpers_foundation import toml_space  # noqa: E402
 
 import gemmtune.bench  # noqa: E402
-import gemmtune.verify  # noqa: E402
+import gemmtune.measure.verify  # noqa: E402
 from gemmtune.bench import run_bench  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.defaults import default_config  # noqa: E402
@@ -29,7 +29,7 @@ from gemmtune.kernels import GemmOperation  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.shapes import Shape  # noqa: E402
 from gemmtune.space import load_space, make_config  # noqa: E402
-from gemmtune.timing import TimingPolicy  # noqa: E402
+from gemmtune.measure.timing import TimingPolicy  # noqa: E402
 from gemmtune.tuned import best_config  # noqa: E402
 
 EXPLICIT = "config:KERNEL=xgemm_k5,TSM=16,TSN=16,TSK=16,WPTN=2,PAD=1"
@@ -314,10 +314,10 @@ def test_timed_samples_leave_the_hosts_latency_out(empty_db, monkeypatch):
 
 
 def test_a_wrong_gemmtune_result_leaves_no_ratio(empty_db, timed_configs, monkeypatch):
-    """bench's check (gemmtune.verify.compare, imported by bench when a contender is set up)
+    """bench's check (gemmtune.measure.verify.compare, imported by bench when a contender is set up)
     fails for the first OpenCL contender only: the tuned one is skipped, and with nothing to
     compare against, no contender has a ratio."""
-    real = gemmtune.verify.compare
+    real = gemmtune.measure.verify.compare
     calls = []
 
     def first_fails(result, ref, prec):
@@ -327,7 +327,7 @@ def test_a_wrong_gemmtune_result_leaves_no_ratio(empty_db, timed_configs, monkey
             result.flat[0] += 1.0
         return real(result, ref, prec)
 
-    monkeypatch.setattr(gemmtune.verify, "compare", first_fails)
+    monkeypatch.setattr(gemmtune.measure.verify, "compare", first_fails)
     rows = run_bench(0, [Shape(24, 24, 24, "s")], ["numpy", EXPLICIT], empty_db, TimingPolicy(max_seconds=TIME_CAP))
     row = by_contender(rows, 24)
     assert len(calls) == 2, "each OpenCL contender is checked once, before timing"

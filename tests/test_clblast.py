@@ -26,7 +26,7 @@ from gemmtune.bench import clblast  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
-from gemmtune.verify import Reference, compare, random_matrix  # noqa: E402
+from gemmtune.measure.verify import Reference, compare, random_matrix  # noqa: E402
 
 OPS = [(ta, tb) for ta in "NTC" for tb in "NTC"]
 M, N, K = 7, 13, 5          # odd, and no two alike: a swapped dimension shows
@@ -209,7 +209,7 @@ def test_a_wrong_clblast_result_is_skipped_and_never_timed(lib, no_db, monkeypat
     """CLBlast computing 1.01 A B (alpha changed on its way in) is caught by bench's check."""
     from gemmtune.bench import run_bench
     from gemmtune.shapes import Shape
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
 
     real, calls = clblast.Clblast.gemm, []
 

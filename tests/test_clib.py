@@ -33,7 +33,7 @@ from gemmtune.launch import CALL_ARGUMENTS, Problem
 from gemmtune.precision import PRECISIONS
 from gemmtune.space import Config, make_config, shipped_families
 from gemmtune.tuned import best_config, clear_cache
-from gemmtune.verify import Reference, compare, random_matrix
+from gemmtune.measure.verify import Reference, compare, random_matrix
 
 CC = shutil.which("cc") or "gcc"   # .ci/run installs gcc, cmake and the OpenCL headers and loader
 WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]

@@ -21,7 +21,7 @@ from gemmtune.families import XGEMM_CPU  # noqa: E402
 from gemmtune.launch import Problem  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.space import Config, shipped_families  # noqa: E402
-from gemmtune.verify import Reference, compare  # noqa: E402
+from gemmtune.measure.verify import Reference, compare  # noqa: E402
 
 # Small blocks so that the shapes below leave ragged rows and columns, several blocks per
 # work-item (NB), K in chunks (KC) with an unroll remainder (KU); one configuration packs B and

@@ -22,7 +22,7 @@ from gemmtune.families import FAMILIES, XGEMM_DIRECT, XGEMM_K5, XGEMM_RT  # noqa
 from gemmtune.launch import Problem  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.space import load_space, make_config  # noqa: E402
-from gemmtune.verify import Reference, compare  # noqa: E402
+from gemmtune.measure.verify import Reference, compare  # noqa: E402
 
 # 8 x 4 work-items, 2 x 4 results each; K-slices of 8; at most 4 parts.
 CONFIG = dict(MWG=16, NWG=16, KWG=8, MDIMC=8, NDIMC=4, PADL=1, KSPLIT=4)

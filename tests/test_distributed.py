@@ -82,7 +82,7 @@ def test_two_devices_of_one_model_search_one_study_together(tmp_path, space):
 def test_timing_workers_of_several_devices_run_on_cores_of_their_own(tmp_path, space, monkeypatch):
     from gemmtune.devices import info, opencl as device
     from gemmtune.search import loop as S
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
 
     seen: dict[str, dict[int, set]] = {}
     compilers: list[set] = []   # the cores of every thread of each compiler

@@ -23,7 +23,7 @@ from gemmtune.kernels import GemmOperation
 from gemmtune.precision import get_precision
 from gemmtune.resources import load_kernel_source
 from gemmtune.space import RESERVED, Config
-from gemmtune.verify import Reference, compare, random_matrix
+from gemmtune.measure.verify import Reference, compare, random_matrix
 
 FANCY = "Test | Fancy GPU 9000 | 1.0"
 KERNEL = "xgemm_k5"

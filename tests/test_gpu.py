@@ -22,7 +22,7 @@ from test_direct import OPS, SPREAD, check, run_direct  # noqa: E402
 from test_thin import run_thin  # noqa: E402
 
 from gemmtune.precision import get_precision  # noqa: E402
-from gemmtune.verify import Reference, compare  # noqa: E402
+from gemmtune.measure.verify import Reference, compare  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -228,7 +228,7 @@ def helpers_round_trip(device_index, queue, config, code: str, problem) -> None:
     from gemmtune.execution.timing_worker import _trial
     from gemmtune.families import FAMILIES
     from gemmtune.space import shipped_families
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
 
     prec = get_precision(code)
     source = shipped_families().family(config.kernel).source

@@ -29,7 +29,7 @@ from gemmtune.cli import cli  # noqa: E402
 from gemmtune.devices.opencl import open_device  # noqa: E402
 from gemmtune.errors import GemmtuneError, OperandError  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
-from gemmtune.verify import Reference, compare, random_matrix  # noqa: E402
+from gemmtune.measure.verify import Reference, compare, random_matrix  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_tuned_results")
 

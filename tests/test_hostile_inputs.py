@@ -250,7 +250,7 @@ def test_the_library_refuses_what_the_options_bound(tmp_path, field, value):
 def test_the_library_refuses_a_time_cap_that_is_not_a_number(tmp_path):
     from gemmtune.errors import GemmtuneError
     from gemmtune.search import SearchRequest, run_search
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
 
     req = SearchRequest(device=0, m=8, n=8, k=8, trials=1, db=f"sqlite:///{tmp_path / 'r.db'}",
                         policy=TimingPolicy(max_seconds=float("nan")))

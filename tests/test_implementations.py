@@ -249,7 +249,7 @@ def test_peak_measures_without_passing_on_build_remarks(implementation):
     import warnings
 
     from gemmtune.bench.peak import PeakSizes, run_peak
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
 
     sizes = PeakSizes(iterations=256, copy_mib=1, policy=TimingPolicy(warmup=1, max_repeats=6, max_seconds=0.01))
     with warnings.catch_warnings():

@@ -21,7 +21,7 @@ from helpers_foundation import DTYPES, broken_rules, numpy_product, uniform, wor
 import gemmtune  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.precision import precision_of  # noqa: E402
-from gemmtune.verify import Reference, compare  # noqa: E402
+from gemmtune.measure.verify import Reference, compare  # noqa: E402
 
 CONFIGS = {
     # TSM > TSN, PAD = 0, WPTN = 1, rectangular transpose tile (8 x 16).
@@ -266,7 +266,7 @@ def test_compare_flags_defects(code, k):
 def test_compare_edge_cases_across_pieces(monkeypatch):
     """Elements whose terms are all zero are exact, not 0/0 failures; a nonzero one there, an
     infinity or a NaN fails, in whichever piece of the threaded comparison it lands."""
-    import gemmtune.verify as verify
+    import gemmtune.measure.verify as verify
 
     monkeypatch.setattr(verify, "CHUNK", 7)  # many pieces, the last one short
     prec = precision_of(np.float32)

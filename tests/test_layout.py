@@ -31,7 +31,7 @@ LAYERS = [
     ("models", {"models", "tuned"}),
     ("services", {"db", "execution", "valid", "optuna_adapter"}),
     ("core", {"errors", "precision", "launch", "output", "config_text", "resources", "files", "inputs", "devices",
-              "families", "space", "defaults", "timing", "verify", "shapes", "kernels"}),
+              "families", "space", "defaults", "measure", "shapes", "kernels"}),
 ]
 
 

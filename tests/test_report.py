@@ -22,7 +22,7 @@ from helpers_foundation import sql
 
 from gemmtune.cli import cli
 from gemmtune.devices.opencl import resolve_device
-from gemmtune.timing import is_tie
+from gemmtune.measure.timing import is_tie
 
 FANCY = "Test | Fancy GPU 9000 | 1.0"
 

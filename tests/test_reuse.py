@@ -24,7 +24,7 @@ from gemmtune.defaults import default_config
 from gemmtune.devices.opencl import open_device, resolve_device
 from gemmtune.precision import get_precision
 from gemmtune.space import Config
-from gemmtune.verify import Reference, compare, random_matrix
+from gemmtune.measure.verify import Reference, compare, random_matrix
 
 # Valid on PoCL, outside the fixture's space, unlike any default: if it is used, it was looked up.
 MARKED = {"TSM": 16, "TSN": 64, "TSK": 16, "WPTN": 8, "PAD": 3, "TRANSPOSEX": 8, "TRANSPOSEY": 16, "TRANSPOSEW": 2}
@@ -100,7 +100,7 @@ import sys
 import numpy as np
 import gemmtune
 from gemmtune.precision import get_precision
-from gemmtune.verify import Reference, compare, random_matrix
+from gemmtune.measure.verify import Reference, compare, random_matrix
 prec = get_precision("s")
 rng = np.random.default_rng()
 a, b = random_matrix(prec, (24, 40), rng), random_matrix(prec, (40, 24), rng)

@@ -483,7 +483,7 @@ def test_the_summary_names_the_device_whose_shipped_rows_a_search_borrows(capsys
 def test_a_job_waiting_behind_a_crash_or_a_hang_runs_on_the_fresh_worker(tmp_path):
     from gemmtune.execution.messages import Job
     from gemmtune.execution.processes import Runner
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
 
     space = load_space(write_fault_space(tmp_path, (1, 3, 4)))
     source = space.family("xgemm_k5").source
@@ -713,7 +713,7 @@ def test_a_large_valid_set_is_counted_aside_for_the_summary(tmp_path, monkeypatc
     # runs, and the summary reads the count from there.
     import gemmtune.space as space_module
     from gemmtune.search import SearchRequest, run_search
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
     from gemmtune.valid import ValidConfigs
 
     space = tmp_path / "small.toml"
@@ -785,7 +785,7 @@ def test_a_compiler_sends_the_programs_built_apart_and_the_timing_worker_loads_t
     from gemmtune.execution.timing_worker import _trial
     from gemmtune.families import FAMILIES
     from gemmtune.launch import Problem
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
 
     monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
     (tmp_path / "tiny.toml").write_text(TINY_SPACE)

@@ -11,7 +11,7 @@ from helpers_foundation import TINY_SPACE
 from gemmtune.execution.timing_worker import MAX_BATCH, batch_size
 from gemmtune.precision import get_precision
 from gemmtune.space import load_space
-from gemmtune.timing import MIN_SAMPLES, TimingPolicy, enough, median_ci
+from gemmtune.measure.timing import MIN_SAMPLES, TimingPolicy, enough, median_ci
 from gemmtune.valid import valid_configs
 
 

@@ -102,7 +102,7 @@ def batch_figures(lib, handle, queue, prec, n: int, count: int, repeats: int) ->
     import pyopencl as cl
 
     from gemmtune.clib.binding import OPS, scalar
-    from gemmtune.verify import Reference, compare, random_matrix
+    from gemmtune.measure.verify import Reference, compare, random_matrix
 
     rng = np.random.default_rng(1)
     host = [random_matrix(prec, (count, n, n), rng) for _ in range(2)]

@@ -31,7 +31,7 @@ def main(argv=None) -> list[dict]:
 
     import gemmtune
     from gemmtune.precision import get_precision
-    from gemmtune.verify import Reference, compare
+    from gemmtune.measure.verify import Reference, compare
 
     prec, n = get_precision(args.precision), args.size
     rng = np.random.default_rng(args.seed)

@@ -54,7 +54,7 @@ def stand_in_worker(conn, device, parent, quiet, cores=None) -> None:
     from gemmtune.execution.messages import Outcome
     from gemmtune.models import analytic
     from gemmtune.precision import get_precision
-    from gemmtune.timing import Timing
+    from gemmtune.measure.timing import Timing
 
     settings = _settings()
     dev = _ready(conn)

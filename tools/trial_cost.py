@@ -40,7 +40,7 @@ def measure(url: str, trials: int, device: str, precision: str) -> dict[str, lis
     from gemmtune.search.session import StudySession, quiet_heartbeat
     from gemmtune.space import load_space
     from gemmtune.strategies import DEFAULT, make_strategy
-    from gemmtune.timing import Timing
+    from gemmtune.measure.timing import Timing
     from gemmtune.valid import ValidConfigs
 
     dev, prec = resolve_device(device), get_precision(precision)

@@ -41,7 +41,7 @@ from gemmtune.bench.contenders import (HOST, Contender, _Clblast, _cublas_3m_tim
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import get_precision
 from gemmtune.shapes import Shape
-from gemmtune.timing import TimingPolicy, enough, gflops, median_ci
+from gemmtune.measure.timing import TimingPolicy, enough, gflops, median_ci
 
 # A contender whose calls are shorter is called once unrecorded before each sample: the first call
 # after another contender's pays for the switch, 0.1-0.2 ms on the H200 between the OpenCL and CUDA

@@ -21,7 +21,7 @@ import numpy as np
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
 from gemmtune.kernels import normalize_op
 from gemmtune.precision import Precision, get_precision
-from gemmtune.verify import check_scalars
+from gemmtune.measure.verify import check_scalars
 
 ENV = "GEMMTUNE_CLBLAST"
 FALLBACK_NAME = "libclblast.so.1"

@@ -42,7 +42,7 @@ class _OpenCL:
 
         from gemmtune.compute import Gemm
         from gemmtune.kernels import device_time_ms
-        from gemmtune.verify import compare
+        from gemmtune.measure.verify import compare
 
         self.queue, self.device_time_ms = queue, device_time_ms
         x, y, rows, ref = host
@@ -70,7 +70,7 @@ class _Clblast:
     def __init__(self, queue, lib, prec: Precision, shape: Shape, host):
         import pyopencl.array as cla
 
-        from gemmtune.verify import compare
+        from gemmtune.measure.verify import compare
 
         x, y, rows, ref = host
         self.queue, self.lib = queue, lib
@@ -193,7 +193,7 @@ def _numpy_timer(host, shape: Shape):
 def _host_operands(prec: Precision, shape: Shape, rng):
     """Row-major X (op(X) = op(B)^T, n x k) and Y (op(Y) = op(A)^T, k x m), a batch of each where the
     shape has one; the index of C^T's sampled rows (of up to 8 sampled problems), their reference."""
-    from gemmtune.verify import Reference, random_matrix
+    from gemmtune.measure.verify import Reference, random_matrix
 
     m, n, k = shape.m, shape.n, shape.k
     x = random_matrix(prec, (*shape.lead, *((n, k) if shape.trans_b == "N" else (k, n))), rng)

@@ -12,7 +12,7 @@ Two OpenCL microbenchmarks (``kernels/peak.cl``), run in this process:
 * bandwidth: a device-to-device copy of ``copy_mib`` MiB, 16 bytes per work-item; GB/s counts
   the bytes read plus the bytes written (2 · size), 1 GB = 10⁹ bytes.
 
-Times are from OpenCL profiling events with the discipline of ``gemmtune.timing``: warm-up
+Times are from OpenCL profiling events with the discipline of ``gemmtune.measure.timing``: warm-up
 launches, then repeats until the 95 % confidence interval of the median is within 2 % of it
 (or the caps of the policy); the median time gives the value. Results go to the ``peaks``
 table (``Store.save_peaks``), where the performance model finds them (``Store.latest_peaks``).
@@ -37,7 +37,7 @@ from gemmtune.models.analytic import BANDWIDTH, nominal_peaks
 from gemmtune.precision import PRECISIONS, Precision, get_precision
 from gemmtune.resources import load_kernel_source
 from gemmtune.space import require_precision
-from gemmtune.timing import TimingPolicy, enough
+from gemmtune.measure.timing import TimingPolicy, enough
 
 CHAINS = 16            # must match the CHAINS the kernel is built with
 LOCAL_SIZE = 256       # work-items per work-group of both kernels (or the device's maximum)
@@ -101,7 +101,7 @@ def parse_precisions(text: str | None, dev: DeviceInfo) -> list[Precision]:
 
 
 def _time(launch, policy: TimingPolicy) -> list[float]:
-    """Samples in ms of ``launch()`` (which returns its event), as gemmtune.timing decides."""
+    """Samples in ms of ``launch()`` (which returns its event), as gemmtune.measure.timing decides."""
     for _ in range(policy.warmup):
         launch().wait()
     samples, spent = [], 0.0

@@ -34,7 +34,7 @@ from gemmtune.errors import GemmtuneError
 def bench(device, precision, sizes, shapes_spec, batch, baselines, clblast, db, time_cap, fmt):
     """Measure the tuned configuration against baselines as a caller pays: wall clock per call."""
     from gemmtune.bench import geometric_means, parse_baselines, run_bench
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
 
     if batch is not None and shapes_spec is not None:
         raise GemmtuneError("--batch goes with --sizes; a shapes file gives each problem's batch in its batch column")
@@ -80,7 +80,7 @@ def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
     """Measure the device's multiply-add throughput per precision and its memory bandwidth."""
     from gemmtune.output import terminal_text
     from gemmtune.bench.peak import PeakSizes, run_peak
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
 
     given = {"iterations": iterations} if iterations else {}
     run = run_peak(device, precisions, db, PeakSizes(**given, copy_mib=copy_mib,

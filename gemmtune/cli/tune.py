@@ -133,7 +133,7 @@ def space(device, precision, shape, space_file, fmt, count, explain, limit):
 @format_option("table", "json")
 def verify(device, precision, shape, config_text, alpha, beta, trans_a, trans_b, seed, fmt):
     """Run one configuration on random data and check it against numpy in double precision."""
-    from gemmtune.verify import check_scalars
+    from gemmtune.measure.verify import check_scalars
 
     config = parse_config(config_text) if config_text is not None else None
     # As verify_config does, before OpenCL starts: a scalar the precision cannot hold (1e300 in
@@ -305,7 +305,7 @@ def search(device, precision, shape, trials, timeout, trial_timeout, strategy, s
                                 f"a study of its own: leave {', '.join(left_out)} out")
         shapes = workload(precision, None, shapes_spec)
     from gemmtune.search import SearchRequest, run_search  # after the checks: a second of imports
-    from gemmtune.timing import TimingPolicy
+    from gemmtune.measure.timing import TimingPolicy
 
     if timeout is None and trials is None and strategy != "grid" and shapes is None:
         timeout = DEFAULT_TIMEOUT   # the Quick start: ends by itself, however many trials fit

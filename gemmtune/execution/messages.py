@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from gemmtune.launch import Problem
 from gemmtune.space import Config
-from gemmtune.timing import Timing, TimingPolicy
-from gemmtune.verify import Check
+from gemmtune.measure.timing import Timing, TimingPolicy
+from gemmtune.measure.verify import Check
 
 DETAIL_LIMIT = 8000       # characters of build log or error text kept per trial
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gemmtune.execution.child import incoming_jobs, open_worker
 from gemmtune.execution.messages import DETAIL_LIMIT, Job, Outcome, StopAbove
-from gemmtune.timing import MIN_SAMPLES, Timing, enough, median_ci
+from gemmtune.measure.timing import MIN_SAMPLES, Timing, enough, median_ci
 
 BATCH_MS = 1.0            # device time a sample's batch of calls fills, at least (see _time)
 MAX_BATCH = 64
@@ -38,7 +38,7 @@ def batch_reference(prec, a, b, trans_a: str, trans_b: str):
     problem's operands are below): C^T = (op(A) op(B))^T per problem, in double precision."""
     import numpy as np
 
-    from gemmtune.verify import Reference
+    from gemmtune.measure.verify import Reference
 
     def op(x, flag):   # the column-major matrix x holds, under op()
         x = np.swapaxes(x.astype(prec.reference_dtype), -1, -2)
@@ -55,7 +55,7 @@ class _Problem:
     float64 reference of a large product costs more than most trials."""
 
     def __init__(self, cl, queue, prec, m, n, k, trans_a, trans_b, rng, batch: int = 1):
-        from gemmtune.verify import random_matrix
+        from gemmtune.measure.verify import random_matrix
 
         # Column-major operands as stored (A m x k, or k x m under op T or C; B likewise) are, in
         # numpy's row-major terms, their transposes; C's memory is the n x m transpose of C. A
@@ -93,7 +93,7 @@ def check_batch_result(result, reference, checked, prec):
 
     import numpy as np
 
-    from gemmtune.verify import compare
+    from gemmtune.measure.verify import compare
 
     if checked is None or len(checked) == result.shape[0]:
         return compare(result, reference, prec)

@@ -20,7 +20,7 @@ from gemmtune.db.urls import shown
 from gemmtune.errors import GemmtuneError
 from gemmtune.report.importance import importance_text
 from gemmtune.output import cells
-from gemmtune.timing import is_tie
+from gemmtune.measure.timing import is_tie
 
 FORMATS = ("table", "csv", "json", "markdown")
 _DEVICE_SPEC = re.compile(r"\d+(?::\d+)?")

@@ -16,7 +16,7 @@ from gemmtune.families import FAMILIES
 from gemmtune.launch import Problem
 from gemmtune.precision import Precision
 from gemmtune.space import Config, Space
-from gemmtune.timing import TimingPolicy, gflops
+from gemmtune.measure.timing import TimingPolicy, gflops
 
 
 def running_mean(mean: float | None, x: float | None, weight: float = 0.2) -> float | None:

@@ -14,7 +14,7 @@ from gemmtune.devices.info import DeviceInfo
 from gemmtune.precision import Precision
 from gemmtune.search.request import Summary
 from gemmtune.space import Config, Space, config_key
-from gemmtune.timing import Timing, gflops, is_tie
+from gemmtune.measure.timing import Timing, gflops, is_tie
 
 
 def claim_text(key: tuple) -> str:

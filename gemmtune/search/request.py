@@ -12,7 +12,7 @@ from gemmtune.devices.info import DeviceInfo
 from gemmtune.precision import Precision
 from gemmtune.space import Config
 from gemmtune.strategies import DEFAULT
-from gemmtune.timing import TimingPolicy
+from gemmtune.measure.timing import TimingPolicy
 
 
 def default_study_name(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, trans_a: str = "N",
