@@ -15,7 +15,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from gemmtune.defaults import default_config
+from gemmtune.space.defaults import default_config
 from gemmtune.errors import OperandError
 from gemmtune.families import FAMILIES
 from gemmtune.kernels import GemmOperation, Prepared

@@ -13,7 +13,7 @@ import pyopencl.array as cla
 from gemmtune import batched, inputs
 from gemmtune.devices.opencl import device_spec, list_devices, open_device
 from gemmtune.devices.info import DeviceInfo
-from gemmtune.defaults import default_config
+from gemmtune.space.defaults import default_config
 from gemmtune.families import FAMILIES
 from gemmtune.kernels import GemmOperation, Prepared
 from gemmtune.launch import Problem

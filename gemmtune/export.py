@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gemmtune.defaults import AVX2_TABLE, shipped_default
+from gemmtune.space.defaults import AVX2_TABLE, shipped_default
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.output import write_file
@@ -48,7 +48,7 @@ from gemmtune.db.urls import shown
 
 # defaults.toml's tables besides OTHER, each with what selects it in the header: the device type
 # the includer defines and, for a CPU, the vectors its compiler targets (as
-# gemmtune.defaults.table_name picks: 256-bit ones, AVX2, take CPU-256)
+# gemmtune.space.defaults.table_name picks: 256-bit ones, AVX2, take CPU-256)
 DEFAULT_TABLES = (("GPU", "defined(GEMMTUNE_DEVICE_TYPE_GPU)"),
                   (AVX2_TABLE, "defined(GEMMTUNE_DEVICE_TYPE_CPU) && defined(__AVX__) && !defined(__AVX512F__)"),
                   ("CPU", "defined(GEMMTUNE_DEVICE_TYPE_CPU)"),

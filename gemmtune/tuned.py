@@ -11,7 +11,7 @@ The answer for (m, n, k, precision, op(A), op(B), batch) on a device, in this or
   every family serves any M, N, K. A batch (more than one problem) takes only rows of families
   that take batches;
 * ``"default"``: else the shipped default for the device and the class of the shape and batch
-  (``gemmtune.defaults``).
+  (``gemmtune.space.defaults``).
 
 Shapes are BLAS's (column-major, C is m x n), as ``gemmtune search`` and the ``results`` table
 use them; rows recorded before the table had ops count as N, N, and before it had batches as 1.
@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from gemmtune.db.urls import DEFAULT_DB, DEFAULT_DB_FILE, database_url
-from gemmtune.defaults import default_config
+from gemmtune.space.defaults import default_config
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.devices.info import DeviceInfo

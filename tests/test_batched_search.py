@@ -30,7 +30,7 @@ from gemmtune.batched import batch_config  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.db.rows import screen  # noqa: E402
 from gemmtune.db.store import Store  # noqa: E402
-from gemmtune.defaults import default_config, shape_class, shipped_default  # noqa: E402
+from gemmtune.space.defaults import default_config, shape_class, shipped_default  # noqa: E402
 from gemmtune.devices.opencl import resolve_device  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.execution.timing_worker import batch_reference, check_batch_result, checked_problems  # noqa: E402

@@ -23,7 +23,7 @@ import gemmtune.bench  # noqa: E402
 import gemmtune.measure.verify  # noqa: E402
 from gemmtune.bench import run_bench  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
-from gemmtune.defaults import default_config  # noqa: E402
+from gemmtune.space.defaults import default_config  # noqa: E402
 from gemmtune.devices.opencl import resolve_device  # noqa: E402
 from gemmtune.kernels import GemmOperation  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402

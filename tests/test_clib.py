@@ -24,7 +24,7 @@ from gemmtune import clib
 from gemmtune.clib.binding import COL_MAJOR, OPS, ROW_MAJOR, Facts, Plan, load, offsets, scalar, scalars
 from gemmtune.cli import cli
 from gemmtune.db.store import Store
-from gemmtune.defaults import default_config
+from gemmtune.space.defaults import default_config
 from gemmtune.devices.opencl import open_device
 from gemmtune.families import FAMILIES
 from gemmtune.devices.info import DeviceInfo
@@ -710,7 +710,7 @@ def test_the_launches_in_the_docs_are_the_plans():
 def test_a_device_the_export_does_not_hold_gets_its_types_defaults(opened, tmp_path):
     """Exported from a database without results: PoCL's CPU takes the defaults of the CPU-256
     table (which fit any CPU's registers) by shape class, views included, and computes right."""
-    from gemmtune.defaults import class_entry, shape_class, shipped_defaults
+    from gemmtune.space.defaults import class_entry, shape_class, shipped_defaults
 
     result = CliRunner().invoke(cli, ["export", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--format", "c", "-o",
                                       str(tmp_path)])

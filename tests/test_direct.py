@@ -282,7 +282,7 @@ def test_gemm_refuses_strided_rows(queue):
 
 @pytest.mark.usefixtures("no_tuned_results")
 def test_views_take_the_direct_default_where_the_class_default_cannot_read_them():
-    from gemmtune.defaults import default_config
+    from gemmtune.space.defaults import default_config
 
     s = get_precision("s")
     # A GPU's large default is tiled and reads operands at offset 0 only.

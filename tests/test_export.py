@@ -15,7 +15,7 @@ from helpers_foundation import sql
 
 import gemmtune
 from gemmtune.cli import cli
-from gemmtune.defaults import shipped_default
+from gemmtune.space.defaults import shipped_default
 from gemmtune.devices.opencl import open_device, resolve_device
 from gemmtune.export import device_macro
 from gemmtune.families import FAMILIES
@@ -191,7 +191,7 @@ def test_header_selects_each_tuned_block_and_computes_correctly(results_copy, ad
 def test_header_falls_back_to_the_shipped_defaults(results_db, context, tmp_path, defines, device_type, precision):
     """A CPU's entry is the table of the vectors its compiler targets, which the header tells
     from the compiler's macros: the table gemmtune.gemm takes on this device."""
-    from gemmtune.defaults import table_name
+    from gemmtune.space.defaults import table_name
 
     header = export("--format", "header", db=results_db).stdout
     table = table_name(resolve_device(0)) if device_type == "CPU" else device_type

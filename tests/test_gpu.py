@@ -115,7 +115,7 @@ def test_shipped_gpu_defaults_on_the_gpu(queue, gpu, code, cls):
     """The shipped GPU defaults of every shape class: s's cp.async pipeline and stream-K, d's and
     z's FP64 matrix instructions where the device has them, the direct family for views, on
     shapes that are not tile multiples, transposed, and long enough for stream-K's pieces."""
-    from gemmtune.defaults import default_config, shipped_default
+    from gemmtune.space.defaults import default_config, shipped_default
 
     prec = get_precision(code)
     shape = {"large": (2000, 1000, 1500), "small": (200, 100, 300), "medium": (700, 900, 800),
@@ -132,7 +132,7 @@ def test_shipped_gpu_defaults_on_the_gpu(queue, gpu, code, cls):
 def test_fp64_matrix_instructions_and_their_fallback_agree(queue, gpu, code):
     """MMA 1 with the instructions (the device's build) and, forced off by a device that lacks
     them, the same tile multiplied element by element: both right."""
-    from gemmtune.defaults import default_config
+    from gemmtune.space.defaults import default_config
 
     prec = get_precision(code)
     with_mma = default_config(gpu, prec)
@@ -334,7 +334,7 @@ def test_batched_gpu_defaults_on_the_gpu(queue, gpu, code):
     """The shipped GPU defaults of xgemm_rt (s's cp.async pipeline and stream-K, d's and z's FP64
     matrix instructions where the device has them) as batches: the batch along dimension 2, or
     with stream-K in the tile numbers; tile remainders, a batch's last round cut along K."""
-    from gemmtune.defaults import default_config
+    from gemmtune.space.defaults import default_config
 
     prec = get_precision(code)
     for shape in ((2000, 1000, 1500), (200, 100, 300)):

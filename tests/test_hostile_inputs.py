@@ -184,7 +184,7 @@ def test_an_empty_value_is_an_error_not_the_default(args, db):
 
 def test_empty_values_reach_no_default_through_the_library_either():
     from gemmtune.cli.base import workload
-    from gemmtune.config_text import parse_config
+    from gemmtune.space.text import parse_config
 
     with pytest.raises(GemmtuneError, match="names no problem"):
         workload("s", None, "")

@@ -98,7 +98,7 @@ def test_disagreeing_fp64_reports_are_settled_by_a_build(monkeypatch):
 
 @pytest.mark.parametrize("kind", ["CPU", "GPU"])
 def test_model_space_seeds_and_defaults_on_a_device_reporting_zeros(kind, tmp_path):
-    from gemmtune.defaults import default_config
+    from gemmtune.space.defaults import default_config
     from gemmtune.models import analytic, learned
     from gemmtune.bench.peak import PeakSizes
     from gemmtune.space import load_space
@@ -259,7 +259,7 @@ def test_peak_measures_without_passing_on_build_remarks(implementation):
 
 
 def test_a_cpu_register_file_is_what_its_compiler_targets(implementation):
-    from gemmtune.defaults import table_name
+    from gemmtune.space.defaults import table_name
     from gemmtune.devices.opencl import HOST_REGISTER_FILES, host_register_file
 
     file = (implementation.vector_registers, implementation.vector_bytes)

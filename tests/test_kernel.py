@@ -293,7 +293,7 @@ def test_a_binary_loads_as_the_timing_worker_will_and_a_bad_one_is_refused():
     import pyopencl as cl
 
     from gemmtune.devices.opencl import open_device
-    from gemmtune.defaults import default_config
+    from gemmtune.space.defaults import default_config
     from gemmtune.kernels import build, defines, load_binary, program_binary
     from gemmtune.precision import get_precision
     from gemmtune.space import shipped_families

@@ -30,8 +30,8 @@ LAYERS = [
     ("strategies", {"strategies"}),
     ("models", {"models", "tuned"}),
     ("services", {"db", "execution", "valid", "optuna_adapter"}),
-    ("core", {"errors", "precision", "launch", "output", "config_text", "resources", "files", "inputs", "devices",
-              "families", "space", "defaults", "measure", "shapes", "kernels"}),
+    ("core", {"errors", "precision", "launch", "output", "resources", "files", "inputs", "devices",
+              "families", "space", "measure", "shapes", "kernels"}),
 ]
 
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_replay import SYNTHETIC, gpu, k5, landscape, recorded_as  # noqa: E402
 
 from gemmtune.db.store import Store  # noqa: E402
-from gemmtune.defaults import distance  # noqa: E402
+from gemmtune.space.defaults import distance  # noqa: E402
 from gemmtune.models import (
     analytic,
     breeding,  # noqa: E402

@@ -20,7 +20,7 @@ import pytest
 import gemmtune
 from gemmtune import compute
 from gemmtune.db import store
-from gemmtune.defaults import default_config
+from gemmtune.space.defaults import default_config
 from gemmtune.devices.opencl import open_device, resolve_device
 from gemmtune.precision import get_precision
 from gemmtune.space import Config

@@ -25,7 +25,7 @@ from helpers_foundation import (  # noqa: E402
     product, toml_space,
 )
 
-from gemmtune.defaults import FALLBACK, default_config, shipped_default  # noqa: E402
+from gemmtune.space.defaults import FALLBACK, default_config, shipped_default  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.devices.info import forking_is_safe  # noqa: E402
 from gemmtune.families import FAMILIES, XGEMM_K5, kernel_parameters  # noqa: E402
@@ -344,7 +344,7 @@ def _entries():
 def _entry_config(device_type: str, code: str, cls: str = "large") -> Config:
     """The [TYPE.p] table (the large class), or its sub-table [TYPE.p.CLASS]."""
     entry = dict(_defaults_toml()[device_type][code])
-    while cls != "large" and cls not in entry:   # as gemmtune.defaults.class_entry falls back
+    while cls != "large" and cls not in entry:   # as gemmtune.space.defaults.class_entry falls back
         cls = FALLBACK.get(cls, "large")
     if cls != "large":
         entry = dict(entry[cls])
@@ -353,7 +353,7 @@ def _entry_config(device_type: str, code: str, cls: str = "large") -> Config:
 
 
 def test_defaults_file_covers_every_type_precision_and_shape_class():
-    from gemmtune.defaults import SHAPE_CLASSES
+    from gemmtune.space.defaults import SHAPE_CLASSES
 
     table = _defaults_toml()
     assert {"CPU", "GPU", "OTHER"} <= set(table)
@@ -396,7 +396,7 @@ def test_every_shape_class_default_is_valid_on_pocl_and_a_gpu(device_type, code,
 
 
 def test_a_class_without_an_entry_takes_the_next_larger_ones():
-    from gemmtune.defaults import class_entry, shape_class, shipped_defaults
+    from gemmtune.space.defaults import class_entry, shape_class, shipped_defaults
 
     found = shipped_defaults("GPU", get_precision("d"))
     assert "small" not in found and "skinny_m" not in found
@@ -425,7 +425,7 @@ def breaks(config: Config, dev, code: str) -> bool:
     return library
 
 
-# A CPU table's entries are for the register file it is chosen by (gemmtune.defaults.table_name).
+# A CPU table's entries are for the register file it is chosen by (gemmtune.space.defaults.table_name).
 REGISTER_FILES = {"CPU": (32, 64), "CPU-256": (16, 32)}
 
 

@@ -99,7 +99,7 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
                 clblast=None) -> list[dict]:
     """Rows of one problem; ``clblast``: the loaded library where the baselines name it."""
     from gemmtune.compute import resolve_config
-    from gemmtune.config_text import parse_config
+    from gemmtune.space.text import parse_config
     from gemmtune.tuned import best_config
 
     prec = get_precision(shape.precision)

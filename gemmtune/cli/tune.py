@@ -26,7 +26,7 @@ from gemmtune.cli.base import (
     space_option,
     workload,
 )
-from gemmtune.config_text import parse_config
+from gemmtune.space.text import parse_config
 from gemmtune.errors import GemmtuneError
 from gemmtune.inputs import SEED_MAX
 from gemmtune.precision import get_precision

@@ -274,7 +274,7 @@ def tied_groups(configs: Iterable[Config], dev: DeviceInfo, prec: Precision, m: 
 def nearest(tied: Sequence[Config], near: Sequence[Config] = ()) -> Config:
     """The configuration of ``tied`` nearest (``defaults.distance``) to any of ``near``; the first
     where none is nearer (no ``near``, or only other families')."""
-    from gemmtune.defaults import distance
+    from gemmtune.space.defaults import distance
 
     return min(tied, key=lambda c: min((distance(c, ref) for ref in near), default=0.0))
 
@@ -284,7 +284,7 @@ def farthest(tied: Sequence[Config], taken: Sequence[Config]) -> Config:
     a tiling's configurations, the one whose values of what the model does not see differ most
     from those already chosen; the first of equally far ones. Only the families of ``taken``
     are weighed (another family is at an infinite distance, not an unseen value)."""
-    from gemmtune.defaults import distance
+    from gemmtune.space.defaults import distance
 
     kin = [c for c in tied if any(c.kernel == ref.kernel for ref in taken)] or list(tied)
     return max(kin, key=lambda c: min((distance(c, ref) for ref in taken), default=0.0))

@@ -14,7 +14,7 @@ import pandas as pd
 
 from gemmtune import tuned
 from gemmtune.db.store import Store
-from gemmtune.defaults import default_config, distance
+from gemmtune.space.defaults import default_config, distance
 from gemmtune.execution.messages import Outcome
 from gemmtune.execution.processes import Compilers, Runner
 from gemmtune.families import FAMILIES

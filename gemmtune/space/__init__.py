@@ -6,6 +6,8 @@ mapping each tunable parameter to the list of values it may take; a parameter le
 at the default its ``.cl`` file declares. A table may also name another ``source`` file, for
 kernel development. The valid configurations are the Cartesian product of those lists, filtered
 by the family's constraints on the given device and precision. Nothing here imports OpenCL.
+Beside it in this package: the shipped defaults (``defaults.py``) and configurations written as
+text (``text.py``).
 """
 
 from __future__ import annotations
