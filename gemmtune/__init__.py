@@ -15,7 +15,7 @@ except PackageNotFoundError:  # running from a checkout that is not installed
 
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.space import Config, load_space  # noqa: E402
-from gemmtune.valid import valid_configs  # noqa: E402
+from gemmtune.space.valid import valid_configs  # noqa: E402
 
 
 def __getattr__(name):

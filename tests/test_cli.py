@@ -30,7 +30,7 @@ from gemmtune.devices.opencl import list_devices, resolve_device  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.resources import configs_dir  # noqa: E402
 from gemmtune.space import describe, load_space  # noqa: E402
-from gemmtune.valid import count_valid, iter_valid_configs, valid_configs  # noqa: E402
+from gemmtune.space.valid import count_valid, iter_valid_configs, valid_configs  # noqa: E402
 from gemmtune.measure.verify import Check  # noqa: E402
 
 DEVICE_KEYS = {"index", "platform", "name", "vendor", "type", "opencl_version", "driver_version",

@@ -135,7 +135,7 @@ def test_candidates_share_one_build_of_the_sum_of_parts(queue, family, shape):
 
     from gemmtune.kernels import GemmOperation
     from gemmtune.space import Space
-    from gemmtune.valid import iter_valid_configs
+    from gemmtune.space.valid import iter_valid_configs
 
     s, space = get_precision("s"), load_space()
     problem = Problem(*shape)

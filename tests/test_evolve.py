@@ -88,7 +88,7 @@ def test_a_searchs_seeds_are_bred_where_the_space_is_larger_than_the_sample(tmp_
     the whole valid space, which the sample drawn for the seeds does not hold."""
     from gemmtune.search import opening
     from gemmtune.search.prior import PriorModels
-    from gemmtune.valid import ValidConfigs
+    from gemmtune.space.valid import ValidConfigs
 
     def speed(c):   # wide N tiles and small K tiles pay; one configuration stands out
         p = c.params

@@ -38,7 +38,7 @@ from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.families import XGEMM_RT  # noqa: E402
 from gemmtune.precision import get_precision, precision_of  # noqa: E402
 from gemmtune.space import Config, check_config, load_space, make_config  # noqa: E402
-from gemmtune.valid import explain, valid_configs  # noqa: E402
+from gemmtune.space.valid import explain, valid_configs  # noqa: E402
 from gemmtune.measure.verify import Reference, compare  # noqa: E402
 
 RT_PARAMS = ("MWG", "NWG", "KWG", "MDIMC", "NDIMC", "VWG", "VLM", "VLN", "PIPE", "PADL", "UNROLL",

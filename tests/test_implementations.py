@@ -102,7 +102,7 @@ def test_model_space_seeds_and_defaults_on_a_device_reporting_zeros(kind, tmp_pa
     from gemmtune.models import analytic, learned
     from gemmtune.bench.peak import PeakSizes
     from gemmtune.space import load_space
-    from gemmtune.valid import ValidConfigs
+    from gemmtune.space.valid import ValidConfigs
 
     dev = make_device(type=kind, **ZEROS)
     # the CPU's shipped space; a small one for the GPU, whose shipped one takes minutes to sample

@@ -23,7 +23,7 @@ from gemmtune.devices.info import DeviceInfo
 from gemmtune.precision import get_precision
 from gemmtune.search import check_problem
 from gemmtune.space import load_space
-from gemmtune.valid import valid_configs
+from gemmtune.space.valid import valid_configs
 
 FAST = ["--time-cap", "0.05", "-q", "--early-stop", "0"]  # early stop: its own test
 
@@ -714,7 +714,7 @@ def test_a_large_valid_set_is_counted_aside_for_the_summary(tmp_path, monkeypatc
     import gemmtune.space as space_module
     from gemmtune.search import SearchRequest, run_search
     from gemmtune.measure.timing import TimingPolicy
-    from gemmtune.valid import ValidConfigs
+    from gemmtune.space.valid import ValidConfigs
 
     space = tmp_path / "small.toml"
     space.write_text(SMALL_SPACE)

@@ -32,10 +32,10 @@ from gemmtune.families import FAMILIES, XGEMM_K5, kernel_parameters  # noqa: E40
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.resources import load_kernel_source  # noqa: E402
 import gemmtune.space as space_module  # noqa: E402
-import gemmtune.valid as valid_module  # noqa: E402
+import gemmtune.space.valid as valid_module  # noqa: E402
 from gemmtune.space import (  # noqa: E402
     Config, check_config, load_space, make_config, parse_space, shipped_families)
-from gemmtune.valid import (  # noqa: E402
+from gemmtune.space.valid import (  # noqa: E402
     ValidConfigs, count_valid, explain, iter_valid_configs, sample_valid, valid_configs)
 
 # Every parameter at a small value that breaks nothing on the devices below; each test widens

@@ -12,7 +12,7 @@ from gemmtune.execution.timing_worker import MAX_BATCH, batch_size
 from gemmtune.precision import get_precision
 from gemmtune.space import load_space
 from gemmtune.measure.timing import MIN_SAMPLES, TimingPolicy, enough, median_ci
-from gemmtune.valid import valid_configs
+from gemmtune.space.valid import valid_configs
 
 
 def test_the_time_cap_stops_sampling_only_once_the_median_has_an_interval():

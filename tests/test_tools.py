@@ -174,7 +174,7 @@ def test_build_cost_together_builds_each_candidate_with_its_own_parameters():
     from gemmtune.launch import Problem
     from gemmtune.precision import get_precision
     from gemmtune.space import load_space
-    from gemmtune.valid import sample_valid
+    from gemmtune.space.valid import sample_valid
 
     build_cost = _tool("build_cost")
     info, dev = open_device("0")

@@ -32,7 +32,7 @@ def breed(db: Path, precision: str, shape: tuple[int, int, int], samples: int) -
     from gemmtune.precision import get_precision
     from gemmtune.search import opening, replay
     from gemmtune.space import load_space
-    from gemmtune.valid import ValidConfigs
+    from gemmtune.space.valid import ValidConfigs
 
     store = Store(f"sqlite:///{db}", create=False)
     try:

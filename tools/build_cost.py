@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     from gemmtune.launch import Problem
     from gemmtune.precision import get_precision
     from gemmtune.space import load_space
-    from gemmtune.valid import sample_valid
+    from gemmtune.space.valid import sample_valid
 
     try:
         info, dev = open_device(args.device)

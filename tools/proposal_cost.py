@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     from gemmtune.search.session import quiet_optuna
     from gemmtune.space import load_space
     from gemmtune.strategies import DEFAULT, make_strategy
-    from gemmtune.valid import ValidConfigs
+    from gemmtune.space.valid import ValidConfigs
 
     dev, prec = described(args), get_precision(args.precision)
     m, n, k = (int(x) for x in args.shape.split(","))

@@ -41,7 +41,7 @@ def measure(url: str, trials: int, device: str, precision: str) -> dict[str, lis
     from gemmtune.space import load_space
     from gemmtune.strategies import DEFAULT, make_strategy
     from gemmtune.measure.timing import Timing
-    from gemmtune.valid import ValidConfigs
+    from gemmtune.space.valid import ValidConfigs
 
     dev, prec = resolve_device(device), get_precision(precision)
     space = load_space(device=dev)

@@ -80,7 +80,7 @@ LISTED = 100_000   # configurations `space` lists without --limit
               f"configurations (0: all). Without it, more than {LISTED:,} are refused before anything is written.")
 def space(device, precision, shape, space_file, fmt, count, explain, limit):
     """Enumerate the valid kernel configurations for a device, precision and shape."""
-    from gemmtune import listing, valid
+    from gemmtune.space import listing, valid
     from gemmtune import space as sp
     from gemmtune.devices.opencl import resolve_device
 

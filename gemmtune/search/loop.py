@@ -29,7 +29,7 @@ from gemmtune.search.request import Progress, SearchRequest, Summary
 from gemmtune.resources import configs_dir
 from gemmtune.space import Space, load_space, parse_space
 from gemmtune.strategies import STRATEGIES, make_strategy
-from gemmtune.valid import ValidConfigs
+from gemmtune.space.valid import ValidConfigs
 
 
 def check_request(req: SearchRequest) -> None:

@@ -23,7 +23,7 @@ from gemmtune.models import learned
 from gemmtune.models.breeding import PARENTS, evolve
 from gemmtune.search.prior import PriorModels
 from gemmtune.space import Config
-from gemmtune.valid import ValidConfigs
+from gemmtune.space.valid import ValidConfigs
 
 MODEL_SAMPLE = 5000  # configurations ranked by the model for seeding; the whole space may be 10^5
 

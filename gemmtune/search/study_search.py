@@ -33,7 +33,7 @@ from gemmtune.search.session import StudySession, quiet_heartbeat
 from gemmtune.shapes import packed_problem
 from gemmtune.space import Config, Space
 from gemmtune.strategies import make_strategy
-from gemmtune.valid import ValidConfigs
+from gemmtune.space.valid import ValidConfigs
 
 
 def prepare(strategy, req: SearchRequest, prec: Precision, dev: DeviceInfo, store: Store,

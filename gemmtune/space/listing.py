@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from gemmtune.valid import iter_valid_columns
+from gemmtune.space.valid import iter_valid_columns
 
 
 def space_rows(the_space, dev, prec, fmt: str, limit: int = 0):
