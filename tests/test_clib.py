@@ -20,8 +20,8 @@ import pyopencl as cl
 import pytest
 from click.testing import CliRunner
 
-from gemmtune import clib
-from gemmtune.clib.binding import COL_MAJOR, OPS, ROW_MAJOR, Facts, Plan, load, offsets, scalar, scalars
+from gemmtune.export import clib
+from gemmtune.export.clib.binding import COL_MAJOR, OPS, ROW_MAJOR, Facts, Plan, load, offsets, scalar, scalars
 from gemmtune.cli import cli
 from gemmtune.db.store import Store
 from gemmtune.space.defaults import default_config
@@ -704,7 +704,7 @@ def test_the_launches_in_the_docs_are_the_plans():
     """docs/kernels.md's launches are Family.plan's (write_launch_docs rewrites them)."""
     text = (HERE.parent / "docs" / "kernels.md").read_text(encoding="utf-8")
     assert clib.launch_docs() in text, ("docs/kernels.md's launches differ from the plans: run "
-                                        "python -c \"import gemmtune.clib as c; c.write_launch_docs('docs/kernels.md')\"")
+                                        "python -c \"import gemmtune.export.clib as c; c.write_launch_docs('docs/kernels.md')\"")
 
 
 def test_a_device_the_export_does_not_hold_gets_its_types_defaults(opened, tmp_path):

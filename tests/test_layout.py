@@ -27,7 +27,7 @@ KERNEL_LINES = 400
 # (space/valid.py counts the valid set in a child process started as execution's are).
 LAYERS = [
     ("commands", {"cli", "__main__"}),
-    ("uses", {"search", "report", "export", "clib", "bench", "compute", "batched", "complex3m", "operands"}),
+    ("uses", {"search", "report", "export", "bench", "compute", "batched", "complex3m", "operands"}),
     ("strategies", {"strategies"}),
     ("models", {"models", "tuned"}),
     ("services", {"db", "execution", "space.valid", "space.listing", "optuna_adapter"}),

@@ -101,7 +101,7 @@ def batch_figures(lib, handle, queue, prec, n: int, count: int, repeats: int) ->
     median wall time of each, call(s) and wait, in turn; the batch's product checked first."""
     import pyopencl as cl
 
-    from gemmtune.clib.binding import OPS, scalar
+    from gemmtune.export.clib.binding import OPS, scalar
     from gemmtune.measure.verify import Reference, compare, random_matrix
 
     rng = np.random.default_rng(1)
@@ -164,7 +164,7 @@ def main(argv=None) -> dict:
     import pyopencl.array as cla
 
     import gemmtune
-    from gemmtune import clib
+    from gemmtune.export import clib
     from gemmtune.db.urls import database_url
     from gemmtune.devices.opencl import open_device
     from gemmtune.precision import get_precision
@@ -184,7 +184,7 @@ def main(argv=None) -> dict:
         (where / "host_cost.c").write_text(HOST_COST)
         subprocess.run([cc, "-O2", f"-I{where}", str(where / "host_cost.c"), str(where / "gemmtune.c"), "-o",
                         str(where / "host_cost"), "-lOpenCL", "-lm"], check=True)
-        from gemmtune.clib.binding import OPS, Plan, load as load_library, scalar
+        from gemmtune.export.clib.binding import OPS, Plan, load as load_library, scalar
 
         lib = load_library(where / "libgemmtune.so")
         context = cl.Context([device])

@@ -107,7 +107,7 @@ def export(filters, db, fmt, output):
     from gemmtune.report.table import load
 
     if fmt == "c":
-        from gemmtune import clib
+        from gemmtune.export import clib
 
         if output == STDOUT:
             raise GemmtuneError("--format c writes a directory of files (gemmtune.h, gemmtune.c, CMakeLists.txt): "

@@ -52,7 +52,7 @@ def parameters(family) -> list[str]:
 
 
 def template(name: str) -> str:
-    return (files("gemmtune.clib") / name).read_text(encoding="utf-8")
+    return (files("gemmtune.export.clib") / name).read_text(encoding="utf-8")
 
 
 def c_string(text: str) -> str:
@@ -283,7 +283,7 @@ def write(library: dict[str, str], directory: str | Path) -> None:
 
 # ---------------------------------------------------------------- docs/kernels.md's launches
 
-LAUNCH_DOCS = ("<!-- launches: written by gemmtune.clib.write_launch_docs from the families' plans; "
+LAUNCH_DOCS = ("<!-- launches: written by gemmtune.export.clib.write_launch_docs from the families' plans; "
                "tests/test_clib.py checks it -->", "<!-- end of launches -->")
 # Per family: a configuration (changes to the kernel's defaults) and a column-major problem whose
 # plan has every pass the family can enqueue, on a device of 4 compute units and groups of 256.
