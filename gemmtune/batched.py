@@ -174,12 +174,41 @@ def call(g, a, b, c, alpha, beta, trans_a, trans_b):
     return enqueue_strided(g, a, b, c, alpha, beta, ta, tb)
 
 
+def _operand_key(x) -> tuple:
+    """All that ``batch_view`` and the plan read of an operand: the buffer itself (held, so that
+    no other buffer takes its id), shape, strides, offset, dtype and context."""
+    return (type(x), x.base_data, x.shape, x.strides, x.offset, x.dtype, x.context)
+
+
+def _same_call(g, key) -> tuple | None:
+    """What the last batched call of ``g`` prepared, where its key is ``key``: operands equal in
+    all that their checks read pass them again, so only the scalars and the events are new."""
+    last = g._batched
+    return last[1] if last is not None and last[0] == key else None
+
+
 def enqueue_strided(g, a, b, c, alpha, beta, ta: str, tb: str):
     """``Gemm`` on 3-D arrays: problem z is a[z], b[z], c[z]; a or b 2-D (or of one matrix) is
     shared by all. One launch, the batch strides kernel arguments."""
-    prec, context = g.precision, g.queue.context
     if not isinstance(c, cla.Array) or c.ndim != 3:
         raise OperandError("c must be a 3-D pyopencl array (a batch of matrices) where a or b is one")
+    key = ("strided", ta, tb, *(_operand_key(x) if isinstance(x, cla.Array) else id(x) for x in (a, b, c)))
+    prepared = _same_call(g, key)
+    if prepared is None:
+        prepared = _prepare_strided(g, a, b, c, ta, tb)
+        g._batched = (key, prepared)
+    _scalars(g, alpha, beta)
+    op, offsets = prepared
+    if op is not None:
+        _launch(g, op, a.base_data, b.base_data, c.base_data, alpha, beta, [*a.events, *b.events, *c.events],
+                offsets, outputs=(c,))
+    return c
+
+
+def _prepare_strided(g, a, b, c, ta: str, tb: str) -> tuple:
+    """Every check of a strided batch, then its operation (None: nothing to compute) and the
+    operands' first elements."""
+    prec, context = g.precision, g.queue.context
     count = c.shape[0]
     known, now = g._buffers, {}
     (va, sa), (vb, sb), (vc, sc) = (batch_view(name, x, prec, context, known, now, count)
@@ -191,18 +220,13 @@ def enqueue_strided(g, a, b, c, alpha, beta, ta: str, tb: str):
         if overlap(vc, c.shape[1:], vx, x.shape[-2:], prec.dtype, (count, sc * item), (count, sx * item)):
             raise OperandError(f"c shares elements with {name} in one buffer: the kernels would read "
                                f"{name} where they have already written c")
-    _scalars(g, alpha, beta)
     if count == 0 or m == 0 or n == 0:
-        return c
+        return None, None
     problem = Problem(n, m, ka, tb, ta, vb.ld, va.ld, vc.ld, bool(va.first or vb.first or vc.first),
                       batch=count, strides=(sb, sa, sc))
     what = f"a batch of {count}: {m}x{ka} times {ka}x{n} in precision {prec.code}"
     cfg = batch_config(g.config, g.info, prec, (n, m, ka), (tb, ta), g.db, count)
-    op = _operation(g.queue, g.info, cfg, prec, problem, what, g._calls)
-    waits = [*a.events, *b.events, *c.events]
-    _launch(g, op, a.base_data, b.base_data, c.base_data, alpha, beta, waits, (vb.first, va.first, vc.first),
-            outputs=(c,))
-    return c
+    return _operation(g.queue, g.info, cfg, prec, problem, what, g._calls), (vb.first, va.first, vc.first)
 
 
 def _problems(name: str, x, count: int) -> list:
@@ -232,15 +256,42 @@ def _check_disjoint(views: dict[str, list], shapes: dict[str, tuple], dtype) -> 
         active.append((start, end, name, i))
 
 
+def _array_key(ta: str, tb: str, operands) -> tuple | None:
+    """``_operand_key`` of every view of a pointer-array call (None where one is no pyopencl array:
+    the checks refuse it)."""
+    def key(x):
+        return tuple(map(key, x)) if isinstance(x, (list, tuple)) else _operand_key(x)
+    if not all(isinstance(y, cla.Array) for x in operands for y in (x if isinstance(x, (list, tuple)) else (x,))):
+        return None
+    return ("array", ta, tb, *map(key, operands))
+
+
 def enqueue_array(g, a, b, c, alpha, beta, ta: str, tb: str):
     """``Gemm`` on lists of 2-D views (the pointer-array form): problem z is a[z], b[z], c[z];
     an a or b given as one array is every problem's. Problems of the same buffers and leading
     dimensions go as one launch, their offsets in a table."""
-    prec, context = g.precision, g.queue.context
     if not isinstance(c, (list, tuple)):
         raise OperandError("c must be a list of 2-D arrays where a or b is one")
     count = len(c)
     ops = {name: _problems(name, x, count) for name, x in (("a", a), ("b", b), ("c", c))}
+    key = _array_key(ta, tb, (a, b, c))
+    launches = _same_call(g, key) if key is not None else None
+    if launches is None:
+        launches = _prepare_array(g, ops, ta, tb)
+        g._batched = (key, launches)
+    _scalars(g, alpha, beta)
+    for op, buffers, offsets, table, members in launches:
+        waits = [e for z in members for name in "abc" for e in ops[name][z].events]
+        _launch(g, op, *buffers, alpha, beta, waits, offsets, table, outputs=[ops["c"][z] for z in members])
+    return c
+
+
+def _prepare_array(g, ops: dict[str, list], ta: str, tb: str) -> list[tuple]:
+    """Every check of a pointer-array batch, then its launches: (operation, the buffers of a, b
+    and c, the first elements of a launch of one problem, the offsets' table of several, the
+    problems)."""
+    prec, context = g.precision, g.queue.context
+    count = len(ops["c"])
     known, now = g._buffers, {}
     views = {name: [view(name, x, prec, context, known, now) for x in xs] for name, xs in ops.items()}
     g._buffers = now
@@ -254,30 +305,27 @@ def enqueue_array(g, a, b, c, alpha, beta, ta: str, tb: str):
     # a shared matrix is compared once
     distinct = {name: list({id(x): v for x, v in zip(ops[name], vs)}.values()) for name, vs in views.items()}
     _check_disjoint({**distinct, "c": views["c"]}, shapes, prec.dtype)
-    _scalars(g, alpha, beta)
     if count == 0 or m == 0 or n == 0:
-        return c
+        return []
     groups: dict[tuple, list[int]] = {}
     for z in range(count):
         key = tuple((id(ops[name][z].base_data), views[name][z].ld) for name in "abc")
         groups.setdefault(key, []).append(z)
     item_cfg = batch_config(g.config, g.info, prec, (n, m, ka), (tb, ta), g.db, count)
+    launches = []
     for members in groups.values():
         z0 = members[0]
         va, vb, vc = (views[name][z0] for name in "abc")
         problem = Problem(n, m, ka, tb, ta, vb.ld, va.ld, vc.ld, True, batch=len(members), table=True)
         what = f"a batch of {len(members)}: {m}x{ka} times {ka}x{n} in precision {prec.code}"
         op = _operation(g.queue, g.info, item_cfg, prec, problem, what, g._calls)
-        pa, pb, pc = (ops[name][z0] for name in "abc")
-        waits = [e for z in members for name in "abc" for e in ops[name][z].events]
+        buffers = tuple(ops[name][z0].base_data for name in "abc")
         if len(members) == 1:
-            _launch(g, op, pa.base_data, pb.base_data, pc.base_data, alpha, beta, waits,
-                    (vb.first, va.first, vc.first), outputs=(pc,))
+            launches.append((op, buffers, (vb.first, va.first, vc.first), None, members))
             continue
         offsets = np.array([(views["b"][z].first, views["a"][z].first, views["c"][z].first) for z in members],
                            np.int32)
         with out_of_memory_as_error(what):
             table = cl.Buffer(context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=offsets)
-        _launch(g, op, pa.base_data, pb.base_data, pc.base_data, alpha, beta, waits, table=table,
-                outputs=[ops["c"][z] for z in members])
-    return c
+        launches.append((op, buffers, (0, 0, 0), table, members))
+    return launches

@@ -307,6 +307,7 @@ class Gemm:
         self._calls = Prepared(self._MAX_PROBLEMS)   # GemmOperation or EmptyProduct by problem
         self._scalars = None   # the last alpha and beta check_scalars passed, with their types
         self._buffers: dict[int, BufferFacts] = {}   # of the last call's operands, by id
+        self._batched = None   # the last batch's operands and what they prepared (gemmtune.batched)
         self.last_operation: GemmOperation | EmptyProduct | None = None   # of the last call, and its events
         self.last_events: list = []
 

@@ -181,19 +181,25 @@ def view(name: str, x, prec: Precision, context: cl.Context, known: dict[int, Bu
         raise OperandError(f"{name} must be a 2-D {prec.dtype} array, got {x.ndim}-D {x.dtype}")
     if x.context != context:
         raise OperandError(f"{name} lives in another OpenCL context than the queue")
+    return matrix_view(name, x.shape, x.strides, x.offset, x.base_data, prec, known, now)
+
+
+def matrix_view(name: str, shape, strides, offset: int, buffer, prec: Precision, known: dict[int, BufferFacts],
+                now: dict[int, BufferFacts]) -> View:
+    """``view``'s checks of a matrix given by its shape, strides and offset in ``buffer`` (a
+    batch's problem without building its pyopencl view: ``x[0]`` costs more than the checks)."""
     item = prec.bytes
-    (rows, cols), (row_stride, col_stride) = x.shape, x.strides
+    (rows, cols), (row_stride, col_stride) = shape, strides
     if rows * cols == 0:
         return View(max(cols, 1), 0, None, 0, 0)   # nothing read or written, whatever its strides
     if cols > 1 and col_stride != item:
-        raise OperandError(f"{name}'s elements within a row must be adjacent (strides {x.strides})")
+        raise OperandError(f"{name}'s elements within a row must be adjacent (strides {strides})")
     if rows > 1 and (row_stride % item or row_stride < cols * item):
-        raise OperandError(f"{name}'s rows must be whole elements apart and not overlap (strides {x.strides})")
-    if x.offset % item:
-        raise OperandError(f"{name}'s offset ({x.offset} bytes) is not a whole number of {item}-byte elements")
+        raise OperandError(f"{name}'s rows must be whole elements apart and not overlap (strides {strides})")
+    if offset % item:
+        raise OperandError(f"{name}'s offset ({offset} bytes) is not a whole number of {item}-byte elements")
     ld = row_stride // item if rows > 1 else cols
-    first = x.offset // item
-    buffer = x.base_data
+    first = offset // item
     if not isinstance(buffer, cl.MemoryObjectHolder):
         raise OperandTypeError(f"{name} must be backed by an OpenCL buffer, got {type(buffer).__name__}")
     facts = known.get(id(buffer))
@@ -204,14 +210,14 @@ def view(name: str, x, prec: Precision, context: cl.Context, known: dict[int, Bu
     if facts.flags & flag:
         raise OperandError(f"{name}'s buffer was made {made}, and {name} is {used}")
     # The last element's end, from the strides the kernels use: rows ld apart, elements adjacent.
-    end = x.offset + ((rows - 1) * ld + cols) * item
+    end = offset + ((rows - 1) * ld + cols) * item
     if end > facts.size:
-        raise OperandError(f"{name} ({rows}x{cols}, strides {x.strides}, offset {x.offset} bytes) ends at byte "
+        raise OperandError(f"{name} ({rows}x{cols}, strides {strides}, offset {offset} bytes) ends at byte "
                            f"{end}, beyond its buffer's {facts.size} bytes")
     if end // item > INDEX_LIMIT:
         raise OperandError(f"{name} ends at element {end // item} of its buffer; the kernels index at most "
                            f"{INDEX_LIMIT}")
-    return View(ld, first, facts.root, facts.base + x.offset, facts.base + end)
+    return View(ld, first, facts.root, facts.base + offset, facts.base + end)
 
 
 class Addresses:
@@ -262,7 +268,11 @@ def batch_view(name: str, x, prec: Precision, context: cl.Context, known: dict[i
         raise OperandError(f"{name} holds {x.shape[0]} problems, the batch {count}")
     if count == 0:
         return View(max(x.shape[2], 1), 0, None, 0, 0), 0
-    first = view(name, x[0], prec, context, known, now)
+    if x.dtype != prec.dtype:
+        raise OperandError(f"{name} must hold 2-D {prec.dtype} matrices, got {x.dtype}")
+    if x.context != context:
+        raise OperandError(f"{name} lives in another OpenCL context than the queue")
+    first = matrix_view(name, x.shape[1:], x.strides[1:], x.offset, x.base_data, prec, known, now)
     item, stride = prec.bytes, x.strides[0] if x.shape[0] > 1 else 0
     if stride % item or stride < 0:
         raise OperandError(f"{name}'s problems must be whole elements apart, forwards (strides {x.strides})")

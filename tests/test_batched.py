@@ -228,7 +228,7 @@ def test_bad_batches_are_refused(queue):
         gemm(dc, da, dc)
     with pytest.raises(OperandError, match="beyond its buffer"):
         gemm(da, da, cla.Array(queue, (3, 4, 4), np.float32, strides=(80, 16, 4), data=dc.base_data))
-    with pytest.raises(OperandError, match="a 2-D float32"):
+    with pytest.raises(OperandError, match="2-D float32"):
         gemm(da, da.astype(np.float64), dc)
     with pytest.raises(OperandError, match="another problem's c"):
         gemm([da[0], da[1]], [da[1], da[2]], [dc[0], dc[0]])
@@ -236,6 +236,74 @@ def test_bad_batches_are_refused(queue):
         gemm([da[0], da[1, :3]], da[2], [dc[0], dc[1]])
     assert np.array_equal(dc.get(), before)
 
+
+
+def _counting(monkeypatch, name: str) -> list:
+    """Calls of ``gemmtune.batched``'s ``name`` (an operand check), counted."""
+    from gemmtune import batched
+
+    calls, check = [], getattr(batched, name)
+    monkeypatch.setattr(batched, name, lambda *args: calls.append(args[0]) or check(*args))
+    return calls
+
+
+def test_a_repeated_strided_call_skips_its_checks_and_a_changed_one_is_refused(queue, monkeypatch):
+    """A call whose operands equal the last one's in all their checks read (buffer, shape, strides,
+    offset) reuses what they gave; an offset moved onto a, past the buffer's end, or the same view
+    of a smaller buffer is refused all the same, nothing written; a valid new offset is honoured."""
+    prec, rng = get_precision("s"), np.random.default_rng()
+    checks = _counting(monkeypatch, "batch_view")
+    host = np.full((7, 4, 4), np.nan, np.float32)
+    host[:3] = random_matrix(prec, (3, 4, 4), rng)
+    b = random_matrix(prec, (3, 4, 4), rng)
+    pool, db = cla.to_device(queue, host), cla.to_device(queue, b)
+    da = cla.Array(queue, (3, 4, 4), np.float32, data=pool.base_data)
+
+    def c_at(problem, buffer=pool.base_data, extra=0):
+        return cla.Array(queue, (3, 4, 4), np.float32, data=buffer, offset=problem * 64 + extra)
+
+    gemm = gemmtune.Gemm(queue, "s", config=DIRECT)
+    expected = reference(prec, host[:3], b, None, 2.0, 0.0)
+    for _ in range(2):   # the second call's views are new objects of equal buffer, shape and offset
+        pool.set(host)
+        gemm(da, db, c_at(3), alpha=2.0)
+        got = pool.get()
+        assert_close(got[3:6], expected, prec)
+        assert np.isnan(got[6]).all() and len(checks) == 3
+    before = pool.get()
+    small = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 7 * 64 - 4)
+    for c, message in ((c_at(2), "shares elements with a"), (c_at(4, extra=4), "beyond its buffer"),
+                       (c_at(4, small), "beyond its buffer")):
+        with pytest.raises(OperandError, match=message):
+            gemm(da, db, c, alpha=2.0)
+    with pytest.raises(OperandError):
+        gemm(da, db, c_at(3), alpha=float("nan"))   # the scalars, checked on every call
+    assert np.array_equal(pool.get(), before, equal_nan=True)
+    gemm(da, db, c_at(4), alpha=2.0)
+    got = pool.get()
+    assert_close(got[4:7], expected, prec)
+    assert np.array_equal(got[:4], before[:4], equal_nan=True)
+
+
+def test_a_repeated_pointer_array_call_skips_its_checks_and_follows_a_changed_one(queue, monkeypatch):
+    """The list form's last call is reused where every view equals the last one's; c's views
+    swapped, or two problems sharing a c, are checked and planned again (offsets' table too)."""
+    prec, rng = get_precision("s"), np.random.default_rng()
+    checks = _counting(monkeypatch, "view")
+    a, b = random_matrix(prec, (2, 5, 3), rng), random_matrix(prec, (2, 3, 4), rng)
+    da, db = cla.to_device(queue, a), cla.to_device(queue, b)
+    pool = cla.to_device(queue, np.full((3, 5, 4), np.nan, np.float32))
+    gemm = gemmtune.Gemm(queue, "s", config=DIRECT)
+    expected = [reference(prec, a[z], b[z], None, 1.0, 0.0) for z in range(2)]
+    for order, views in (((0, 1), 6), ((0, 1), 6), ((1, 0), 12)):
+        pool.fill(np.float32(np.nan))
+        gemm([da[0], da[1]], [db[0], db[1]], [pool[order[0]], pool[order[1]]])
+        got = pool.get()
+        for z in range(2):
+            assert_close(got[order[z]], expected[z], prec)
+        assert np.isnan(got[2]).all() and len(checks) == views
+    with pytest.raises(OperandError, match="another problem's c"):
+        gemm([da[0], da[1]], [db[0], db[1]], [pool[1], pool[1]])
 
 def test_shapes_take_a_batch_column(tmp_path):
     from gemmtune.shapes import Shape, load_shapes
