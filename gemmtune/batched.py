@@ -9,6 +9,7 @@ every operand checked as a single problem's is (``operands.py``) and for the who
 from __future__ import annotations
 
 import math
+import operator
 from types import SimpleNamespace
 
 import numpy as np
@@ -174,10 +175,10 @@ def call(g, a, b, c, alpha, beta, trans_a, trans_b):
     return enqueue_strided(g, a, b, c, alpha, beta, ta, tb)
 
 
-def _operand_key(x) -> tuple:
-    """All that ``batch_view`` and the plan read of an operand: the buffer itself (held, so that
-    no other buffer takes its id), shape, strides, offset, dtype and context."""
-    return (type(x), x.base_data, x.shape, x.strides, x.offset, x.dtype, x.context)
+# All that ``batch_view``/``view`` and the plan read of an operand: the buffer itself (held, so
+# that no other buffer takes its id), shape, strides, offset, dtype and context. An attrgetter:
+# the pointer-array form takes it of every view on every call.
+_operand_key = operator.attrgetter("base_data", "shape", "strides", "offset", "dtype", "context")
 
 
 def _same_call(g, key) -> tuple | None:
@@ -192,8 +193,9 @@ def enqueue_strided(g, a, b, c, alpha, beta, ta: str, tb: str):
     shared by all. One launch, the batch strides kernel arguments."""
     if not isinstance(c, cla.Array) or c.ndim != 3:
         raise OperandError("c must be a 3-D pyopencl array (a batch of matrices) where a or b is one")
-    key = ("strided", ta, tb, *(_operand_key(x) if isinstance(x, cla.Array) else id(x) for x in (a, b, c)))
-    prepared = _same_call(g, key)
+    key = (("strided", ta, tb, *map(_operand_key, (a, b, c)))
+           if all(type(x) is cla.Array for x in (a, b, c)) else None)   # others: checked in full
+    prepared = _same_call(g, key) if key is not None else None
     if prepared is None:
         prepared = _prepare_strided(g, a, b, c, ta, tb)
         g._batched = (key, prepared)
@@ -257,13 +259,13 @@ def _check_disjoint(views: dict[str, list], shapes: dict[str, tuple], dtype) -> 
 
 
 def _array_key(ta: str, tb: str, operands) -> tuple | None:
-    """``_operand_key`` of every view of a pointer-array call (None where one is no pyopencl array:
-    the checks refuse it)."""
-    def key(x):
-        return tuple(map(key, x)) if isinstance(x, (list, tuple)) else _operand_key(x)
-    if not all(isinstance(y, cla.Array) for x in operands for y in (x if isinstance(x, (list, tuple)) else (x,))):
+    """``_operand_key`` of every view of a pointer-array call; None where one is not exactly a
+    pyopencl array (a subclass is checked in full on every call)."""
+    lists = [x if isinstance(x, (list, tuple)) else (x,) for x in operands]
+    if any(set(map(type, xs)) - {cla.Array} for xs in lists):
         return None
-    return ("array", ta, tb, *map(key, operands))
+    return ("array", ta, tb, *(tuple(map(_operand_key, xs)) if xs is x else _operand_key(x)
+                               for xs, x in zip(lists, operands)))
 
 
 def enqueue_array(g, a, b, c, alpha, beta, ta: str, tb: str):
