@@ -276,6 +276,8 @@ class Gemm:
     A batch (docs/batched.md): 3-D arrays, problem z being ``a[z]``, ``b[z]``, ``c[z]`` (a or b
     2-D, or of one matrix, shared by all), or lists of equally shaped 2-D views; every problem is
     checked as one is, and no c may share an element with another problem's c.
+    A batched call whose operands all equal the last batched call's in buffer, shape, strides,
+    offset, dtype and context reuses what its checks and lookups gave (they would pass again).
 
     The configuration of each problem is chosen the first time its shapes and strides are seen,
     by ``best_config`` on ``db`` (default: $GEMMTUNE_DB, else sqlite:///results/gemmtune.db); a
