@@ -192,6 +192,10 @@ def test_a_batch_is_verified_whole_or_by_a_sample_with_its_ends(monkeypatch):
         a = random_matrix(prec, (5, 7, 4) if ta == "N" else (5, 4, 7), rng)
         b = random_matrix(prec, (5, 3, 7) if tb == "N" else (5, 7, 3), rng)
         ref = batch_reference(prec, a, b, ta, tb)
+        assert ref.k == 7   # the inner dimension, which the tolerance grows with, not a stack's rows
+        # verify's own reference takes stacks alike (bench's check of a batch): op() of the last two axes
+        stacked = Reference.compute(prec, np.swapaxes(a, 1, 2), np.swapaxes(b, 1, 2), None, 1.0, 0.0, ta, tb)
+        assert stacked.k == 7 and np.array_equal(np.swapaxes(stacked.value, 1, 2), ref.value)
         for z in range(5):
             opa = {"N": a[z].T, "T": a[z], "C": a[z].conj()}[ta].astype(np.complex128)
             opb = {"N": b[z].T, "T": b[z], "C": b[z].conj()}[tb].astype(np.complex128)

@@ -40,14 +40,11 @@ def batch_reference(prec, a, b, trans_a: str, trans_b: str):
 
     from gemmtune.measure.verify import Reference
 
-    def op(x, flag):   # the column-major matrix x holds, under op()
-        x = np.swapaxes(x.astype(prec.reference_dtype), -1, -2)
-        return x if flag == "N" else np.swapaxes(x.conj() if flag == "C" else x, -1, -2)
+    def t(x):
+        return np.swapaxes(x, -1, -2)
 
-    opa, opb = op(a, trans_a), op(b, trans_b)
-    value, scale = np.matmul(opa, opb), np.matmul(np.abs(opa), np.abs(opb))
-    return Reference(np.ascontiguousarray(np.swapaxes(value, -1, -2)),
-                     np.ascontiguousarray(np.swapaxes(scale, -1, -2)), opa.shape[-1])
+    ref = Reference.compute(prec, t(a), t(b), None, 1.0, 0.0, trans_a, trans_b)
+    return Reference(np.ascontiguousarray(t(ref.value)), np.ascontiguousarray(t(ref.scale)), ref.k)
 
 
 class _Problem:

@@ -35,7 +35,8 @@ from gemmtune.precision import Precision
 
 
 def op(x: np.ndarray, flag: str) -> np.ndarray:
-    return {"N": x, "T": x.T, "C": x.conj().T}[flag]
+    """op() of a matrix, or of each matrix of a stack (the last two dimensions)."""
+    return x if flag == "N" else np.swapaxes(x.conj() if flag == "C" else x, -1, -2)
 
 
 def check_scalars(prec: Precision, alpha, beta) -> None:
@@ -115,7 +116,7 @@ class Reference:
         if beta != 0 and c is not None:
             value = value + beta * c.astype(rd)
             scale = scale + abs(beta) * np.abs(c.astype(rd))
-        return cls(value, scale, opa.shape[1])
+        return cls(value, scale, opa.shape[-1])
 
 
 @dataclass(frozen=True)
