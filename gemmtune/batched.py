@@ -42,8 +42,8 @@ def batch_config(config: Config | None, info, prec, shape: tuple[int, int, int],
     if cfg is not None and FAMILIES[cfg.kernel].takes_batch:
         return cfg
     if config is not None:
-        raise OperandError(f"{config.kernel} launches one problem at a time; a batch needs xgemm_direct "
-                           f"or xgemm_cpu")
+        batching = ", ".join(name for name, family in FAMILIES.items() if family.takes_batch)
+        raise OperandError(f"{config.kernel} launches one problem at a time; a batch needs one of {batching}")
     cfg = default_config(info, prec, shape, views=True, batch=batch)
     assert FAMILIES[cfg.kernel].takes_batch, cfg.kernel   # the families that read views take batches
     return cfg

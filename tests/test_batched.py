@@ -213,6 +213,10 @@ def test_bad_batches_are_refused(queue):
         gemmtune.gemm(x, x.astype(np.float64), device=0)
     with pytest.raises(OperandError, match="out must be"):
         gemmtune.gemm(x, x, device=0, out=np.empty((3, 4, 5), np.float32))
+    # a configuration of a family that launches one problem at a time names those that batch
+    k5 = {"TSM": 16, "TSN": 16, "TSK": 16, "WPTN": 2, "PAD": 1}
+    with pytest.raises(OperandError, match="xgemm_k5 launches one problem at a time; a batch needs one of .*xgemm_rt"):
+        gemmtune.gemm(x, x, device=0, config=k5)
     gemm = gemmtune.Gemm(queue, "s", config=DIRECT)
     da = cla.to_device(queue, x)
     before = np.full((3, 4, 4), 7, np.float32)
