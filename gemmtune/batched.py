@@ -129,16 +129,6 @@ def host_gemm(dev, a: np.ndarray, b: np.ndarray, c, alpha, beta, ta: str, tb: st
     return deliver(out, result)
 
 
-def check_batch(info, prec, shape) -> None:
-    """A batch's operands (``shapes.Shape``), every problem's at once, fit the device and the host
-    that fills them; nothing to check beyond the one problem's where the batch is 1."""
-    if shape.batch > 1:
-        m, n, k = shape.m, shape.n, shape.k
-        sizes = {name: shape.batch * prec.bytes * r * c for name, r, c in (("a", m, k), ("b", k, n), ("c", m, n))}
-        check_device_memory(info, str(shape), sizes)
-        check_host_memory(str(shape), sizes)
-
-
 def is_batch(a, b, c) -> bool:
     """Whether ``Gemm`` was called with a batch: a list of views, or a 3-D array."""
     return any(isinstance(x, (list, tuple)) or getattr(x, "ndim", 2) == 3 for x in (a, b, c))

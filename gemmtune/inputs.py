@@ -13,6 +13,7 @@ import re
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.devices.info import DeviceInfo, host_cores
+from gemmtune.launch import INDEX_LIMIT
 from gemmtune.precision import Precision, require_precision
 
 SEED_MAX = 2**32 - 1   # numpy's and Optuna's samplers take seeds 0 .. 2**32 - 1
@@ -78,24 +79,31 @@ def available_host_bytes() -> int | None:
         return None
 
 
-def check_problem(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, host: bool = True) -> None:
-    """A product that fits ``dev`` (its memory and its largest allocation) and, with ``host``,
-    the host's memory for checking it; GemmtuneError saying which does not."""
+def check_problem(dev: DeviceInfo, prec: Precision, m: int, n: int, k: int, host: bool = True,
+                  batch: int = 1) -> None:
+    """A product, or ``batch`` of them stacked in each operand's buffer, that fits ``dev`` (its
+    memory and its largest allocation) and the kernels' int indices and, with ``host``, the
+    host's memory for checking it; GemmtuneError saying which does not."""
     require_precision(dev, prec)
-    need = device_bytes(prec, m, n, k)
+    what = f"{m}x{n}x{k} in precision {prec.code}" if batch == 1 else \
+        f"a batch of {batch} {m}x{n}x{k} in precision {prec.code}"
+    elements = batch * max(m * k, k * n, m * n)   # of the largest operand
+    if batch > 1 and elements >= INDEX_LIMIT:
+        raise GemmtuneError(f"{what} stacks {elements} elements in one operand; the kernels index at most "
+                            f"{INDEX_LIMIT - 1}")
+    need = batch * device_bytes(prec, m, n, k)
     if need > dev.global_mem_bytes:
-        raise GemmtuneError(f"{m}x{n}x{k} in precision {prec.code} needs about {need / 2**30:.1f} GiB, "
+        raise GemmtuneError(f"{what} needs about {need / 2**30:.1f} GiB, "
                             f"more than the {dev.global_mem_bytes / 2**30:.1f} GiB of device {dev.index}")
-    largest = prec.bytes * max(m * k, k * n, m * n)
+    largest = prec.bytes * elements
     if dev.max_alloc_bytes and largest > dev.max_alloc_bytes:
-        raise GemmtuneError(f"{m}x{n}x{k} in precision {prec.code} needs a {largest / 2**20:.0f} MiB buffer, "
+        raise GemmtuneError(f"{what} needs a {largest / 2**20:.0f} MiB buffer, "
                             f"more than device {dev.index} allows in one allocation "
                             f"({dev.max_alloc_bytes / 2**20:.0f} MiB)")
     free = available_host_bytes() if host else None
-    if free is not None and host_bytes(prec, m, n, k) > free:
-        raise GemmtuneError(f"{m}x{n}x{k} in precision {prec.code} needs about "
-                            f"{host_bytes(prec, m, n, k) / 2**30:.1f} GiB of host memory to check, more than "
-                            f"the {free / 2**30:.1f} GiB available")
+    if free is not None and batch * host_bytes(prec, m, n, k) > free:
+        raise GemmtuneError(f"{what} needs about {batch * host_bytes(prec, m, n, k) / 2**30:.1f} GiB of host "
+                            f"memory to check, more than the {free / 2**30:.1f} GiB available")
 
 
 def check_jobs(jobs: int | None) -> None:

@@ -304,6 +304,16 @@ def test_problem_checks_name_what_is_wrong():
     with pytest.raises(GemmtuneError, match="one allocation"):
         check_problem(_device(global_mem_bytes=2**40), get_precision("d"), 8192, 8192, 8)
     check_problem(_device(), get_precision("d"), 1024, 1024, 1024)  # fits: no error
+    # a batch stacks its problems in each operand's buffer: it must fit as a whole
+    check_problem(_device(), get_precision("s"), 64, 64, 64, batch=1000)
+    with pytest.raises(GemmtuneError, match="a batch of 100000 64x64x64 in precision s needs about .* GiB"):
+        check_problem(_device(global_mem_bytes=2**30, max_alloc_bytes=2**40), get_precision("s"), 64, 64, 64,
+                      batch=100_000)
+    with pytest.raises(GemmtuneError, match="a batch of 20000 .* one allocation"):
+        check_problem(_device(global_mem_bytes=2**40), get_precision("s"), 64, 64, 64, batch=20_000)
+    with pytest.raises(GemmtuneError, match="stacks .* elements in one operand"):
+        check_problem(_device(global_mem_bytes=2**44, max_alloc_bytes=2**44), get_precision("s"), 1024, 1024, 8,
+                      batch=4096)
 
 
 def test_the_model_best_predictions_are_measured_right_after_the_baseline(tmp_path):

@@ -177,7 +177,6 @@ def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None,
     import pyopencl as cl
 
     from gemmtune.bench import clblast as clblast_lib
-    from gemmtune.batched import check_batch
     from gemmtune.compute import get_device
     from gemmtune.db.store import database_url, probe
     from gemmtune.inputs import check_problem
@@ -189,8 +188,7 @@ def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None,
     probe(database_url(db), create=False)   # bench only reads the database
     dev = get_device(device)
     for shape in shapes:
-        check_problem(dev.info, get_precision(shape.precision), shape.m, shape.n, shape.k)
-        check_batch(dev.info, get_precision(shape.precision), shape)
+        check_problem(dev.info, get_precision(shape.precision), shape.m, shape.n, shape.k, batch=shape.batch)
     queue = cl.CommandQueue(dev.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
     rows = []
     for i, shape in enumerate(shapes, 1):

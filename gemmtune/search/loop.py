@@ -19,9 +19,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.execution.processes import Compilers, Runner
 from gemmtune.families import FAMILIES
 from gemmtune.devices.info import core_plan, host_cores
-from gemmtune.inputs import (available_host_bytes, check_jobs, check_problem, check_seed, check_study_name,
-                             device_bytes, host_bytes)
-from gemmtune.launch import INDEX_LIMIT
+from gemmtune.inputs import check_jobs, check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
 from gemmtune.search.study_search import StudySearch
 from gemmtune.search.prior import PriorModels
@@ -54,30 +52,6 @@ def check_request(req: SearchRequest) -> None:
         raise GemmtuneError(f"--batch must be a whole number from 1 to {2**31 - 1}, got {req.batch!r}")
 
 
-def check_batch(info, prec: Precision, m: int, n: int, k: int, batch: int) -> None:
-    """``check_problem`` for ``batch`` problems stacked in each operand's buffer: the stacks fit the
-    device (its memory and its largest allocation), the host's memory for checking them, and
-    the kernels' int indices."""
-    check_problem(info, prec, m, n, k)
-    if batch == 1:
-        return
-    what = f"a batch of {batch} {m}x{n}x{k} in precision {prec.code}"
-    if batch * max(m * k, k * n, m * n) >= INDEX_LIMIT:
-        raise GemmtuneError(f"{what} stacks {batch * max(m * k, k * n, m * n)} elements in one operand; the "
-                            f"kernels index at most {INDEX_LIMIT - 1}")
-    if batch * device_bytes(prec, m, n, k) > info.global_mem_bytes:
-        raise GemmtuneError(f"{what} needs about {batch * device_bytes(prec, m, n, k) / 2**30:.1f} GiB, more than "
-                            f"the {info.global_mem_bytes / 2**30:.1f} GiB of device {info.index}")
-    largest = batch * prec.bytes * max(m * k, k * n, m * n)
-    if info.max_alloc_bytes and largest > info.max_alloc_bytes:
-        raise GemmtuneError(f"{what} needs a {largest / 2**20:.0f} MiB buffer, more than device {info.index} "
-                            f"allows in one allocation ({info.max_alloc_bytes / 2**20:.0f} MiB)")
-    free = available_host_bytes()
-    if free is not None and batch * host_bytes(prec, m, n, k) > free:
-        raise GemmtuneError(f"{what} needs about {batch * host_bytes(prec, m, n, k) / 2**30:.1f} GiB of host "
-                            f"memory to check, more than the {free / 2**30:.1f} GiB available")
-
-
 def run_search(req: SearchRequest, progress: Callable[[Progress], None] | None = None) -> list[Summary]:
     """Search, measure and record on every device of ``req.device``; one Summary per study
     (devices of one model share one). Ctrl-C ends it early (``stopped_by``)."""
@@ -105,7 +79,7 @@ class Testbed:
         self.infos = list({i.key: i for i in map(resolve_device, self.specs)}.values())
         for prec, m, n, k, batch in problems or [(get_precision(req.precision), req.m, req.n, req.k, req.batch)]:
             for info in self.infos:
-                check_batch(info, prec, m, n, k, batch)
+                check_problem(info, prec, m, n, k, batch=batch)
         self.url = database_url(req.db)   # resolved once: every part of the search opens this one
         self.early_lock = probe(self.url, lock=True)
         self.runners: list[Runner] = []
@@ -173,7 +147,7 @@ class Testbed:
         """One search of ``req``'s problem (its precision and shape; the rest as opened)."""
         prec = get_precision(req.precision)
         for info in self.infos:
-            check_batch(info, prec, req.m, req.n, req.k, req.batch)
+            check_problem(info, prec, req.m, req.n, req.k, batch=req.batch)
         plans = [(group, *self._valid(group[0].device, prec, req.batch > 1)) for group in self.groups.values()]
         if self.store is None:   # opened last: bad input above leaves no database behind
             self.store = Store(self.url)
