@@ -21,13 +21,13 @@ from gemmtune.space.valid import valid_configs  # noqa: E402
 def __getattr__(name):
     # OpenCL-backed names load lazily, so `import gemmtune` works for the pure-Python parts.
     if name == "gemm":
-        from gemmtune.compute import gemm
+        from gemmtune.call.compute import gemm
         return gemm
     if name == "Gemm":
-        from gemmtune.compute import Gemm
+        from gemmtune.call.compute import Gemm
         return Gemm
     if name == "best_config":  # no OpenCL itself, but it pulls in pandas and SQLAlchemy
-        from gemmtune.tuned import best_config
+        from gemmtune.db.tuned import best_config
         return best_config
     if name == "list_devices":
         from gemmtune.devices.opencl import list_devices

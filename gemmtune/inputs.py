@@ -13,7 +13,7 @@ import re
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.devices.info import DeviceInfo, host_cores
-from gemmtune.launch import INDEX_LIMIT
+from gemmtune.launch.plan import INDEX_LIMIT
 from gemmtune.precision import Precision, require_precision
 
 SEED_MAX = 2**32 - 1   # numpy's and Optuna's samplers take seeds 0 .. 2**32 - 1

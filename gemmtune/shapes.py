@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.files import parse_toml, read_text
-from gemmtune.launch import Problem
+from gemmtune.launch.plan import Problem
 from gemmtune.precision import PRECISIONS
 
 COLUMNS = ("m", "n", "k", "precision", "trans_a", "trans_b", "batch")

@@ -1,1 +1,1 @@
-"""OpenCL C sources of gemmtune's kernels, installed as package data (see gemmtune.resources)."""
+"""OpenCL C sources of gemmtune's kernels, installed as package data (see gemmtune.files.shipped)."""

@@ -91,7 +91,7 @@ def postgres():
 @pytest.fixture(autouse=True)
 def _fresh_tuned_cache():
     # best_config memoises per process; each test must read its own database afresh.
-    from gemmtune.tuned import clear_cache
+    from gemmtune.db.tuned import clear_cache
 
     clear_cache()
     yield

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gemmtune.resources import kernel_file
+from gemmtune.files.shipped import kernel_file
 
 PATCHES = [
     ('#include "pad.cl"', '''#ifndef FAULT

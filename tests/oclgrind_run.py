@@ -23,8 +23,8 @@ import pyopencl as cl
 import pyopencl.characterize
 
 from gemmtune.devices.opencl import open_device
-from gemmtune.kernels import GemmOperation
-from gemmtune.launch import Problem
+from gemmtune.launch.operation import GemmOperation
+from gemmtune.launch.plan import Problem
 from gemmtune.precision import get_precision
 from gemmtune.space import check_config, make_config, shipped_families
 from gemmtune.measure.verify import Reference, compare, random_matrix

@@ -23,7 +23,7 @@ import gemmtune  # noqa: E402
 from gemmtune.devices.opencl import open_device  # noqa: E402
 from gemmtune.errors import GemmtuneError, OperandError  # noqa: E402
 from gemmtune.families import FAMILIES  # noqa: E402
-from gemmtune.launch import INDEX_LIMIT, Problem  # noqa: E402
+from gemmtune.launch.plan import INDEX_LIMIT, Problem  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.measure.verify import Reference, compare, random_matrix  # noqa: E402
 
@@ -243,8 +243,8 @@ def test_bad_batches_are_refused(queue):
 
 
 def _counting(monkeypatch, name: str) -> list:
-    """Calls of ``gemmtune.batched``'s ``name`` (an operand check), counted."""
-    from gemmtune import batched
+    """Calls of ``gemmtune.call.batched``'s ``name`` (an operand check), counted."""
+    from gemmtune.call import batched
 
     calls, check = [], getattr(batched, name)
     monkeypatch.setattr(batched, name, lambda *args: calls.append(args[0]) or check(*args))

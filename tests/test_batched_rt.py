@@ -25,8 +25,8 @@ from test_family_rt import CONFIGS  # noqa: E402
 import gemmtune  # noqa: E402
 from gemmtune.devices.opencl import open_device  # noqa: E402
 from gemmtune.families import FAMILIES, XGEMM_RT  # noqa: E402
-from gemmtune.kernels import GemmOperation, defines  # noqa: E402
-from gemmtune.launch import Problem  # noqa: E402
+from gemmtune.launch.operation import GemmOperation, defines  # noqa: E402
+from gemmtune.launch.plan import Problem  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.space import load_space, make_config  # noqa: E402
 from gemmtune.measure.verify import Reference, compare  # noqa: E402

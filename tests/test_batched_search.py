@@ -25,8 +25,8 @@ from helpers_foundation import make_device  # noqa: E402
 from test_workload import rows, search  # noqa: E402
 
 import gemmtune  # noqa: E402
-from gemmtune import tuned  # noqa: E402
-from gemmtune.batched import batch_config  # noqa: E402
+from gemmtune.db import tuned  # noqa: E402
+from gemmtune.call.batched import batch_config  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.db.rows import screen  # noqa: E402
 from gemmtune.db.store import Store  # noqa: E402

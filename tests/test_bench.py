@@ -25,12 +25,12 @@ from gemmtune.bench import run_bench  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.space.defaults import default_config  # noqa: E402
 from gemmtune.devices.opencl import resolve_device  # noqa: E402
-from gemmtune.kernels import GemmOperation  # noqa: E402
+from gemmtune.launch.operation import GemmOperation  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.shapes import Shape  # noqa: E402
 from gemmtune.space import load_space, make_config  # noqa: E402
 from gemmtune.measure.timing import TimingPolicy  # noqa: E402
-from gemmtune.tuned import best_config  # noqa: E402
+from gemmtune.db.tuned import best_config  # noqa: E402
 
 EXPLICIT = "config:KERNEL=xgemm_k5,TSM=16,TSN=16,TSK=16,WPTN=2,PAD=1"
 # The explicit configuration in full: the parameters it leaves out take the kernel's defaults.

@@ -24,11 +24,11 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
 from helpers_foundation import BYTES, PARAMS, REPO, broken_rules, product, toml_space  # noqa: E402
 
-import gemmtune.compute  # noqa: E402
+import gemmtune.call.compute  # noqa: E402
 from gemmtune.cli import cli, emit  # noqa: E402
 from gemmtune.devices.opencl import list_devices, resolve_device  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
-from gemmtune.resources import configs_dir  # noqa: E402
+from gemmtune.files.shipped import configs_dir  # noqa: E402
 from gemmtune.space import describe, load_space  # noqa: E402
 from gemmtune.space.valid import count_valid, iter_valid_configs, valid_configs  # noqa: E402
 from gemmtune.measure.verify import Check  # noqa: E402
@@ -295,7 +295,7 @@ def test_shape_options_reach_the_library(monkeypatch, args, shape):
         seen.append((m, n, k))
         return Check(0.0, 0.0, 0.0, 1e-6, True)
 
-    monkeypatch.setattr(gemmtune.compute, "verify_config", spy)
+    monkeypatch.setattr(gemmtune.call.compute, "verify_config", spy)
     run(["verify", *args])
     assert seen == [shape]
 
@@ -408,14 +408,14 @@ def test_verify_default_config(args):
 
 @pytest.mark.parametrize("defect", ["wrong element", "NaN element"])
 def test_verify_failing_check_exits_1(monkeypatch, defect):
-    real = gemmtune.compute.gemm
+    real = gemmtune.call.compute.gemm
 
     def broken_gemm(*args, **kwargs):
         c = real(*args, **kwargs)
         c[1, 2] = np.nan if defect == "NaN element" else c[1, 2] * 1.01 + 0.01
         return c
 
-    monkeypatch.setattr(gemmtune.compute, "gemm", broken_gemm)
+    monkeypatch.setattr(gemmtune.call.compute, "gemm", broken_gemm)
     result = run([*ISSUE_EXAMPLE, "--format", "json"], code=1)
     assert json.loads(result.stdout)["passed"] is False
     assert "Error" not in result.output

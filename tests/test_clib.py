@@ -28,11 +28,11 @@ from gemmtune.space.defaults import default_config
 from gemmtune.devices.opencl import open_device
 from gemmtune.families import FAMILIES
 from gemmtune.devices.info import DeviceInfo
-from gemmtune.kernels import build_options, defines
-from gemmtune.launch import CALL_ARGUMENTS, Problem
+from gemmtune.launch.operation import build_options, defines
+from gemmtune.launch.plan import CALL_ARGUMENTS, Problem
 from gemmtune.precision import PRECISIONS
 from gemmtune.space import Config, make_config, shipped_families
-from gemmtune.tuned import best_config, clear_cache
+from gemmtune.db.tuned import best_config, clear_cache
 from gemmtune.measure.verify import Reference, compare, random_matrix
 
 CC = shutil.which("cc") or "gcc"   # .ci/run installs gcc, cmake and the OpenCL headers and loader
@@ -426,7 +426,7 @@ def test_batches_of_one_none_and_of_an_untuned_shape(built, handles, opened):
 def test_a_batch_takes_the_configuration_python_gives_it(built, handles, opened, device):
     """batched.batch_config's choice: the nearest tuned problem of a family that takes batches
     (thin's and k5's tuned shapes give way), else the default of the batch's class."""
-    from gemmtune.batched import batch_config
+    from gemmtune.call.batched import batch_config
 
     db, _, lib = built
     dev = opened[device]

@@ -7,7 +7,7 @@ import pyopencl.array as cla
 import pytest
 
 import gemmtune
-from gemmtune.compute import get_device
+from gemmtune.call.compute import get_device
 from gemmtune.errors import GemmtuneError
 
 pytestmark = pytest.mark.usefixtures("no_tuned_results")

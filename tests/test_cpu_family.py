@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, 
 from helpers_foundation import DTYPES, uniform  # noqa: E402
 
 from gemmtune.families import XGEMM_CPU  # noqa: E402
-from gemmtune.launch import Problem  # noqa: E402
+from gemmtune.launch.plan import Problem  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.space import Config, shipped_families  # noqa: E402
 from gemmtune.measure.verify import Reference, compare  # noqa: E402
@@ -66,7 +66,7 @@ def run_cpu(queue, code, name, m, n, k, ta, tb, pad=(0, 0, 0), offsets=(0, 0, 0)
     (after, before)."""
     import pyopencl as cl
 
-    from gemmtune.kernels import GemmOperation
+    from gemmtune.launch.operation import GemmOperation
 
     dtype, prec = DTYPES[code], get_precision(code)
     rng = np.random.default_rng([m, n, k, ord(ta), ord(tb)])
@@ -168,7 +168,7 @@ def test_the_kernels_error_checks_agree_with_constraint_1(queue):
     """The kernel refuses to build what constraint 1 forbids: a vector width that is not a
     power of two up to 16, and vectors of complex elements read in place (A not packed)."""
     from gemmtune.devices.opencl import resolve_device
-    from gemmtune.kernels import BuildError, build, defines
+    from gemmtune.launch.operation import BuildError, build, defines
 
     source = shipped_families().family("xgemm_cpu").source
     dev = resolve_device(0)
@@ -260,7 +260,7 @@ def test_candidates_with_the_same_panels_share_one_build_of_the_packing_kernels(
     program, built once; each product's program holds the product alone; both compute right."""
     import pyopencl as cl
 
-    from gemmtune.kernels import GemmOperation
+    from gemmtune.launch.operation import GemmOperation
 
     s, source = get_precision("s"), shipped_families().family("xgemm_cpu").source
     base = {**XGEMM_CPU.defaults, "VW": 8, "MV": 2, "NR": 3, "NB": 1, "KC": 0, "PACKA": 1, "PACKB": 1, "ORDER": 0}

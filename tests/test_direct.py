@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, 
 from helpers_foundation import DTYPES, make_device, uniform  # noqa: E402
 
 from gemmtune.families import FAMILIES, XGEMM_DIRECT, XGEMM_K5, XGEMM_RT  # noqa: E402
-from gemmtune.launch import Problem  # noqa: E402
+from gemmtune.launch.plan import Problem  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.space import load_space, make_config  # noqa: E402
 from gemmtune.measure.verify import Reference, compare  # noqa: E402
@@ -54,7 +54,7 @@ def run_direct(queue, code, m, n, k, ta, tb, pad=(0, 0, 0), offsets=(0, 0, 0), a
     (``kernel``, ``config``); returns (result, expected, (C outside the view, before), launches)."""
     import pyopencl as cl
 
-    from gemmtune.kernels import GemmOperation
+    from gemmtune.launch.operation import GemmOperation
 
     dtype, prec = DTYPES[code], get_precision(code)
     rng = np.random.default_rng([seed, m, n, k, ord(ta), ord(tb)])
@@ -133,7 +133,7 @@ def test_candidates_share_one_build_of_the_sum_of_parts(queue, family, shape):
 
     from itertools import islice
 
-    from gemmtune.kernels import GemmOperation
+    from gemmtune.launch.operation import GemmOperation
     from gemmtune.space import Space
     from gemmtune.space.valid import iter_valid_configs
 
@@ -152,7 +152,7 @@ def test_candidates_share_one_build_of_the_sum_of_parts(queue, family, shape):
 def test_the_kernels_error_checks_agree_with_constraints_1_and_3(queue):
     """The kernel refuses to build what constraints 1 and 3 forbid: the family's rules and the
     kernel's #error checks say the same."""
-    from gemmtune.kernels import BuildError, build, defines
+    from gemmtune.launch.operation import BuildError, build, defines
     from gemmtune.space import Config
 
     prec = get_precision("s")

@@ -19,9 +19,9 @@ from gemmtune.space.defaults import shipped_default
 from gemmtune.devices.opencl import open_device, resolve_device
 from gemmtune.export import device_macro
 from gemmtune.families import FAMILIES
-from gemmtune.kernels import GemmOperation
+from gemmtune.launch.operation import GemmOperation
 from gemmtune.precision import get_precision
-from gemmtune.resources import load_kernel_source
+from gemmtune.files.shipped import load_kernel_source
 from gemmtune.space import RESERVED, Config
 from gemmtune.measure.verify import Reference, compare, random_matrix
 

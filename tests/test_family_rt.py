@@ -630,7 +630,7 @@ def fp64_matrix_device(monkeypatch):
     barriers, and PoCL 3.1 took 10 to 90 s of one core over each kernel where Intel's compiler
     takes about a second."""
     from conftest import implementation_device
-    from gemmtune import compute
+    from gemmtune.call import compute
 
     intel = implementation_device("intel")
     dev = compute.get_device(intel.index if intel else None)
@@ -759,7 +759,7 @@ def test_candidates_share_one_build_of_the_preparation_and_fixup_kernels():
     import pyopencl as cl
 
     from gemmtune.devices.opencl import open_device
-    from gemmtune.kernels import GemmOperation
+    from gemmtune.launch.operation import GemmOperation
 
     _, dev = open_device(0)
     queue = cl.CommandQueue(cl.Context([dev]))
@@ -804,7 +804,7 @@ def check_stream_k(code: str, config: dict, units: int, m: int, k: int) -> None:
     import pyopencl as cl
 
     from gemmtune.devices.opencl import open_device
-    from gemmtune.kernels import GemmOperation
+    from gemmtune.launch.operation import GemmOperation
 
     n = 11
     _, dev = open_device(0)
@@ -934,7 +934,7 @@ def test_space_explain_lists_rt_constraints(tmp_path, code):
 
 def test_space_explain_of_the_shipped_space_counts_both_families():
     # the GPU space, given: on PoCL's CPU device the shipped space would be the CPU one
-    from gemmtune.resources import configs_dir
+    from gemmtune.files.shipped import configs_dir
 
     gpu = ["--precision", "d", "--space", str(configs_dir() / "space.toml")]
     doc = explain_json(gpu)

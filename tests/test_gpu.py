@@ -89,7 +89,7 @@ def _gemm(queue, gpu, config, code, m, n, k, ta="N", tb="N", beta=0.0):
     """One GemmOperation of ``config`` on fresh column-major operands, checked against numpy."""
     import pyopencl as cl
 
-    from gemmtune.kernels import GemmOperation
+    from gemmtune.launch.operation import GemmOperation
     from gemmtune.space import load_space
 
     dtype, prec = DTYPES[code], get_precision(code)
@@ -167,7 +167,7 @@ MMA_VARIANTS = [
                                                            "d-ahead-k16-pipe5", "z-ahead-pipe7",
                                                            "d-three-sets-k16", "d-three-sets-bkfast1"])
 def test_matrix_instruction_variants_on_the_gpu(queue, gpu, code, given):
-    from gemmtune.compute import resolve_config
+    from gemmtune.call.compute import resolve_config
 
     fixed = dict(KERNEL="xgemm_rt", VLM=1, VLN=1, UNROLL=1, WARPM=0, STAGE=1, BKFAST=0)
     config = resolve_config({**fixed, **given}, gpu, get_precision(code))
@@ -188,7 +188,7 @@ def test_groups_of_512_run_although_the_driver_reports_256(queue, gpu, code, giv
     right: d's matrix instructions in 16 x 32, the transpose pass in 32 x 16, k5 in 64 x 8."""
     import pyopencl as cl
 
-    from gemmtune.compute import resolve_config
+    from gemmtune.call.compute import resolve_config
 
     config = resolve_config(given, gpu, get_precision(code))
     op = _gemm(queue, gpu, config, code, 1031, 517, 263)
@@ -204,7 +204,7 @@ def test_registers_keep_spilling_tiles_out_of_the_space(gpu):
     """A work-item of 1024 gets 64 of the H200's 65,536 registers: d's 8 x 8 accumulators (128
     registers) spilled 5-8 KB a work-item, and with three fragment sets the product came out
     wrong. The space refuses such tiles (constraint 8) where the driver gives the registers."""
-    from gemmtune.compute import resolve_config
+    from gemmtune.call.compute import resolve_config
     from gemmtune.errors import GemmtuneError
     from gemmtune.families import XGEMM_RT
 
@@ -253,8 +253,8 @@ def helpers_round_trip(device_index, queue, config, code: str, problem) -> None:
 def test_the_kernels_built_apart_go_to_the_timing_worker_as_binaries_on_the_gpu(queue, gpu):
     """On NVIDIA the binary carries a build: both preparation kernels and stream-K's fix-up
     (built apart from the product, once per what they depend on) go along with the candidate."""
-    from gemmtune.compute import resolve_config
-    from gemmtune.launch import Problem
+    from gemmtune.call.compute import resolve_config
+    from gemmtune.launch.plan import Problem
 
     given = dict(KERNEL="xgemm_rt", MWG=64, NWG=64, KWG=8, MDIMC=8, NDIMC=16, VWG=2, VLM=1, VLN=1, UNROLL=1, WARPM=0,
                  STAGE=1, BKFAST=0, PIPE=7, PADL=2, MMA=2, STREAMK=2)
@@ -269,7 +269,7 @@ def test_the_3m_product_on_the_gpu(queue, tmp_path, code, ta, tb):
     odd shape), on views with offsets, against numpy normwise (3M's accuracy is normwise)."""
     import pyopencl.array as cla
 
-    from gemmtune.compute import Gemm
+    from gemmtune.call.compute import Gemm
 
     prec = get_precision(code)
     rng = np.random.default_rng()
@@ -300,7 +300,7 @@ def _batched(queue, gpu, given: dict, code: str, count: int, m: int, n: int, k: 
     against numpy."""
     import pyopencl.array as cla
 
-    from gemmtune import compute
+    from gemmtune.call import compute
 
     dtype, prec = DTYPES[code], get_precision(code)
     rng = np.random.default_rng([count, m, n, k])
@@ -351,7 +351,7 @@ def test_batched_gpu_defaults_on_the_gpu(queue, gpu, code):
                          ids=["d-pipe7-streamk", "z-padl2-pipe7", "z-72k", "d-ahead-streamk", "d-ahead-k16-pipe5",
                               "z-ahead-pipe7"])
 def test_batched_matrix_instructions_on_the_gpu(queue, gpu, code, given):
-    from gemmtune.compute import resolve_config
+    from gemmtune.call.compute import resolve_config
 
     fixed = dict(KERNEL="xgemm_rt", VLM=1, VLN=1, UNROLL=1, WARPM=0, STAGE=1, BKFAST=0)
     config = resolve_config({**fixed, **given}, gpu, get_precision(code))

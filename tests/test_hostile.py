@@ -26,7 +26,7 @@ import gemmtune  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.devices.opencl import resolve_device  # noqa: E402
 from gemmtune.export import comment_text, device_macro  # noqa: E402
-from gemmtune.tuned import best_config  # noqa: E402
+from gemmtune.db.tuned import best_config  # noqa: E402
 
 HOSTILE = [
     "st\n#define PWNED_NEWLINE 1",

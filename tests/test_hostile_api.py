@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, 
 from helpers_foundation import DTYPES  # noqa: E402
 
 import gemmtune  # noqa: E402
-from gemmtune import compute, inputs  # noqa: E402
+from gemmtune import inputs  # noqa: E402
+from gemmtune.call import compute
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.devices.opencl import open_device  # noqa: E402
 from gemmtune.errors import GemmtuneError, OperandError  # noqa: E402

@@ -246,7 +246,7 @@ def test_jobs_beyond_the_cores_are_refused_before_any_process_starts(tmp_path):
 
 def test_a_listing_past_the_bound_is_refused_before_anything_is_written():
     from gemmtune.cli import tune
-    from gemmtune.resources import configs_dir
+    from gemmtune.files.shipped import configs_dir
 
     # the GPU space on this device: millions valid, once listed until the disk filled
     result = gemmtune("space", "--device", "0", "--space", str(configs_dir() / "space.toml"), "--format", "csv")

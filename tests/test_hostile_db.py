@@ -31,7 +31,7 @@ import gemmtune  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.db.store import Store  # noqa: E402
 from gemmtune.devices.opencl import resolve_device  # noqa: E402
-from gemmtune.tuned import best_config  # noqa: E402
+from gemmtune.db.tuned import best_config  # noqa: E402
 
 K5 = {"TSM": 16, "TSN": 16, "TSK": 16, "WPTN": 2, "PAD": 1, "TRANSPOSEX": 8, "TRANSPOSEY": 8}
 # xgemm_cpu configurations as recorded before PACKB existed: the reader fills in its default

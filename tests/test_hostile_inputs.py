@@ -24,7 +24,7 @@ from helpers_foundation import TINY_SPACE  # noqa: E402
 from gemmtune import files as user_files  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
-from gemmtune.resources import load_kernel_source  # noqa: E402
+from gemmtune.files.shipped import load_kernel_source  # noqa: E402
 from gemmtune.shapes import load_shapes  # noqa: E402
 from gemmtune.space import load_space  # noqa: E402
 

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from gemmtune import output
+from gemmtune.files import output
 from gemmtune.cli import cli
 from gemmtune.errors import GemmtuneError
 

@@ -185,7 +185,7 @@ def test_shipped_defaults_are_right_through_gemm_Gemm_and_verify(implementation,
     import pyopencl as cl
 
     import gemmtune
-    from gemmtune.compute import verify_config
+    from gemmtune.call.compute import verify_config
     from gemmtune.devices.opencl import open_device
 
     (m, n, k), ta, tb = SHAPES[code]

@@ -22,7 +22,7 @@ from helpers_foundation import TINY_SPACE  # noqa: E402
 
 from gemmtune import inputs  # noqa: E402
 from gemmtune.cli import cli  # noqa: E402
-from gemmtune.compute import verify_config  # noqa: E402
+from gemmtune.call.compute import verify_config  # noqa: E402
 from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.search import SearchRequest, run_search  # noqa: E402

@@ -211,7 +211,7 @@ def test_a_work_group_larger_than_the_built_kernel_allows_is_refused(monkeypatch
     # gave it (NVIDIA's driver launched larger groups with no error, wrongly); PoCL allows its
     # maximum to every kernel, so the limit is set here to one below the GEMM kernel's group and
     # then to the group itself.
-    from gemmtune import kernels
+    from gemmtune.launch import operation as kernels
 
     rng = np.random.default_rng(23)
     a, b = uniform((21, 10), np.float64, rng), uniform((10, 13), np.float64, rng)
@@ -294,7 +294,7 @@ def test_a_binary_loads_as_the_timing_worker_will_and_a_bad_one_is_refused():
 
     from gemmtune.devices.opencl import open_device
     from gemmtune.space.defaults import default_config
-    from gemmtune.kernels import build, defines, load_binary, program_binary
+    from gemmtune.launch.operation import build, defines, load_binary, program_binary
     from gemmtune.precision import get_precision
     from gemmtune.space import shipped_families
 
@@ -330,7 +330,7 @@ class _FakeDevice:
     ("cl_nv_device_attribute_query", None, {}),                          # a driver that lacks the query
 ])
 def test_device_defines_only_offer_cp_async_where_it_exists(extensions, major, expected):
-    from gemmtune.kernels import build_options, device_defines
+    from gemmtune.launch.operation import build_options, device_defines
 
     dev = _FakeDevice(extensions, major)
     assert device_defines(dev) == expected
@@ -353,7 +353,7 @@ def test_local_memory_is_what_a_work_group_can_use(extensions, major, reported, 
 
 def test_the_cpu_device_builds_without_device_defines():
     from gemmtune.devices.opencl import open_device
-    from gemmtune.kernels import device_defines
+    from gemmtune.launch.operation import device_defines
 
     info, dev = open_device(0)
     assert device_defines(dev) == {} and info.fp64_matrix is False and info.registers_per_group == 0
@@ -389,7 +389,7 @@ class _FakeKernel:
     ("cl_khr_fp64", [32, 16, 1], 256),                     # other drivers: what they report
 ])
 def test_a_declared_group_size_is_the_limit_on_nvidia_only(extensions, declared, limit):
-    from gemmtune import kernels
+    from gemmtune.launch import operation as kernels
 
     dev = _FakeDevice(extensions, 9)
     assert kernels.work_group_limit(_FakeKernel(declared), dev) == limit
@@ -410,7 +410,7 @@ def test_device_time_leaves_the_hosts_latency_out():
     import pyopencl as cl
 
     from gemmtune.devices.opencl import open_device
-    from gemmtune.kernels import GemmOperation, device_time_ms
+    from gemmtune.launch.operation import GemmOperation, device_time_ms
     from gemmtune.space import Config, load_space
 
     _, dev = open_device(0)
@@ -475,7 +475,7 @@ def test_pad_copy_pads_and_conjugates_with_any_work_group(monkeypatch, tile):
 
     from gemmtune.devices.opencl import open_device
     from gemmtune.families import padded
-    from gemmtune.kernels import GemmOperation
+    from gemmtune.launch.operation import GemmOperation
     from gemmtune.space import Config, load_space
 
     monkeypatch.setattr(padded, "COPY_TILES", (tile,))

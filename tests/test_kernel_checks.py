@@ -50,7 +50,7 @@ def context():
 @pytest.mark.parametrize("kernel, code, changes, numbers", CASES,
                          ids=[f"{k}-constraint-{n[0]}" for k, _, _, n in CASES])
 def test_a_kernel_refuses_what_its_constraint_forbids(context, kernel, code, changes, numbers):
-    from gemmtune.kernels import BuildError, build, defines
+    from gemmtune.launch.operation import BuildError, build, defines
     from gemmtune.space import shipped_families
 
     family, prec = FAMILIES[kernel], get_precision(code)
@@ -65,7 +65,7 @@ def test_a_kernel_refuses_what_its_constraint_forbids(context, kernel, code, cha
 
 @pytest.mark.parametrize("kernel", sorted({k for k, _, _, _ in CASES}))
 def test_the_defaults_break_nothing_and_build(context, kernel):
-    from gemmtune.kernels import build, defines
+    from gemmtune.launch.operation import build, defines
     from gemmtune.space import shipped_families
 
     family, prec = FAMILIES[kernel], get_precision("s")
@@ -79,7 +79,7 @@ def test_a_program_without_kernels_is_a_failed_build(context):
     A build error (one failed trial), not INVALID_KERNEL_NAME later at the launch."""
     import pyopencl as cl
 
-    from gemmtune.kernels import BuildError, build
+    from gemmtune.launch.operation import BuildError, build
 
     with pytest.raises(BuildError, match="no kernels"):
         build(context, "void helper(__global float* x) { x[0] = 1.0f; }\n", {"NOTHING": 1})

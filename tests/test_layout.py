@@ -27,12 +27,12 @@ KERNEL_LINES = 400
 # (space/valid.py counts the valid set in a child process started as execution's are).
 LAYERS = [
     ("commands", {"cli", "__main__"}),
-    ("uses", {"search", "report", "export", "bench", "compute", "batched", "complex3m", "operands"}),
+    ("uses", {"search", "report", "export", "bench", "call"}),
     ("strategies", {"strategies"}),
-    ("models", {"models", "tuned"}),
+    ("models", {"models"}),
     ("services", {"db", "execution", "space.valid", "space.listing", "optuna_adapter"}),
-    ("core", {"errors", "precision", "launch", "output", "resources", "files", "inputs", "devices",
-              "families", "space", "measure", "shapes", "kernels"}),
+    ("core", {"errors", "precision", "launch", "files", "inputs", "devices", "families", "space",
+              "measure", "shapes"}),
 ]
 
 

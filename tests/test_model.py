@@ -124,7 +124,7 @@ def test_pass_count_matches_what_gemm_operation_enqueues():
     import pyopencl as cl
 
     from gemmtune.devices.opencl import open_device
-    from gemmtune.kernels import GemmOperation
+    from gemmtune.launch.operation import GemmOperation
     from gemmtune.space import load_space
 
     info, dev = open_device(0)

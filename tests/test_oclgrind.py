@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from gemmtune.families import FAMILIES
-from gemmtune.resources import load_kernel_source
+from gemmtune.files.shipped import load_kernel_source
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "oclgrind_run.py"

@@ -41,7 +41,7 @@ def test_the_nearby_shapes_are_read_through_the_searchs_own_store(tmp_path, monk
     configurations as from its URL, and no second store (and engine) opened for them."""
     from test_replay import gpu, landscape
 
-    from gemmtune import tuned
+    from gemmtune.db import tuned
     from gemmtune.db import store as store_module
     from gemmtune.precision import get_precision
 

@@ -28,7 +28,7 @@ CHECK_INSTALLED = textwrap.dedent("""
     from pathlib import Path
     import numpy as np
     import gemmtune
-    from gemmtune import resources
+    from gemmtune.files import shipped as resources
     from gemmtune.space import load_space
 
     site = Path(sys.argv[1]).resolve()

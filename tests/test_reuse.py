@@ -18,7 +18,7 @@ import pyopencl.array as cla
 import pytest
 
 import gemmtune
-from gemmtune import compute
+from gemmtune.call import compute
 from gemmtune.db import store
 from gemmtune.space.defaults import default_config
 from gemmtune.devices.opencl import open_device, resolve_device
@@ -380,7 +380,7 @@ def test_gemm_object_with_k_zero_scales_c_within_its_view(queue, results_db, pre
 def test_prepared_drops_the_least_recently_used_not_the_oldest():
     """Operations and scratch are kept per problem up to a limit; a problem called again stays,
     so a program alternating a few shapes never rebuilds them."""
-    from gemmtune.kernels import Prepared
+    from gemmtune.launch.operation import Prepared
 
     made = []
 

@@ -375,17 +375,15 @@ def test_candidates_with_an_identical_binary_launched_alike_are_measured_once(tm
 def test_builds_run_ahead_only_as_far_as_the_devices_consume_them():
     from types import SimpleNamespace
 
-    from gemmtune.search.pipeline import Pipeline, running_mean
+    from gemmtune.search.pipeline import Builds, running_mean
 
-    lane = SimpleNamespace(runners=[object()], compilers=SimpleNamespace(workers=[object()] * 15),
-                           build_s=None, device_s=None)
-    assert Pipeline.build_ahead(lane) == 15 + 2  # nothing measured yet: every compiler, two ready
-    lane.build_s, lane.device_s = 0.36, 0.053  # builds take 6.8 trials of device time: 7, twice
-    assert Pipeline.build_ahead(lane) == 2 + 2 * 7
-    lane.runners = [object(), object()]
-    assert Pipeline.build_ahead(lane) == 2 * (2 + 2 * 7)
-    lane.build_s, lane.device_s = 0.5, 1.0  # device-bound: two building and two ready per device
-    assert Pipeline.build_ahead(lane) == 2 * 4
+    builds = Builds(SimpleNamespace(workers=[object()] * 15), None, None, None)
+    assert builds.ahead(1, None) == 15 + 2  # nothing measured yet: every compiler, two ready
+    builds.build_s = 0.36  # builds take 6.8 trials of device time: 7, twice
+    assert builds.ahead(1, 0.053) == 2 + 2 * 7
+    assert builds.ahead(2, 0.053) == 2 * (2 + 2 * 7)
+    builds.build_s = 0.5  # device-bound: two building and two ready per device
+    assert builds.ahead(2, 1.0) == 2 * 4
     assert running_mean(None, 2.0) == 2.0 and running_mean(2.0, None) == 2.0
     assert running_mean(2.0, 4.0) == pytest.approx(2.4)
 
@@ -767,7 +765,7 @@ def test_on_pocl_a_compiler_hands_its_build_over_through_the_drivers_cache(tmp_p
     # disk: no binary is made (asked for one, PoCL compiles every kernel for any size first).
     # One digest per build, so that identical builds are measured once.
     from gemmtune.devices.opencl import keeps_source_builds, open_device
-    from gemmtune.launch import Problem
+    from gemmtune.launch.plan import Problem
 
     (tmp_path / "tiny.toml").write_text(TINY_SPACE)
     space = load_space(tmp_path / "tiny.toml")
@@ -789,12 +787,12 @@ def test_a_compiler_sends_the_programs_built_apart_and_the_timing_worker_loads_t
     # binary instead of compiling it; the product is still verified against numpy.
     import pyopencl as cl
 
-    from gemmtune import kernels
+    from gemmtune.launch import operation as kernels
     from gemmtune.devices.opencl import open_device
     from gemmtune.execution.messages import Job
     from gemmtune.execution.timing_worker import _trial
     from gemmtune.families import FAMILIES
-    from gemmtune.launch import Problem
+    from gemmtune.launch.plan import Problem
     from gemmtune.measure.timing import TimingPolicy
 
     monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
@@ -827,7 +825,7 @@ def test_on_pocl_a_compiler_launches_the_kernels_it_built(tmp_path):
     # (one candidate lost, as on the timing worker); a launch the driver refuses is left for the
     # timing worker to report.
     from gemmtune.devices.opencl import open_device
-    from gemmtune.launch import Problem
+    from gemmtune.launch.plan import Problem
 
     space = load_space(write_fault_space(tmp_path, (3, 6)))
     info, _ = open_device("0")

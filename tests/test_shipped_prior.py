@@ -23,7 +23,7 @@ from gemmtune.models.analytic import spearman  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.search import replay as rp
 from gemmtune.search.prior import PriorModels, other_rows, search_prior, sources  # noqa: E402
-from gemmtune.tuned import shipped_config  # noqa: E402
+from gemmtune.db.tuned import shipped_config  # noqa: E402
 
 H200 = "NVIDIA H200"
 

@@ -30,7 +30,7 @@ from gemmtune.errors import GemmtuneError  # noqa: E402
 from gemmtune.devices.info import forking_is_safe  # noqa: E402
 from gemmtune.families import FAMILIES, XGEMM_K5, kernel_parameters  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
-from gemmtune.resources import load_kernel_source  # noqa: E402
+from gemmtune.files.shipped import load_kernel_source  # noqa: E402
 import gemmtune.space as space_module  # noqa: E402
 import gemmtune.space.valid as valid_module  # noqa: E402
 from gemmtune.space import (  # noqa: E402

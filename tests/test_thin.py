@@ -20,7 +20,7 @@ from test_direct import (LIMITS, OPS, SPREAD, check, check_scalars_and_shapes, k
 
 from gemmtune.families import FAMILIES, XGEMM_THIN  # noqa: E402
 from gemmtune.families.thin import SHORTEST_PART, layout  # noqa: E402
-from gemmtune.launch import Problem  # noqa: E402
+from gemmtune.launch.plan import Problem  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 
 # 32 work-items, 2 results each, 2 k-steps at once, 2 thin rows per pass, at most 4 parts.

@@ -170,8 +170,8 @@ def test_build_cost_together_builds_each_candidate_with_its_own_parameters():
     import pyopencl as cl
 
     from gemmtune.devices.opencl import open_device
-    from gemmtune.kernels import build, defines
-    from gemmtune.launch import Problem
+    from gemmtune.launch.operation import build, defines
+    from gemmtune.launch.plan import Problem
     from gemmtune.precision import get_precision
     from gemmtune.space import load_space
     from gemmtune.space.valid import sample_valid

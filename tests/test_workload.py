@@ -323,7 +323,7 @@ def test_each_problem_is_searched_with_its_ops_and_builds_of_its_own(tmp_path):
     the operands stored transposed), recorded with their ops and looked up by them. The thin
     family's build depends on the problem (which side is thin, which operand is K-fastest): the
     compiler processes build each problem's own, so none is a wrong result."""
-    from gemmtune.tuned import best_config
+    from gemmtune.db.tuned import best_config
 
     space = tmp_path / "t.toml"
     space.write_text(THIN)

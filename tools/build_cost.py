@@ -73,7 +73,7 @@ def together(parts: list[tuple[str, dict]], shared=frozenset()) -> tuple[str, li
 def shared_defines(dev) -> set[str]:
     """The macros every build on ``dev`` gets from its options (the device's facts): one
     ``together`` program defines them once for all its copies."""
-    from gemmtune.kernels import build_options
+    from gemmtune.launch.operation import build_options
 
     return {option[2:].split("=")[0] for option in build_options({}, dev) if option.startswith("-D")}
 
@@ -87,7 +87,7 @@ def _builder(device: str, jobs, barrier, results, cache: str) -> None:
     import pyopencl as cl
 
     from gemmtune.devices.opencl import keeps_source_builds, open_device
-    from gemmtune.kernels import build, load_binary, program_binary
+    from gemmtune.launch.operation import build, load_binary, program_binary
 
     _, dev = open_device(device)
     ctx = cl.Context([dev])
@@ -146,8 +146,8 @@ def main(argv=None) -> int:
             return 2
     from gemmtune.devices.opencl import open_device
     from gemmtune.errors import GemmtuneError
-    from gemmtune.kernels import defines
-    from gemmtune.launch import Problem
+    from gemmtune.launch.operation import defines
+    from gemmtune.launch.plan import Problem
     from gemmtune.precision import get_precision
     from gemmtune.space import load_space
     from gemmtune.space.valid import sample_valid

@@ -42,7 +42,7 @@ def main(argv=None) -> dict:
     import pyopencl.array as cla
 
     import gemmtune
-    from gemmtune.compute import get_device
+    from gemmtune.call.compute import get_device
     from gemmtune.precision import get_precision
 
     dev = get_device(args.device)

@@ -22,7 +22,7 @@ from gemmtune.db.rows import screen
 from gemmtune.db.store import Store
 from gemmtune.errors import GemmtuneError
 from gemmtune.models.shipped_prior import COLUMNS
-from gemmtune.output import write_file
+from gemmtune.files.output import write_file
 
 
 def prior_rows(urls: list[str], device_name: str) -> pd.DataFrame:

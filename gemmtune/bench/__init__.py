@@ -14,7 +14,7 @@ arrays; CLBlast's strided batched GEMM, numpy's and torch's matmul on 3-D arrays
   views where op() asks for them; skipped, with the reason, when the package or a CUDA device
   is missing.
 * ``3m`` (c and z): ``Gemm`` with ``complex_algorithm="3m"``, three real products
-  (``gemmtune.complex3m``); ``cublas-3m``: cuBLAS's ``cublasCgemm3m`` / ``cublasZgemm3m`` on
+  (``gemmtune.call.complex3m``); ``cublas-3m``: cuBLAS's ``cublasCgemm3m`` / ``cublasZgemm3m`` on
   torch's tensors (``gemmtune.bench.cublas3m``). Their GFLOP/s count 8 real flops per complex
   multiply-add, as the standard product's do, so that the ratios compare times.
 
@@ -98,9 +98,9 @@ def parse_baselines(text: str) -> list[str]:
 def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPolicy, device_info,
                 clblast=None) -> list[dict]:
     """Rows of one problem; ``clblast``: the loaded library where the baselines name it."""
-    from gemmtune.compute import resolve_config
+    from gemmtune.call.compute import resolve_config
     from gemmtune.space.text import parse_config
-    from gemmtune.tuned import best_config
+    from gemmtune.db.tuned import best_config
 
     prec = get_precision(shape.precision)
     host = _host_operands(prec, shape, np.random.default_rng())
@@ -177,7 +177,7 @@ def run_bench(device, shapes: list[Shape], baselines: list[str], db: str | None,
     import pyopencl as cl
 
     from gemmtune.bench import clblast as clblast_lib
-    from gemmtune.compute import get_device
+    from gemmtune.call.compute import get_device
     from gemmtune.db.store import database_url, probe
     from gemmtune.inputs import check_problem
 

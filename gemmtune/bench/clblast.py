@@ -19,7 +19,7 @@ from functools import cache
 import numpy as np
 
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
-from gemmtune.kernels import normalize_op
+from gemmtune.launch.operation import normalize_op
 from gemmtune.precision import Precision, get_precision
 from gemmtune.measure.verify import check_scalars
 

@@ -40,8 +40,8 @@ class _OpenCL:
     def __init__(self, queue, prec: Precision, shape: Shape, host, db, config=None, complex_algorithm="standard"):
         import pyopencl.array as cla
 
-        from gemmtune.compute import Gemm
-        from gemmtune.kernels import device_time_ms
+        from gemmtune.call.compute import Gemm
+        from gemmtune.launch.operation import device_time_ms
         from gemmtune.measure.verify import compare
 
         self.queue, self.device_time_ms = queue, device_time_ms

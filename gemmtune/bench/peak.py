@@ -32,10 +32,10 @@ from gemmtune.db.urls import shown
 from gemmtune.devices.opencl import open_device
 from gemmtune.errors import GemmtuneError
 from gemmtune.devices.info import DeviceInfo
-from gemmtune.kernels import BUILD_OPTIONS
+from gemmtune.launch.operation import BUILD_OPTIONS
 from gemmtune.models.analytic import BANDWIDTH, nominal_peaks
 from gemmtune.precision import PRECISIONS, Precision, get_precision
-from gemmtune.resources import load_kernel_source
+from gemmtune.files.shipped import load_kernel_source
 from gemmtune.space import require_precision
 from gemmtune.measure.timing import TimingPolicy, enough
 

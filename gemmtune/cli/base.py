@@ -188,10 +188,10 @@ def space_option(f):
 
 def emit(rows: list[dict], fmt: str) -> None:
     """Print rows as a table, CSV or JSON on stdout, every string cell made safe for its format
-    (``gemmtune.output.cells``: device and study names may come from anywhere)."""
+    (``gemmtune.files.output.cells``: device and study names may come from anywhere)."""
     import pandas as pd  # here, not at the top: it alone would double the start-up of every command
 
-    from gemmtune.output import cells
+    from gemmtune.files.output import cells
 
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))

@@ -78,7 +78,7 @@ def bench(device, precision, sizes, shapes_spec, batch, baselines, clblast, db, 
 @format_option("table", "json")
 def peak(device, precisions, db, iterations, copy_mib, time_cap, fmt):
     """Measure the device's multiply-add throughput per precision and its memory bandwidth."""
-    from gemmtune.output import terminal_text
+    from gemmtune.files.output import terminal_text
     from gemmtune.bench.peak import PeakSizes, run_peak
     from gemmtune.measure.timing import TimingPolicy
 

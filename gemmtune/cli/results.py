@@ -61,7 +61,7 @@ def report(filters, db, fmt, top, plot_file, importance, with_model):
     from gemmtune.report.importance import add_importance
 
     if plot_file:
-        from gemmtune.output import STDOUT, writable
+        from gemmtune.files.output import STDOUT, writable
         from gemmtune.report.plot import require_matplotlib
 
         require_matplotlib()
@@ -103,7 +103,7 @@ def export(filters, db, fmt, output):
     """Write the best configuration per device, precision and shape as JSON, a C header, or a C
     library (--format c: gemmtune.h, gemmtune.c and CMakeLists.txt in the -o directory)."""
     from gemmtune import export as ex
-    from gemmtune.output import STDOUT, writable
+    from gemmtune.files.output import STDOUT, writable
     from gemmtune.report.table import load
 
     if fmt == "c":
@@ -167,7 +167,7 @@ MAX_REPLAYS = 10_000   # replays per strategy, and model seeds: each costs a sea
 @format_option("table", "json")
 def replay(db, study, names, seeds, target, model_seeds, device_info, space_file, jobs, fmt):
     """Compare search strategies by re-running searches against an exhaustive study's recorded results."""
-    from gemmtune.output import terminal_text
+    from gemmtune.files.output import terminal_text
     from gemmtune.search import replay as rp
 
     names = [s.strip() for s in names.split(",") if s.strip()]

@@ -139,7 +139,7 @@ def verify(device, precision, shape, config_text, alpha, beta, trans_a, trans_b,
     # As verify_config does, before OpenCL starts: a scalar the precision cannot hold (1e300 in
     # single) would otherwise fail the check as if the kernel were wrong.
     check_scalars(get_precision(precision), alpha, beta)
-    from gemmtune.compute import verify_config  # after the checks: OpenCL and the results store
+    from gemmtune.call.compute import verify_config  # after the checks: OpenCL and the results store
 
     result = verify_config(device, get_precision(precision), *shape, config=config, alpha=alpha,
                            beta=beta, trans_a=trans_a, trans_b=trans_b, seed=seed)

@@ -91,7 +91,7 @@ PROBE_SOURCE = "__kernel void gemmtune_probe(__global float* x) { x[0] = 1.0f; }
 def _check_builds(ctx, info) -> None:
     """GemmtuneError where the device's compiler builds not even a one-line kernel: every trial
     would fail alike, and the search would record hundreds of compile errors and find nothing."""
-    from gemmtune.kernels import BuildError, build
+    from gemmtune.launch.operation import BuildError, build
 
     try:
         build(ctx, PROBE_SOURCE, {})

@@ -37,7 +37,7 @@ def compiler_main(conn, device: str | None, parent: int, quiet: bool, cores=None
         return
     cl, ctx = opened
     from gemmtune.devices.opencl import keeps_source_builds
-    from gemmtune.kernels import BuildError, build, defines, load_binary, program_binary
+    from gemmtune.launch.operation import BuildError, build, defines, load_binary, program_binary
     from gemmtune.precision import get_precision
 
     cached = keeps_source_builds(ctx.devices[0])
@@ -95,7 +95,7 @@ def _launch_once(cl, queue, job: BuildJob, prec) -> None:
     the problem's sizes (group 0 of the real launch reads and writes only what that launch's
     group 0 does), so that the driver makes its machine code for that size now. A launch the
     driver refuses is left for the timing worker to find and report."""
-    from gemmtune.kernels import GemmOperation
+    from gemmtune.launch.operation import GemmOperation
 
     p = job.problem
     if p is None:   # the problem is not known: the timing worker makes the code for its launch

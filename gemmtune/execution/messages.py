@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gemmtune.launch import Problem
+from gemmtune.launch.plan import Problem
 from gemmtune.space import Config
 from gemmtune.measure.timing import Timing, TimingPolicy
 from gemmtune.measure.verify import Check

@@ -102,7 +102,7 @@ def check_batch_result(result, reference, checked, prec):
 def _trial(cl, queue, problems, job: Job) -> Outcome:
     import numpy as np
 
-    from gemmtune.kernels import BuildError, GemmOperation
+    from gemmtune.launch.operation import BuildError, GemmOperation
     from gemmtune.precision import get_precision
     from gemmtune.shapes import packed_problem
 
@@ -182,7 +182,7 @@ def _time(cl, queue, run, job: Job, kernel_events: int = 1) -> tuple[str, Timing
     the gaps between launches, which device time alone would leave out; a large problem's
     batch is one call, and its wait adds little to the device time. The device time of the
     last call's kernels is kept beside it."""
-    from gemmtune.kernels import device_time_ms
+    from gemmtune.launch.operation import device_time_ms
 
     policy = job.policy
     for _ in range(max(1, policy.warmup)):   # the last warm call sizes the batch

@@ -40,10 +40,10 @@ import pandas as pd
 from gemmtune.space.defaults import AVX2_TABLE, shipped_default
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
-from gemmtune.output import write_file
+from gemmtune.files.output import write_file
 from gemmtune.precision import PRECISIONS
 from gemmtune.space import shipped_families
-from gemmtune.tuned import shipped_config
+from gemmtune.db.tuned import shipped_config
 from gemmtune.db.urls import shown
 
 # defaults.toml's tables besides OTHER, each with what selects it in the header: the device type
@@ -231,6 +231,6 @@ def to_header(entries: list[dict], database: str) -> str:
 
 
 def write(text: str, output: str | Path) -> None:
-    """Write ``output`` whole or not at all, never through a link (``gemmtune.output.write_file``):
+    """Write ``output`` whole or not at all, never through a link (``gemmtune.files.output.write_file``):
     a reader never finds half a header."""
     write_file(output, text)

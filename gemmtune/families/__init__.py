@@ -1,7 +1,7 @@
 """Kernel families: a kernel source plus what gemmtune needs to know to launch it (no OpenCL).
 
 Each family is a module here: its parameters come from its ``.cl`` file, its constraints and its
-launch plan (gemmtune.launch) from its class. ``FAMILIES`` lists them; nothing outside this
+launch plan (gemmtune.launch.plan) from its class. ``FAMILIES`` lists them; nothing outside this
 package names a family to launch or model it.
 """
 

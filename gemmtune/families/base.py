@@ -19,9 +19,9 @@ import numpy as np
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.devices.info import DeviceInfo
-from gemmtune.launch import Plan, Problem
+from gemmtune.launch.plan import Plan, Problem
 from gemmtune.precision import Precision
-from gemmtune.resources import load_kernel_source
+from gemmtune.files.shipped import load_kernel_source
 
 if TYPE_CHECKING:
     from gemmtune.families.split import Split
@@ -149,7 +149,7 @@ class Family:
             raise GemmtuneError(f"{where}: {value!r} is not an integer from {low} to {high}, the range of {name}")
 
     def plan(self, p: Params, prec: Precision, problem: Problem, device, compute_units: int) -> Plan:
-        """What to enqueue for ``problem``: see gemmtune.launch. ``device`` has the work-group
+        """What to enqueue for ``problem``: see gemmtune.launch.plan. ``device`` has the work-group
         limits (``max_work_group_size``, ``max_work_item_sizes``); ``compute_units`` is what a
         split of the work assumes."""
         raise NotImplementedError

@@ -5,8 +5,8 @@ read at any offset and leading dimension; op(A) and op(B) may first be packed in
 from __future__ import annotations
 
 from gemmtune.families.base import FLAG, PREPARATION, PRODUCT, TILE, WIDTH, Constraint, Family, Params, part_defines
-from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
-                             check_leading_dimensions)
+from gemmtune.launch.plan import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
+                                  check_leading_dimensions)
 from gemmtune.precision import Precision
 
 OPS = {"N": 0, "T": 1, "C": 2}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from gemmtune.families.base import (FIXUP, PADDING, PRODUCT, TILE, Constraint, Family, Params, _roundup, _safe,
                                     part_defines, register_budget, work_group_fits, work_per_item)
 from gemmtune.families.padded import copy_tile
-from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
-                             check_leading_dimensions)
+from gemmtune.launch.plan import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Scratch,
+                                  check_leading_dimensions)
 from gemmtune.precision import Precision
 
 OPS = {"N": 0, "T": 1, "C": 2}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from gemmtune.families.base import (PREPARATION, PRODUCT, TILE, WIDTH, Constraint, Family, Params, _roundup,
                                     fits_work_group, part_defines)
-from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, Launch, Plan, Problem, Scratch,
-                             check_leading_dimensions)
+from gemmtune.launch.plan import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, Launch, Plan, Problem, Scratch,
+                                  check_leading_dimensions)
 from gemmtune.precision import Precision
 
 # pad_copy's work-group: the first of these the device takes (32 down a column is the fastest

@@ -12,7 +12,7 @@ from gemmtune.families.base import (FIXUP, MODE, PADDING, TILE, WIDTH, Constrain
 from gemmtune.families.padded import TRANSPOSE_FITS, TRANSPOSE_RANGES, Padded, batch_build
 from gemmtune.families.split import Split
 from gemmtune.devices.info import DeviceInfo
-from gemmtune.launch import ALPHA, BETA, C, OFFSET_C, Launch, Scratch
+from gemmtune.launch.plan import ALPHA, BETA, C, OFFSET_C, Launch, Scratch
 from gemmtune.precision import Precision
 
 # Stream-K shares the last round's tiles out only when it leaves at least this share of the

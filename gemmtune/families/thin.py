@@ -13,8 +13,8 @@ import numpy as np
 
 from gemmtune.families.base import (FIXUP, PRODUCT, TILE, WIDTH, Constraint, Family, Params, _roundup, fits_work_group,
                                     part_defines)
-from gemmtune.launch import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Problem, Scratch,
-                             check_leading_dimensions)
+from gemmtune.launch.plan import (A, ALPHA, B, BETA, C, OFFSET_A, OFFSET_B, OFFSET_C, Launch, Plan, Problem, Scratch,
+                                  check_leading_dimensions)
 from gemmtune.precision import Precision
 
 PARTS_BYTES = 64 << 20   # the parts' sums: no more parts than fit this many bytes

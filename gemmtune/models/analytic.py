@@ -19,7 +19,7 @@ Flops and bytes
                      with ``b_k_fast`` (BKFAST = 1) that is op(B) = N and (Np, Kp) = (n, k) (then
                      the pass is a copy, else a transpose back); otherwise op(B) = T and
                      (Np, Kp) = (n, k) (so an untransposed B is always transposed). Reads k·n,
-                     writes Np·Kp elements. Both rules are those of gemmtune.kernels.GemmOperation.
+                     writes Np·Kp elements. Both rules are those of gemmtune.launch.operation.GemmOperation.
     main bytes     = e · (Mp·Kp·Np/TN + Np·Kp·Mp/TM + m·n·(2 if beta != 0 else 1)): every column of
                      work-groups (TN wide) reads all of A, every row of them (TM high) all of B,
                      and C is written once (read first when beta != 0). Caches are ignored: only
@@ -97,7 +97,7 @@ from typing import Iterable, Mapping, Sequence
 
 from gemmtune.families import FAMILIES
 from gemmtune.devices.info import DeviceInfo
-from gemmtune.launch import Problem
+from gemmtune.launch.plan import Problem
 from gemmtune.precision import Precision
 from gemmtune.space import Config
 

@@ -164,7 +164,7 @@ def _study_rows(part: pd.DataFrame, dev: DeviceInfo, peaks) -> list[tuple[np.nda
 
 def _compute_study_rows(part: pd.DataFrame, dev: DeviceInfo, peaks) -> list[tuple[np.ndarray, np.ndarray]]:
     from gemmtune.db.rows import screen
-    from gemmtune.tuned import shipped_config
+    from gemmtune.db.tuned import shipped_config
 
     out = []
     for (code, m, n, k, ta, tb), rows in screen(part).rows.groupby(["precision", "m", "n", "k", "trans_a", "trans_b"]):

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.output import table_cell, write_file
+from gemmtune.files.output import table_cell, write_file
 from gemmtune.report.table import GROUP
 
 

@@ -19,7 +19,7 @@ from gemmtune.db.store import Store, database_url
 from gemmtune.db.urls import shown
 from gemmtune.errors import GemmtuneError
 from gemmtune.report.importance import importance_text
-from gemmtune.output import cells
+from gemmtune.files.output import cells
 from gemmtune.measure.timing import is_tie
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -298,7 +298,7 @@ def _for_people(frame: pd.DataFrame) -> pd.DataFrame:
 def render(frame: pd.DataFrame, fmt: str) -> str:
     """The frame as ``table`` (aligned text), ``csv`` (dict cells as JSON), ``json`` (a list of
     objects) or ``markdown`` (a pipe table); always ends with a newline. Every string cell is
-    made safe for its format (``gemmtune.output.cells``): names come from any shared database."""
+    made safe for its format (``gemmtune.files.output.cells``): names come from any shared database."""
     if fmt == "json":
         # pandas escapes every control character but DEL, which JSON allows raw but a terminal should not get;
         # outside strings JSON text has none, so this replaces it inside them alone

@@ -123,7 +123,7 @@ def recorded_nearby(land: Landscape, dev: DeviceInfo) -> list[Config]:
     """What a search at the study's shape starts from after its baseline (``tuned.nearby_configs``:
     the best configurations of the nearest other tuned shapes in the same database), as the
     landscape spells those it recorded."""
-    from gemmtune.tuned import nearby_configs as tuned_nearby
+    from gemmtune.db.tuned import nearby_configs as tuned_nearby
 
     placed = [place(land.space, c.kernel, c.params) for c in tuned_nearby(land.url, dev, land.precision, *land.shape)]
     return [config for _, config in filter(None, placed) if config.key in land.values]

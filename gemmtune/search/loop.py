@@ -24,7 +24,7 @@ from gemmtune.precision import Precision, get_precision
 from gemmtune.search.study_search import StudySearch
 from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
-from gemmtune.resources import configs_dir
+from gemmtune.files.shipped import configs_dir
 from gemmtune.space import Space, load_space, parse_space
 from gemmtune.strategies import STRATEGIES, make_strategy
 from gemmtune.space.valid import ValidConfigs

@@ -13,7 +13,7 @@ from typing import Callable
 from gemmtune.execution.messages import BuildJob, Job, Outcome, problem_key
 from gemmtune.execution.processes import Compilers, Runner
 from gemmtune.families import FAMILIES
-from gemmtune.launch import Problem
+from gemmtune.launch.plan import Problem
 from gemmtune.precision import Precision
 from gemmtune.space import Config, Space
 from gemmtune.measure.timing import TimingPolicy, gflops
@@ -82,6 +82,55 @@ class IdleTime:
         return {**shares, "process": max(0.0, self.reported_s / (elapsed * devices) - sum(shares.values()))}
 
 
+class Builds:
+    """The compile stage: candidates on the compiler processes, each handed back built (or
+    failed), and how far to build ahead of the devices."""
+
+    def __init__(self, compilers: Compilers, space: Space, prec: Precision, problem: Problem):
+        self.compilers, self.space, self.prec, self.problem = compilers, space, prec, problem
+        self.build_s: float | None = None   # mean build time
+
+    @property
+    def busy(self) -> list:
+        return self.compilers.busy
+
+    def submit(self, trial, config: Config, key: tuple) -> None:
+        job = BuildJob(config, self.space.family(config.kernel).source, self.prec.code, self.problem)
+        self.compilers.idle().submit(job, self.compilers.timeout, (trial, config, key))
+
+    def has_room(self, ready: int, devices: int, device_s: float | None) -> bool:
+        return self.compilers.idle() is not None and ready + len(self.busy) < self.ahead(devices, device_s)
+
+    def ahead(self, devices: int, device_s: float | None) -> int:
+        """Candidates built or building ahead of the devices: twice the builds that finish while
+        a device measures (build time over device time per trial; twice, as build times vary
+        tenfold), plus two ready per device. More would only keep compilers busy on cores the
+        timing worker, its comparison and this process need, and put more trials in flight
+        than the sampler's constant liar must cover."""
+        if not (self.build_s and device_s):
+            return len(self.compilers.workers) + 2 * devices
+        return devices * (2 + 2 * math.ceil(self.build_s / device_s))
+
+    def stop(self) -> list:
+        """Every build in progress, stopped; their entries (trial, config, key)."""
+        building = list(self.busy)
+        entries = [w.job[1] for w in building]   # killing clears a worker's job
+        for w in building:
+            w.kill()  # nothing more is built: no need to start another
+        return entries
+
+    def collect(self, now: float) -> list:
+        """The builds finished (or past their deadline): (trial, config, key, built) each."""
+        done = []
+        for w in self.busy:
+            if w.connection.poll(0) or now >= w.deadline:
+                entry = w.job[1]   # collecting clears the worker's job
+                built = self.compilers.collect(w)
+                self.build_s = running_mean(self.build_s, built.compile_s)
+                done.append((*entry, built))
+        return done
+
+
 class Pipeline:
     """Candidates of one study between the proposer and their results. An entry is
     (trial, config, key, built); ``finish(trial, config, key, outcome, compile_s, device)`` is
@@ -90,12 +139,13 @@ class Pipeline:
     def __init__(self, runners: list[Runner], compilers: Compilers | None, space: Space, prec: Precision,
                  problem: Problem, policy: TimingPolicy, threshold_ms: Callable[[], float | None],
                  finish: Callable):
-        self.runners, self.compilers, self.space, self.prec = runners, compilers, space, prec
+        self.runners, self.space, self.prec = runners, space, prec
         self.problem, self.policy, self.threshold_ms, self.finish = problem, policy, threshold_ms, finish
+        self.builds = Builds(compilers, space, prec, problem) if compilers is not None else None
         self.same = SameRuns(prec, problem, runners[0].device)
         self.flops = prec.flops(problem.m, problem.n, problem.k) * problem.batch
         self.problem_key = problem_key(prec.code, *astuple(problem)[:5], problem.batch)   # m, n, k and the ops
-        self.timing_s, self.build_s, self.device_s = 0.0, None, None   # time on devices; mean build, trial
+        self.timing_s, self.device_s = 0.0, None   # time on devices; mean trial
         self.idle = IdleTime()   # what its devices waited for; the search sets its ``start``
         self.best_collected: float | None = None   # of results collected, recorded or not yet
         self.ready: deque = deque()   # built, waiting for a device
@@ -107,7 +157,7 @@ class Pipeline:
 
     @property
     def busy(self) -> list:
-        return self.compilers.busy if self.compilers else []
+        return self.builds.busy if self.builds else []
 
     @property
     def in_flight(self) -> int:
@@ -118,34 +168,20 @@ class Pipeline:
         return not any(self.timing.values()) and not self.busy and not self.ready
 
     def has_room(self) -> bool:
-        if self.compilers is not None:
-            return self.compilers.idle() is not None and len(self.ready) + len(self.busy) < self.build_ahead()
+        if self.builds is not None:
+            return self.builds.has_room(len(self.ready), len(self.runners), self.device_s)
         return len(self.ready) + sum(map(len, self.timing.values())) < len(self.runners)
 
-    def build_ahead(self) -> int:
-        """Candidates built or building ahead of the devices: twice the builds that finish while
-        a device measures (build time over device time per trial; twice, as build times vary
-        tenfold), plus two ready per device. More would only keep compilers busy on cores the
-        timing worker, its comparison and this process need, and put more trials in flight
-        than the sampler's constant liar must cover."""
-        if not (self.build_s and self.device_s):
-            return len(self.compilers.workers) + 2 * len(self.runners)
-        return len(self.runners) * (2 + 2 * math.ceil(self.build_s / self.device_s))
-
     def add(self, trial, config: Config, key: tuple) -> None:
-        if self.compilers is not None:
-            job = BuildJob(config, self.space.family(config.kernel).source, self.prec.code, self.problem)
-            self.compilers.idle().submit(job, self.compilers.timeout, (trial, config, key))
+        if self.builds is not None:
+            self.builds.submit(trial, config, key)
         else:
             self.ready.append((trial, config, key, None))
 
     def drop_unmeasured(self) -> list:
         """Every candidate not yet on a device, taken out; the builds are stopped."""
-        building = list(self.busy)
-        dropped = [entry[:3] for entry in self.ready] + [w.job[1] for w in building]
+        dropped = [entry[:3] for entry in self.ready] + (self.builds.stop() if self.builds else [])
         self.ready.clear()
-        for w in building:
-            w.kill()  # nothing more is built: no need to start another
         return dropped
 
     def drop_on_devices(self) -> list:
@@ -198,16 +234,12 @@ class Pipeline:
 
     def collect(self) -> None:
         now = time.monotonic()
-        for w in self.busy:
-            if w.connection.poll(0) or now >= w.deadline:
-                trial, config, key = w.job[1]
-                built = self.compilers.collect(w)
-                self.build_s = running_mean(self.build_s, built.compile_s)
-                if built.status == "ok":
-                    self.ready.append((trial, config, key, built))
-                else:
-                    self.finish(trial, config, key, Outcome(built.status, compile_s=built.compile_s,
-                                                            detail=built.detail), None, None)
+        for trial, config, key, built in self.builds.collect(now) if self.builds else []:
+            if built.status == "ok":
+                self.ready.append((trial, config, key, built))
+            else:
+                self.finish(trial, config, key, Outcome(built.status, compile_s=built.compile_s,
+                                                        detail=built.detail), None, None)
         done, before = [], self.threshold_ms()
         for i, entries in self.timing.items():
             runner = self.runners[i]

@@ -72,6 +72,41 @@ def is_recorded(store: Store, study: str, number: int) -> bool:
     return number in set(store.frame(study=study, trial=number).trial)
 
 
+class StudyRows:
+    """The study's results rows as this process knows them: ``measured`` maps each configuration's
+    key to (status, GFLOP/s), from the rows this process wrote and those other processes sharing
+    the database recorded (read by ``refresh``), with "in_flight" for its own candidates not yet
+    measured. ``learn`` is told each configuration another process measured."""
+
+    def __init__(self, store: Store, name: str, space: Space, prec: Precision, problem: tuple,
+                 measured: dict):
+        self.store, self.name, self.space, self.prec = store, name, space, prec
+        self.m, self.n, self.k, self.trans_a, self.trans_b, self.batch = problem
+        self.measured = measured
+        self.seen_id = 0
+        self.learn: Callable[[Config, float | None], None] | None = None
+
+    def refresh(self) -> None:
+        """Read the rows recorded since the last look (by any process) into ``measured``."""
+        self.seen_id = read_results(self.store, self.name, self.space, self.seen_id, self.measured, self.learn)
+
+    def write(self, number: int, dev: DeviceInfo, config: Config, outcome: Outcome, is_baseline: bool,
+              key: tuple | None = None) -> float | None:
+        """Commit one trial's row; ``key``, where given, is marked measured with its result."""
+        value = record(self.store, self.name, number, dev, self.prec, self.m, self.n, self.k, config, outcome,
+                       is_baseline, self.trans_a, self.trans_b, self.batch)
+        if key is not None:
+            self.measured[key] = (outcome.status, value)
+        return value
+
+    def lost(self, number: int, dev: DeviceInfo, config: Config | None) -> None:
+        """Another process's trial failed as stale: recorded once, by whichever process noticed."""
+        if config is None or is_recorded(self.store, self.name, number):
+            return
+        self.write(number, dev, config, Outcome("lost", detail="its search process stopped sending heartbeats "
+                                                "(it or its machine died) during the trial"), False)
+
+
 def summarize(store, name, devices, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by,
               device_busy=None, space=None, device_idle=None, learned_from=None, batch: int = 1) -> Summary:
     rows = screen(store.frame(study=name), space).rows

@@ -169,7 +169,7 @@ def model_seeds(land: Landscape, dev: DeviceInfo, count: int, fitted=None) -> li
     """What a search at the study's shape seeds with, among the recorded configurations
     (``learned.seeds``: the analytic model's best tilings, each nearest the baseline or the
     nearest tuned shapes' bests, and as the ``fitted`` model of the other studies picks it)."""
-    from gemmtune.tuned import nearby_configs as tuned_nearby
+    from gemmtune.db.tuned import nearby_configs as tuned_nearby
 
     m, n, k = land.shape
     near = [*([land.baseline] if land.baseline is not None else []),

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from gemmtune import tuned
+from gemmtune.db import tuned
 from gemmtune.db.store import Store
 from gemmtune.space.defaults import default_config, distance
 from gemmtune.execution.messages import Outcome
@@ -26,7 +26,7 @@ from gemmtune.search.opening import model_seeds, opening
 from gemmtune.search.pipeline import Pipeline
 from gemmtune.search.prior import PriorModels, search_prior, sources
 from gemmtune.search.proposals import Proposals
-from gemmtune.search.recording import claim_text, is_recorded, read_results, record, summarize
+from gemmtune.search.recording import StudyRows, claim_text, summarize
 from gemmtune.search.request import Progress, SearchRequest, Summary, default_study_name
 from gemmtune.search.proposer import Proposer
 from gemmtune.search.session import StudySession, quiet_heartbeat
@@ -99,15 +99,18 @@ class StudySearch:
         prior = search_prior(store, dev, name) if strategy.fits_model(req.seeds) else None
         prepare(strategy, req, prec, dev, store, prior, priors)
         self.proposals = Proposals(space, strategy.ordinal)
-        self.session = StudySession(store.url, name, strategy, req.grace, self._lost, self.proposals)
+        self.rows = StudyRows(store, name, space, prec, (m, n, k, req.trans_a, req.trans_b, req.batch), Journal())
+        self.measured = self.rows.measured
+        self.session = StudySession(store.url, name, strategy, req.grace,
+                                    lambda number, params: self.rows.lost(number, dev, self.proposals.decode(params)),
+                                    self.proposals)
         store.save_device(dev)
-        self.measured: dict[tuple, tuple[str, float | None]] = Journal()
-        self.seen_id, self.learn = 0, self.session.copy.learn   # learn: other processes' results, for the sampler
-        self.refresh()
+        self.rows.learn = self.session.copy.learn   # other processes' results, for the sampler
+        self.rows.refresh()
         rng = random.Random(req.seed)
         self.proposer = proposer = Proposer(
             self.session.study, self.proposals, valid, self.measured, strategy, rng, [], why_invalid=Broken(dev, prec),
-            claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.refresh,
+            claim=lambda key, trial: store.claim(name, claim_text(key), trial.number), refresh=self.rows.refresh,
             batch=self.session.storage.batch,
             is_valid=lambda c: space.allows(c) and proposer.why_invalid(c) is None, copy=self.session.copy)
         self.baseline_key, first = first_candidates(req, prec, dev, valid, store, proposer, strategy, rng, prior,
@@ -121,7 +124,7 @@ class StudySearch:
         self.ahead = ahead_possible()   # the sampler in a process of its own (``search.ahead``)
         if self.ahead:
             self.proposer = AheadProposer(proposer)
-            self.learn = self.proposer.learn
+            self.rows.learn = self.proposer.learn
         self.done, self.failures, self.stopped_by = 0, Counter(), None   # stopped_by: why it stopped, once it has
         self.start, self.progress = time.monotonic(), None
         problem = packed_problem(m, n, k, req.trans_a, req.trans_b, req.batch)
@@ -140,19 +143,6 @@ class StudySearch:
         if self.req.early_stop and best:
             return self.flops / (self.req.early_stop * best * 1e9) * 1e3
         return None
-
-    def refresh(self) -> None:
-        """Read results rows recorded since the last look (by any process) into ``measured``."""
-        self.seen_id = read_results(self.store, self.name, self.space, self.seen_id, self.measured, self.learn)
-
-    def _lost(self, number: int, params: dict) -> None:
-        """Another process's trial failed as stale: record it, once."""
-        config = self.proposals.decode(params)
-        if is_recorded(self.store, self.name, number) or config is None:
-            return
-        record(self.store, self.name, number, self.dev, self.prec, self.req.m, self.req.n, self.req.k, config,
-               Outcome("lost", detail="its search process stopped sending heartbeats (it or its machine died) "
-                       "during the trial"), False, self.req.trans_a, self.req.trans_b, self.req.batch)
 
     @property
     def asking(self) -> bool:   # not stopped, and the trial budget not spent on trials done or in flight
@@ -202,9 +192,7 @@ class StudySearch:
         if compile_s is not None:
             outcome = replace(outcome, compile_s=compile_s)
         dev = dev or self.dev
-        value = record(self.store, self.name, trial.number, dev, self.prec, self.req.m, self.req.n, self.req.k,
-                       config, outcome, key == self.baseline_key, self.req.trans_a, self.req.trans_b, self.req.batch)
-        self.measured[key] = (outcome.status, value)
+        value = self.rows.write(trial.number, dev, config, outcome, key == self.baseline_key, key)
         if value is None:
             self.failures[outcome.status] += 1
         self.proposer.tell(trial, config, value, outcome.status)
@@ -224,7 +212,7 @@ class StudySearch:
 
     def heartbeat(self) -> None:
         self.session.heartbeat()
-        self.refresh()
+        self.rows.refresh()
 
     def summary(self, elapsed: float, idle: dict[str, float] | None = None) -> Summary:
         runners, req = self.pipeline.runners, self.req

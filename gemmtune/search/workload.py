@@ -18,7 +18,7 @@ from typing import Callable
 
 from gemmtune.errors import GemmtuneError
 from gemmtune.shapes import Shape
-from gemmtune.tuned import nearby_configs
+from gemmtune.db.tuned import nearby_configs
 
 NEARBY = 5           # configurations of the nearest tuned problems measured first
 MIN_SECONDS = 5.0    # a problem after the first gets at least this much of the budget, or is left for a later run

@@ -26,7 +26,7 @@ from gemmtune.families import FAMILIES, Constraint, Family, kernel_parameters
 from gemmtune.devices.info import DeviceInfo
 from gemmtune.files import parse_toml, read_text
 from gemmtune.precision import Precision, require_precision
-from gemmtune.resources import configs_dir, load_kernel_source
+from gemmtune.files.shipped import configs_dir, load_kernel_source
 
 RESERVED = {"PRECISION"}  # set by gemmtune itself, never tuned
 

@@ -12,7 +12,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.families import FAMILIES
 from gemmtune.devices.info import DeviceInfo
 from gemmtune.precision import Precision
-from gemmtune.resources import configs_dir
+from gemmtune.files.shipped import configs_dir
 from gemmtune.space import Config, load_space, make_config, require_precision
 
 

@@ -20,12 +20,12 @@ from gemmtune.space.defaults import (AVX2_TABLE, LONG_K, MEDIUM_VOLUME, SKINNY, 
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import COPY_PER_ITEM, COPY_TILES, FAMILIES, IDLE_WORTH_SHARING, cpu, direct, thin
 from gemmtune.devices.info import DeviceInfo
-from gemmtune.kernels import BUILD_OPTIONS
-from gemmtune.launch import INDEX_LIMIT
+from gemmtune.launch.operation import BUILD_OPTIONS
+from gemmtune.launch.plan import INDEX_LIMIT
 from gemmtune.precision import PRECISIONS
-from gemmtune.resources import load_kernel_source
+from gemmtune.files.shipped import load_kernel_source
 from gemmtune.space import RESERVED
-from gemmtune.tuned import OTHER_OPS
+from gemmtune.db.tuned import OTHER_OPS
 
 FILES = ("gemmtune.h", "gemmtune.c", "CMakeLists.txt", "example.c")
 # The C port of each family's plan (gemmtune_impl.c): a family without one cannot be exported.
@@ -137,7 +137,7 @@ def ranked_rows(rows, devices: dict[str, DeviceInfo | None]) -> list[dict]:
     (``tuned_shapes``): configurations of a shipped family that are valid on their device (as far
     as its stored description tells), best first (GFLOP/s, then the earlier row)."""
     from gemmtune.space import shipped_families
-    from gemmtune.tuned import shipped_config
+    from gemmtune.db.tuned import shipped_config
 
     space = shipped_families()
     ranked = []
@@ -255,7 +255,7 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
 def check_directory(directory: str | Path) -> None:
     """Refuse, before any work, a ``directory`` that is something else, or whose library files
     ``write_file`` could not replace."""
-    from gemmtune.output import writable
+    from gemmtune.files.output import writable
 
     directory = Path(directory)
     if directory.is_symlink():
@@ -269,7 +269,7 @@ def check_directory(directory: str | Path) -> None:
 
 def write(library: dict[str, str], directory: str | Path) -> None:
     """Write the library's files into ``directory`` (made if missing), each whole or not at all."""
-    from gemmtune.output import write_file
+    from gemmtune.files.output import write_file
 
     check_directory(directory)
     directory = Path(directory)
@@ -298,7 +298,7 @@ LAUNCH_EXAMPLES = {
 
 def launch_docs() -> str:
     """Markdown: each family's launches for an example problem, from ``Family.plan`` itself."""
-    from gemmtune.launch import Problem
+    from gemmtune.launch.plan import Problem
     from gemmtune.space import make_config, shipped_families
 
     dev = DeviceInfo(index=0, platform_index=0, device_index=0, platform="example", name="example", vendor="example",
@@ -346,7 +346,7 @@ def _launch_table(plan) -> list[str]:
 def write_launch_docs(path: str | Path) -> None:
     """Put ``launch_docs()`` into the markdown file at ``path``, in place of what stands between
     its markers (at the end where it has none)."""
-    from gemmtune.output import write_file
+    from gemmtune.files.output import write_file
 
     text = Path(path).read_text(encoding="utf-8")
     start, end = text.find(LAUNCH_DOCS[0]), text.find(LAUNCH_DOCS[1])

@@ -10,22 +10,23 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from gemmtune import batched, inputs
+from gemmtune import inputs
+from gemmtune.call import batched
 from gemmtune.devices.opencl import device_spec, list_devices, open_device
 from gemmtune.devices.info import DeviceInfo
 from gemmtune.space.defaults import default_config
 from gemmtune.families import FAMILIES
-from gemmtune.kernels import GemmOperation, Prepared
-from gemmtune.launch import Problem
-from gemmtune.complex3m import Complex3M, check_algorithm
+from gemmtune.launch.operation import GemmOperation, Prepared
+from gemmtune.launch.plan import Problem
+from gemmtune.call.complex3m import Complex3M, check_algorithm
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
-from gemmtune.operands import (BufferFacts, check_device_memory, check_host_memory, check_out, deliver,
-                               host_operand, op_flag,
-                               operand_precision, out_of_memory, out_of_memory_as_error, overlap, product_shape,
-                               view)
+from gemmtune.call.operands import (BufferFacts, check_device_memory, check_host_memory, check_out, deliver,
+                                    host_operand, op_flag,
+                                    operand_precision, out_of_memory, out_of_memory_as_error, overlap, product_shape,
+                                    view)
 from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config, check_config, load_space, make_config, require_precision, shipped_families
-from gemmtune.tuned import best_config
+from gemmtune.db.tuned import best_config
 from gemmtune.measure.verify import Check, Reference, check_scalars, compare, random_matrix
 
 
@@ -99,7 +100,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     ``device`` is an index, "P:D", or None for $GEMMTUNE_DEVICE or 0. M, N or K may be 0, as in
     BLAS: K = 0 gives ``beta * c`` (zeros at beta 0), M or N = 0 an empty array.
     ``complex_algorithm="3m"`` (c and z only) computes the product from three real GEMMs
-    (``gemmtune.complex3m``: faster, less accurate componentwise); ``config`` then is the real
+    (``gemmtune.call.complex3m``: faster, less accurate componentwise); ``config`` then is the real
     precision's. Raises GemmtuneError for bad input, before anything is allocated on the device:
     OperandError (also a ValueError) for mixed dtypes, mismatched shapes and alpha or beta that
     are not finite numbers of the precision (``check_scalars``); for a configuration that is
@@ -109,7 +110,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
     too.
     Operands of more than two dimensions are stacks of matrices, as ``numpy.matmul`` takes them:
     the leading (batch) dimensions broadcast, op() applies to the last two, and the whole batch
-    is one batched launch (``gemmtune.batched``; docs/batched.md). ``out``: an array of the
+    is one batched launch (``gemmtune.call.batched``; docs/batched.md). ``out``: an array of the
     result's shape and dtype to write the result into (and return) instead of a new one.
     """
     a, b = host_operand("a", a, batched=True), host_operand("b", b, batched=True)
@@ -309,7 +310,7 @@ class Gemm:
         self._calls = Prepared(self._MAX_PROBLEMS)   # GemmOperation or EmptyProduct by problem
         self._scalars = None   # the last alpha and beta check_scalars passed, with their types
         self._buffers: dict[int, BufferFacts] = {}   # of the last call's operands, by id
-        self._batched = None   # the last batch's operands and what they prepared (gemmtune.batched)
+        self._batched = None   # the last batch's operands and what they prepared (gemmtune.call.batched)
         self.last_operation: GemmOperation | EmptyProduct | None = None   # of the last call, and its events
         self.last_events: list = []
 
@@ -342,7 +343,7 @@ class Gemm:
                                  n, m, ka, problem=problem)
 
     def __call__(self, a, b, c, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
-        if batched.is_batch(a, b, c):   # 3-D arrays or lists of views: gemmtune.batched
+        if batched.is_batch(a, b, c):   # 3-D arrays or lists of views: gemmtune.call.batched
             return batched.call(self, a, b, c, alpha, beta, trans_a, trans_b)
         # Every call checks everything, cached operation or not: the cache is keyed by what the
         # operation depends on, and an offset or a buffer may differ from one call to the next.

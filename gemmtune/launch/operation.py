@@ -16,8 +16,8 @@ import pyopencl as cl
 
 from gemmtune.devices.opencl import compute_units as device_compute_units, has_fp64_matrix, nvidia_compute_capability
 from gemmtune.families import COPY_PER_ITEM, FAMILIES, Family
-from gemmtune.launch import (A, ALPHA, B, BATCH_OFFSETS, BETA, C, CALL_ARGUMENTS, OFFSET_A, OFFSET_B, OFFSET_C,
-                             Problem, Scratch)
+from gemmtune.launch.plan import (A, ALPHA, B, BATCH_OFFSETS, BETA, C, CALL_ARGUMENTS, OFFSET_A, OFFSET_B, OFFSET_C,
+                                  Problem, Scratch)
 from gemmtune.precision import Precision
 from gemmtune.space import Config
 
@@ -165,7 +165,7 @@ class Prepared(OrderedDict):
 class GemmOperation:
     """One configured GEMM of a fixed problem on one queue, ready to enqueue repeatedly.
 
-    It carries out the family's launch plan (gemmtune.launch): the program is built, the scratch
+    It carries out the family's launch plan (gemmtune.launch.plan): the program is built, the scratch
     buffers allocated and every kernel argument that does not change between calls set once, so
     a call sets only the operands and scalars that changed since the last one and enqueues.
     The operands last bound stay referenced until the next call binds others.

@@ -17,8 +17,8 @@ import pyopencl.array as cla
 from gemmtune import inputs
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
 from gemmtune.devices.info import DeviceInfo
-from gemmtune.kernels import normalize_op
-from gemmtune.launch import INDEX_LIMIT
+from gemmtune.launch.operation import normalize_op
+from gemmtune.launch.plan import INDEX_LIMIT
 from gemmtune.precision import Precision, precision_of
 
 

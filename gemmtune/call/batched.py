@@ -19,12 +19,12 @@ import pyopencl.array as cla
 from gemmtune.space.defaults import default_config
 from gemmtune.errors import OperandError
 from gemmtune.families import FAMILIES
-from gemmtune.kernels import GemmOperation, Prepared
-from gemmtune.launch import Problem
-from gemmtune.operands import (batch_view, check_device_memory, check_host_memory, check_out, deliver, op_flag,
-                               out_of_memory, out_of_memory_as_error, overlap, product_shape, view)
+from gemmtune.launch.operation import GemmOperation, Prepared
+from gemmtune.launch.plan import Problem
+from gemmtune.call.operands import (batch_view, check_device_memory, check_host_memory, check_out, deliver, op_flag,
+                                    out_of_memory, out_of_memory_as_error, overlap, product_shape, view)
 from gemmtune.space import Config, shipped_families
-from gemmtune.tuned import best_config
+from gemmtune.db.tuned import best_config
 from gemmtune.measure.verify import check_scalars
 
 _operations = Prepared(32)

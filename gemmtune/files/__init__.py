@@ -1,5 +1,7 @@
-"""Files a user names (shapes, spaces, device descriptions, kernel sources): read as UTF-8 text
-no larger than a bound, and TOML parsed, each failure one GemmtuneError naming the file."""
+"""Files gemmtune reads and writes. Here: files a user names (shapes, spaces, device
+descriptions, kernel sources), read as UTF-8 text no larger than a bound and TOML parsed, each
+failure one GemmtuneError naming the file; ``shipped``: the files installed with the package;
+``output``: what gemmtune writes for its user."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A family turns a configuration and a :class:`Problem` into a :class:`Plan`: the scratch
 buffers and the kernels to enqueue in order with their sizes and
-arguments. ``gemmtune.kernels.GemmOperation`` carries any plan out, so it knows no family by
+arguments. ``gemmtune.launch.operation.GemmOperation`` carries any plan out, so it knows no family by
 name, and the performance model and the exported header read the same plan.
 """
 

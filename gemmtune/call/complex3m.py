@@ -24,8 +24,8 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from gemmtune.errors import GemmtuneError
-from gemmtune.kernels import Prepared
-from gemmtune.operands import View, check_device_memory
+from gemmtune.launch.operation import Prepared
+from gemmtune.call.operands import View, check_device_memory
 from gemmtune.precision import Precision, get_precision
 
 ALGORITHMS = ("standard", "3m")
