@@ -200,6 +200,12 @@ static inline void load_a_edge(realV* r, const __global real* restrict a, const 
   } while (0)
 #endif
 
+#if BATCH   // for (v = first; v < limit; v += step), or with one problem its first value only
+  #define BLOCKS(v, first, limit, step) for (int v = (first); v < (limit); v += (step))
+#else
+  #define BLOCKS(v, first, limit, step) for (int v = (first), v##_once = 1; v##_once; v##_once = 0)
+#endif
+
 #define K_LOOP(LOAD_A, count) do {                                                 \
     int p = 0;                                                                     \
     for (; p + KU <= (count); p += KU) {                                                 \
@@ -231,14 +237,14 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
            , const int batch, const int per_item
 #endif
            ) {
-#if ORDER == 0
-  const int jstart = get_global_id(0) * NR * NB;
-  const int i0 = get_global_id(1) * MR;
+#if ORDER == 0   // the work-item's first block
+  const int jstart_first = get_global_id(0) * NR * NB;
+  const int i0_first = get_global_id(1) * MR;
 #else
-  const int jstart = get_global_id(1) * NR * NB;
-  const int i0 = get_global_id(0) * MR;
+  const int jstart_first = get_global_id(1) * NR * NB;
+  const int i0_first = get_global_id(0) * MR;
 #endif
-  if (jstart >= N || i0 >= M) { return; }  // the launch is rounded up to whole work-groups
+  if (jstart_first >= N || i0_first >= M) { return; }  // the launch is rounded up to whole work-groups
   A += offA;
   B += offB;
   C += offC;
@@ -261,6 +267,12 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
   Bp += (size_t)(z == z0 ? z : 1) * ((N + NR - 1) / NR) * NR * K;
 #endif
 #endif
+  // Batched, each work-item takes every (launch width)-th block of rows and columns: a launch
+  // one work-item wide computes whole problems, paying a work-group's start once for all of a
+  // small problem's blocks; rows outside, so a panel of A serves every column block. One
+  // problem: its one block (a loop the compiler drops).
+  BLOCKS(i0, i0_first, M, MR * (int)get_global_size(ORDER == 0 ? 1 : 0)) {
+  BLOCKS(jstart, jstart_first, N, NR * NB * (int)get_global_size(ORDER == 0 ? 0 : 1)) {
   const bool full_rows = i0 + MR <= M;
 #if !PLANAR
   const realV va = SPLAT(alpha);
@@ -347,54 +359,9 @@ void xgemm(const int M, const int N, const int K, const real alpha, const real b
       }
     }
   }
+  }}   // the work-item's next block
   }   // the work-item's next problem
 }
 #endif
 
-// Packing: the product then reads each operand as one sequential stream, whatever lda and ldb
-// are. Read in place, a column stride of a multiple of 4 KiB maps every step of K onto the same
-// few cache sets, and the panel of A no longer stays in cache between work-items (in s at
-// 2048^3, A read in place ran at about 60 % of the speed of packed A on a 2-core AMD EPYC).
-// Rows or columns past M or N are stored as zeros, so the product needs no edge case for them.
-#if PACKA && PART != 1
-// Ap[(b * K + p) * MR + r] = op(A)(b * MR + r, p); one work-item per (p, b). A fixed work-group
-// size, because PoCL compiles a kernel again for each new local size it is launched with.
-__kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1)))
-void xgemm_pack_a(const int M, const int K, const __global real* restrict A, const int offA,
-                           const int lda, __global real* restrict Ap BATCH_ARGS) {
-  const int p = get_global_id(0);
-  const int b = get_global_id(1);
-  if (p >= K) { return; }
-  A += offA;
-#if BATCH
-  A += BATCH_AT((int)get_global_id(2), 0, stride_a);
-  Ap += (size_t)get_global_id(2) * ((M + MR - 1) / MR) * MR * K;
-#endif
-  __global panel_t* restrict out = (__global panel_t*)Ap + ((size_t)b * K + p) * PANEL_STEP;
-  _Pragma("unroll") for (int r = 0; r < MR; r++) {
-    const int i = b * MR + r;
-    PANEL_PUT(out, r, i < M ? A_AT(i, p) : ZERO);
-  }
-}
-#endif
-
-#if PACKB && PART != 1
-// Bp[(b * K + p) * NR + j] = op(B)(p, b * NR + j); one work-item per (p, b)
-__kernel __attribute__((reqd_work_group_size(PACK_WG, 1, 1)))
-void xgemm_pack_b(const int N, const int K, const __global real* restrict B, const int offB,
-                           const int ldb, __global real* restrict Bp BATCH_ARGS) {
-  const int p = get_global_id(0);
-  const int b = get_global_id(1);
-  if (p >= K) { return; }
-  B += offB;
-#if BATCH
-  B += BATCH_AT((int)get_global_id(2), 1, stride_b);
-  Bp += (size_t)get_global_id(2) * ((N + NR - 1) / NR) * NR * K;
-#endif
-  __global real* restrict out = Bp + ((size_t)b * K + p) * NR;
-  _Pragma("unroll") for (int j = 0; j < NR; j++) {
-    const int col = b * NR + j;
-    out[j] = col < N ? B_AT(p, col) : ZERO;
-  }
-}
-#endif
+#include "xgemm_cpu_pack.cl"   // PACKA, PACKB: the preparation passes (PART 2)

@@ -158,7 +158,6 @@ def test_cpu_family_computes_several_tiny_problems_per_work_item(queue):
     p = {k_: v for k_, v in config.items() if k_ != "KERNEL"}
     per_item = problems_per_item(p, Problem(n, m, k, batch=count), queue.device.max_compute_units)
     assert 1 < per_item < count and count % per_item, per_item
-    assert problems_per_item(CPU, Problem(n, m, k, batch=count), queue.device.max_compute_units) == 1
     plan = FAMILIES["xgemm_cpu"].plan(p, prec, Problem(n, m, k, batch=count, strides=(42, 35, 30)), queue.device,
                                       queue.device.max_compute_units)
     assert plan.launches[-1].global_size[2] == -(-count // per_item)
@@ -167,6 +166,39 @@ def test_cpu_family_computes_several_tiny_problems_per_work_item(queue):
     da, db, dc = cla.to_device(queue, a), cla.to_device(queue, b), cla.to_device(queue, c)
     gemmtune.Gemm(queue, "d", config=config)(da, db, dc, alpha=1.5, beta=-0.5)
     assert_close(dc.get(), reference(prec, a, b, c, 1.5, -0.5), prec)
+
+
+@pytest.mark.parametrize("code, ops, extra", [
+    ("s", "NN", {}), ("d", "TN", {"ORDER": 0, "PACKB": 0}), ("c", "CT", {"WGS": 2}), ("z", "NC", {"PACKA": 0, "VW": 1}),
+    ("s", "TT", {"ORDER": 0, "PACKA": 0, "PACKB": 0, "WGS": 3}),
+])
+def test_cpu_family_work_items_walk_whole_problems_of_many_blocks(queue, code, ops, extra):
+    """Small problems in a batch that keeps every compute unit busy: each work-item walks every
+    block of several whole problems (a launch one work-group wide), rows and columns ragged; a
+    batch too small for that launches a work-item a block, as for one problem. Every problem
+    of both checked against numpy."""
+    from gemmtune.families.cpu import problems_per_item, whole_problems
+
+    prec, rng = get_precision(code), np.random.default_rng()
+    units = queue.device.max_compute_units
+    config = {**CPU, **extra}
+    p = {k_: v for k_, v in config.items() if k_ != "KERNEL"}
+    m, n, k = 13, 11, 9                       # column-major 11 x 13: two row blocks, four column blocks
+    ta, tb = ops
+    for count in (p["WGS"] * units * 8 * 3 + 5, 3):   # three problems a work-item, or a block each
+        whole = count > 3
+        problem = Problem(n, m, k, tb, ta, batch=count)
+        assert whole_problems(problem, units, p["WGS"]) == whole
+        plan = FAMILIES["xgemm_cpu"].plan(p, prec, problem, queue.device, units)
+        per_item = problems_per_item(p, problem, units)
+        assert (plan.launches[-1].global_size[:2] == (p["WGS"], 1)) == whole
+        assert (per_item > 1) == whole and plan.launches[-1].global_size[2] == -(-count // per_item)
+        a = random_matrix(prec, (count, *((m, k) if ta == "N" else (k, m))), rng)
+        b = random_matrix(prec, (count, *((k, n) if tb == "N" else (n, k))), rng)
+        c = random_matrix(prec, (count, m, n), rng)
+        da, db, dc = cla.to_device(queue, a), cla.to_device(queue, b), cla.to_device(queue, c)
+        gemmtune.Gemm(queue, code, config=config)(da, db, dc, alpha=1.5, beta=-0.5, trans_a=ta, trans_b=tb)
+        assert_close(dc.get(), reference(prec, a, b, c, 1.5, -0.5, ta, tb), prec)
 
 
 @pytest.mark.parametrize("config", [DIRECT, CPU], ids=["direct", "cpu"])

@@ -563,10 +563,13 @@ def test_plans_are_pythons(built):
     tables) is the one Family.plan makes, over valid configurations drawn on three devices (one
     with 132 compute units, where stream-K cuts tiles) and problems of every op, odd shapes,
     leading dimensions and views, each also as a batch where the family takes batches."""
+    from gemmtune.families.cpu import whole_problems
+
     *_, lib = built
     rng = random.Random(7)
     seen: dict[str, int] = {}
     seen_batched: set[tuple[str, str]] = set()
+    whole = 0   # batches whose work-items compute whole problems (families/cpu.py)
     space = shipped_families()
     for dev in FAKES:
         for prec in PRECISIONS.values():
@@ -586,10 +589,13 @@ def test_plans_are_pythons(built):
                                 seen[launch[0]] = seen.get(launch[0], 0) + 1
                                 if each.batched:
                                     seen_batched.add((config.kernel, launch[0]))
+                            whole += config.kernel == "xgemm_cpu" and whole_problems(each, dev.compute_units,
+                                                                                     config.params["WGS"])
     # every kernel a plan can enqueue was compared
     assert set(seen) >= {"xgemm", "xgemm_pack_a", "xgemm_pack_b", "xgemm_direct", "xgemm_direct_sum", "xgemm_thin",
                          "xgemm_thin_sum", "pad_copy", "pad_transpose", "xgemm_fixup"}, seen
     assert seen["xgemm_fixup"] >= 20, seen
+    assert whole >= 5, whole
     assert seen_batched >= {("xgemm_cpu", "xgemm"), ("xgemm_cpu", "xgemm_pack_a"), ("xgemm_cpu", "xgemm_pack_b"),
                             ("xgemm_direct", "xgemm_direct"), ("xgemm_rt", "xgemm"), ("xgemm_rt", "pad_copy"),
                             ("xgemm_rt", "pad_transpose"), ("xgemm_rt", "xgemm_fixup")}, seen_batched

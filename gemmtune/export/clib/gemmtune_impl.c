@@ -183,11 +183,19 @@ static void gt_copy_tile(const gemmtune_device_facts *dev, int64_t tile[2]) {
 
 enum { PRODUCT = 1, PREPARATION = 2, FIXUP = 3 };
 
+/* families/cpu.py's whole_problems: each work-item of a batch computes whole problems */
+static int gt_whole_problems(const gt_cfg *c, const gt_problem *p, int64_t units) {
+  int64_t m = max64(p->m, 1), n = max64(p->n, 1), k = max64(p->k, 1);
+  return p->batch > 1 && 2 * m * n * k <= GT_ITEM_FLOPS
+         && p->batch >= gt_param(c, "WGS") * max64(1, units) * GT_GROUPS_PER_UNIT;
+}
+
 /* families/cpu.py's problems_per_item: a batch's problems each work-item computes in turn */
 static int64_t gt_problems_per_item(const gt_cfg *c, const gt_problem *p, int64_t units) {
   int64_t m = max64(p->m, 1), n = max64(p->n, 1), k = max64(p->k, 1), want, groups;
-  if (m > gt_param(c, "MV") * gt_param(c, "VW") || n > gt_param(c, "NR") * gt_param(c, "NB")) return 1;
-  want = GT_ITEM_FLOPS / (2 * m * n * k);   /* several only where a work-item's block is a whole problem */
+  if ((m > gt_param(c, "MV") * gt_param(c, "VW") || n > gt_param(c, "NR") * gt_param(c, "NB"))
+      && !gt_whole_problems(c, p, units)) return 1;
+  want = GT_ITEM_FLOPS / (2 * m * n * k);   /* several only where a work-item computes whole problems */
   groups = max64(1, p->batch / (gt_param(c, "WGS") * max64(1, units) * GT_GROUPS_PER_UNIT));
   return max64(1, min64(min64(want, groups), p->batch));
 }
@@ -230,7 +238,8 @@ static int gt_plan_cpu(const gt_cfg *c, const gt_problem *p, const gemmtune_devi
   }
   rows = max64(1, cdiv(p->m, mr));
   cols = max64(1, cdiv(p->n, nr * gt_param(c, "NB")));
-  if (gt_param(c, "ORDER")) { g[0] = cdiv(rows, wgs) * wgs; g[1] = cols; }
+  if (batched && gt_whole_problems(c, p, dev->compute_units)) { g[0] = wgs; g[1] = 1; }   /* the kernel walks the blocks */
+  else if (gt_param(c, "ORDER")) { g[0] = cdiv(rows, wgs) * wgs; g[1] = cols; }
   else { g[0] = cdiv(cols, wgs) * wgs; g[1] = rows; }
   g[2] = cdiv(p->batch, per_item); l[0] = wgs; l[1] = l[2] = 1;
   product = gt_add_launch(plan, "xgemm", 1, dims, g, l);
