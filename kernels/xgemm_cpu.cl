@@ -128,7 +128,18 @@ typedef SCALAR realV_any __attribute__((ext_vector_type(VW), aligned(sizeof(SCAL
   #define VLOAD(p) (*(const __global realV_any*)(p))
   #define VSTORE(v, p) (*(__global realV_any*)(p) = (v))
   #define VSTORE_PRIVATE(v, p) (*(realV_any*)(p) = (v))
-  #define SPLAT(b) ((realV)(b))
+  // Through a function that returns the vector type, inlined: clang marks a kernel that uses
+  // wide vectors only inside it with "min-legal-vector-width"="0", and LLVM's x86 back end, for
+  // targets that prefer 256-bit vectors (skylake-avx512, as PoCL names Zen 4 and 5), then
+  // splits every 512-bit operation in two (PoCL's build of s VW 16: not one zmm register). The
+  // inlined function raises the kernel's width to 512. Where the FMA units are 512 bits wide
+  // that is twice the ceiling; on the 2-core Zen 4 (512-bit FMAs at half rate) it ran the same.
+#if PLANAR
+  #define SPLAT(b) ((realV)(b))   // (unused: the planar step splats parts, xgemm_cpu_planar.cl)
+#else
+  static inline __attribute__((always_inline)) realV splat_v(const real b) { return (realV)(b); }
+  #define SPLAT(b) splat_v(b)
+#endif
 #endif
 
 #if TRANSA == 0

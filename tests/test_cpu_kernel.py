@@ -11,6 +11,7 @@ block of C is written.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +166,39 @@ def test_wide_vectors_load_from_the_kernel_cache(tmp_path):
                      for prec, p in WIDE)
     assert first.strip() == want
     assert second.strip() == want
+
+
+RUN_WIDE = """
+import numpy as np, gemmtune
+from gemmtune.devices.opencl import open_device
+a = np.ones((64, 64), np.float32)
+config = dict(KERNEL="xgemm_cpu", VW=16, MV=2, NR=4, KU=1, NB=1, KC=0, WGS=1, ORDER=0, PACKA=1, PACKB=0)
+assert (gemmtune.gemm(a, a, device=0, config=config) == 64).all()
+print(open_device(0)[1].name)
+"""
+# LLVM's names of x86 processors with AVX-512, as PoCL's device name carries them (pthread-NAME)
+AVX512_TARGETS = re.compile(r"avx512|cascadelake|cooperlake|cannonlake|icelake|tigerlake|rocketlake|sapphirerapids|"
+                            r"emeraldrapids|graniterapids|znver4|znver5")
+
+
+def test_wide_vectors_stay_512_bits_wide_where_the_target_has_them(tmp_path):
+    """PoCL's machine code of an s product of 16-float vectors multiplies and adds in 512-bit
+    registers (zmm) where its target has AVX-512, and never where it has not. Without the
+    kernel's inlined function of the vector type, LLVM split every such operation into two
+    256-bit ones on skylake-avx512, the target PoCL picks for AMD's Zen 4 and 5."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "POCL_CACHE_DIR": str(tmp_path / "pocl"), "POCL_KERNEL_CACHE": "1"}
+    name = subprocess.run([sys.executable, "-c", RUN_WIDE], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip().splitlines()[-1]
+    (binary,) = (tmp_path / "pocl").rglob("xgemm.so")
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(binary)], capture_output=True, text=True,
+                          check=True).stdout
+    fmas = re.findall(r"vfmadd\w*ps\s.*%([xyz])mm", code)
+    assert fmas, code[:2000]
+    if AVX512_TARGETS.search(name):
+        assert fmas.count("z") >= 0.9 * len(fmas), (name, fmas.count("z"), len(fmas))
+    else:
+        assert "z" not in fmas, name
