@@ -91,7 +91,9 @@ def test_search_measures_the_batch_with_families_that_take_one(searched):
         assert (r["m"], r["n"], r["k"], r["trans_a"], r["trans_b"]) == (12, 10, 9, "N", "T")
         # the objective is the whole batch's GFLOP/s, from one batched launch's time
         assert r["gflops"] == pytest.approx(flops / (r["time_ms"] * 1e-3) / 1e9)
-        assert r["max_rel_error"] is not None and r["max_rel_error"] < 1e-3
+        # verified: recorded errors (the largest element's relative one may be large where an
+        # element of the product is near 0; the norm's is not)
+        assert r["max_rel_error"] is not None and r["norm_rel_error"] < 1e-5
     assert summary["best"]["gflops"] == max(r["gflops"] for r in recorded)
 
 
