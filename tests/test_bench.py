@@ -390,10 +390,11 @@ def test_short_calls_are_sampled_after_an_unrecorded_call_and_long_ones_directly
     assert calls["long"] == policy.warmup + 1 + len(long_.samples)   # before the first sample: no wall clock yet
 
 
-def test_a_sample_after_the_host_blas_follows_an_unrecorded_call_whatever_its_length():
+def test_a_sample_after_the_host_blas_follows_an_unrecorded_call_whatever_its_length(monkeypatch):
     """The host BLAS's threads spin after its call, taking the cores from the next contender: a
     contender sampled after the host's (and the host's after another's) is called once unrecorded
-    first, even above REWARM_MS; two OpenCL contenders in a row are not."""
+    first, even above REWARM_MS, and after the host's waits for its threads to settle; two OpenCL
+    contenders in a row are not."""
     calls = {}
     timed = counting(calls)
     long_ms = gemmtune.bench.REWARM_MS * 1.5
@@ -401,8 +402,12 @@ def test_a_sample_after_the_host_blas_follows_an_unrecorded_call_whatever_its_le
     second = gemmtune.bench.Contender("second", "explicit", run=timed("second", long_ms))
     host = gemmtune.bench.Contender("numpy", gemmtune.bench.HOST, run=timed("numpy", long_ms))
     policy = TimingPolicy(warmup=1, min_repeats=8, max_repeats=8)
+    sleeps = []
+    monkeypatch.setattr(gemmtune.bench.time, "sleep", sleeps.append)
     gemmtune.bench._measure([first, second, host], policy)
     assert len(first.samples) == len(second.samples) == len(host.samples) == 8
+    # and waits for the host BLAS's threads to settle first, after each host sample but the last
+    assert sleeps == [gemmtune.bench.HOST_SETTLE_S] * 7
     assert calls["first"] == policy.warmup + 2 * 8      # every round but the first follows the host's sample
     assert calls["second"] == policy.warmup + 1 + 8     # always follows first's: no extra call after the first
     assert calls["numpy"] == policy.warmup + 2 * 8      # always follows an OpenCL contender

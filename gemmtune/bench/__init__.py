@@ -27,12 +27,14 @@ and the GFLOP/s are of the wall-clock time. OpenCL contenders are first verified
 poisoned with NaN (up to 64 sampled rows against numpy in double precision). Contenders are sampled
 in turns, one call each per round, so that a clock drifting during the run affects all alike; each
 stops when the 95 % interval of its median is within 2 % of it, or at the caps of the timing
-policy. A contender whose calls take under 20 ms is called once, unrecorded, before each sample.
+policy. A contender whose calls take under 20 ms is called once, unrecorded, before each sample,
+and one sampled after the host BLAS first waits for its threads to settle (0.25 s).
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -48,6 +50,11 @@ from gemmtune.measure.timing import TimingPolicy, enough, gflops, median_ci
 # contexts (the first OpenCL contender's wall clock above its device time against the second's,
 # d and z at 4096^3 and 8192^3), up to 8 % of a 2.5 ms call and under 1 % above 20 ms.
 REWARM_MS = 20.0
+# The host BLAS's threads spin for a while after its call, taking cores from whatever runs next
+# (OpenBLAS: 0.1-0.2 s on the 2-core EPYC; a 1024^3 s call right after numpy's ran at half speed
+# on both CPU implementations, 22 ms against 11, until 0.2 s had passed). A contender sampled
+# after the host BLAS's waits this long first.
+HOST_SETTLE_S = 0.25
 BASELINES = ("numpy", "torch", "cupy", "cublas-3m")   # not on OpenCL
 NAMED = ("clblast", "3m", *BASELINES)
 
@@ -61,10 +68,12 @@ def _measure(contenders: list[Contender], policy: TimingPolicy) -> None:
     previous = None
     while active:
         for c in list(active):
-            # The host BLAS's threads spin for a while after its call (OpenBLAS: about 0.1 s),
-            # taking the cores from whatever runs next: a CPU device's contender sampled right
-            # after numpy ran at 0.77 of itself at s 2048^3 on PoCL.
+            # The host BLAS's threads spin after its call (HOST_SETTLE_S): a CPU device's
+            # contender sampled right after numpy ran at 0.77 of itself at s 2048^3 on PoCL, and at
+            # half at 1024^3 after one unrecorded call.
             after_host = previous is not None and (previous.source == HOST) != (c.source == HOST)
+            if after_host and previous.source == HOST:
+                time.sleep(HOST_SETTLE_S)
             if not c.samples or c.samples[-1][0] < REWARM_MS or after_host:
                 # An unrecorded call first: the first call after another contender's pays for
                 # the switch between them (on one GPU, between the OpenCL and CUDA contexts),
