@@ -29,7 +29,7 @@ from gemmtune.launch.operation import GemmOperation  # noqa: E402
 from gemmtune.precision import get_precision  # noqa: E402
 from gemmtune.shapes import Shape  # noqa: E402
 from gemmtune.space import load_space, make_config  # noqa: E402
-from gemmtune.measure.timing import TimingPolicy  # noqa: E402
+from gemmtune.measure.timing import TimingPolicy, converged  # noqa: E402
 from gemmtune.db.tuned import best_config  # noqa: E402
 
 EXPLICIT = "config:KERNEL=xgemm_k5,TSM=16,TSN=16,TSK=16,WPTN=2,PAD=1"
@@ -411,3 +411,20 @@ def test_a_sample_after_the_host_blas_follows_an_unrecorded_call_whatever_its_le
     assert calls["first"] == policy.warmup + 2 * 8      # every round but the first follows the host's sample
     assert calls["second"] == policy.warmup + 1 + 8     # always follows first's: no extra call after the first
     assert calls["numpy"] == policy.warmup + 2 * 8      # always follows an OpenCL contender
+
+
+def test_the_waits_after_the_host_blas_count_against_the_time_cap(monkeypatch):
+    """Calls too short and noisy to converge would be sampled up to the repeat cap, each after a
+    wait for the host BLAS's threads: the waits count against the contender's time cap, so it
+    stops after about max_seconds / HOST_SETTLE_S samples, not after 200."""
+    calls = {}
+    timed = counting(calls)
+    noisy = iter([0.01, 0.02] * 200)
+    tiny = gemmtune.bench.Contender("tiny", "tuned", run=lambda: (lambda ms: (ms, ms, 0.001))(next(noisy)))
+    host = gemmtune.bench.Contender("numpy", gemmtune.bench.HOST, run=timed("numpy", 0.01))
+    monkeypatch.setattr(gemmtune.bench.time, "sleep", lambda s: None)
+    policy = TimingPolicy(warmup=1, max_repeats=200, max_seconds=2.0)
+    gemmtune.bench._measure([tiny, host], policy)
+    waits = round(policy.max_seconds / gemmtune.bench.HOST_SETTLE_S)
+    assert waits <= len(tiny.samples) <= waits + 1
+    assert not converged([x[0] for x in tiny.samples], policy)   # the time cap stopped it, not its interval
