@@ -26,7 +26,9 @@
 //          ORDER 1 swaps the two: (ceil(ceil(M / MR) / WGS) * WGS, ceil(N / (NR * NB)))
 //   Batched (common.cl's BATCH): a dimension 2, problem z's panels z panels into Ap and Bp; xgemm
 //          takes (batch, per_item) after BATCH_ARGS, each work-item computing per_item problems in
-//          turn over ceil(batch / per_item), so that tiny problems do not each pay for a work-group
+//          turn over ceil(batch / per_item), so that tiny problems do not each pay for a work-group.
+//          Dimensions 0 and 1 may be narrower than the blocks (families/cpu.py, whole_problems:
+//          (WGS, 1)): a work-item then walks its problems' blocks a launch's width apart
 #include "common.cl"
 
 #ifndef VW

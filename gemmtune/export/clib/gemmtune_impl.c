@@ -238,7 +238,7 @@ static int gt_plan_cpu(const gt_cfg *c, const gt_problem *p, const gemmtune_devi
   }
   rows = max64(1, cdiv(p->m, mr));
   cols = max64(1, cdiv(p->n, nr * gt_param(c, "NB")));
-  if (batched && gt_whole_problems(c, p, dev->compute_units)) { g[0] = wgs; g[1] = 1; }   /* the kernel walks the blocks */
+  if (gt_whole_problems(c, p, dev->compute_units)) { g[0] = wgs; g[1] = 1; }   /* the kernel walks the blocks */
   else if (gt_param(c, "ORDER")) { g[0] = cdiv(rows, wgs) * wgs; g[1] = cols; }
   else { g[0] = cdiv(cols, wgs) * wgs; g[1] = rows; }
   g[2] = cdiv(p->batch, per_item); l[0] = wgs; l[1] = l[2] = 1;
