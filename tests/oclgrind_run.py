@@ -2,7 +2,8 @@
 starts under Oclgrind, one per family and precision, since every process pays its start-up.
 
 Reads a JSON list of cases on stdin, each ``{"id", "kernel", "precision", "config", "m", "n",
-"k", "ops", "pad", "offsets", "alpha", "beta", "source"?}``; ``source`` is a kernel file to build
+"k", "ops", "pad", "offsets", "alpha", "beta", "source"?, "batch"?}``; ``batch`` problems lie one
+after another in each buffer (a batch's strided form); ``source`` is a kernel file to build
 instead of the family's own (a planted fault). Column-major operands, as the kernels see them:
 each with ``pad`` extra rows past its own (a leading dimension above the rows) and ``offsets``
 elements before it in its buffer, for the families that read views. C is poisoned with NaN
@@ -40,36 +41,44 @@ def run(queue: cl.CommandQueue, info, case: dict) -> dict:
     prec = get_precision(case["precision"])
     m, n, k, (ta, tb) = case["m"], case["n"], case["k"], case["ops"]
     alpha, beta, pad, offsets = case["alpha"], case["beta"], case["pad"], case["offsets"]
+    batch = case.get("batch", 1)   # problems one after another in each buffer, strided
     rng = np.random.default_rng([m, n, k, ord(ta), ord(tb)])
     shapes = {"A": stored(m, k, ta), "B": stored(k, n, tb), "C": (m, n)}
-    views, whole, bufs = {}, {}, {}
+    views, whole, bufs, spans = {}, {}, {}, []
     for (name, (rows, cols)), extra, off in zip(shapes.items(), pad, offsets):
         ld = rows + extra
-        # NaN around the view: a read outside it poisons the result, a write outside it shows
-        full = np.full(off + ld * cols + extra, prec.nan, dtype=prec.dtype)
-        view = full[off:off + ld * cols].reshape(cols, ld).T[:rows]
-        view[...] = np.nan if name == "C" and beta == 0 else random_matrix(prec, (rows, cols), rng)
-        views[name], whole[name] = view, full
+        spans.append(ld * cols)
+        # NaN around the views: a read outside them poisons the result, a write outside them shows
+        full = np.full(off + batch * ld * cols + extra, prec.nan, dtype=prec.dtype)
+        views[name] = [full[off + z * ld * cols:off + (z + 1) * ld * cols].reshape(cols, ld).T[:rows]
+                       for z in range(batch)]
+        for view in views[name]:
+            view[...] = np.nan if name == "C" and beta == 0 else random_matrix(prec, (rows, cols), rng)
+        whole[name] = full
         bufs[name] = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=full)
-    expected = Reference.compute(prec, views["A"], views["B"], None if beta == 0 else views["C"].copy(),
-                                 alpha, beta, ta, tb)
+    expected = [Reference.compute(prec, a, b, None if beta == 0 else c.copy(), alpha, beta, ta, tb)
+                for a, b, c in zip(views["A"], views["B"], views["C"])]
     family = shipped_families().family(case["kernel"])
     source = Path(case["source"]).read_text() if case.get("source") else family.source
     problem = Problem(m, n, k, ta, tb, shapes["A"][0] + pad[0], shapes["B"][0] + pad[1], m + pad[2],
-                      views=any(offsets))
+                      views=any(offsets), batch=batch, strides=tuple(spans))
     config = make_config(shipped_families(), case["kernel"], case["config"])
     check_config(config, info, prec)   # valid on the simulated device, as a search would have it
     op = GemmOperation(queue, config, source, prec, m, n, k, problem=problem)
     op.enqueue(bufs["A"], bufs["B"], bufs["C"], alpha, beta, offsets=tuple(offsets))[-1].wait()
     out = np.empty_like(whole["C"])
     cl.enqueue_copy(queue, out, bufs["C"])
-    result = out[offsets[2]:offsets[2] + (m + pad[2]) * n].reshape(n, m + pad[2]).T[:m]
     outside = out.copy()
-    outside[offsets[2]:offsets[2] + (m + pad[2]) * n].reshape(n, m + pad[2]).T[:m] = prec.nan
-    check = compare(result, expected, prec)
-    return {"id": case["id"], "passed": bool(check.passed), "error": check.componentwise_error,
+    checks = []
+    for z, reference in enumerate(expected):
+        start = offsets[2] + z * spans[2]
+        checks.append(compare(out[start:start + spans[2]].reshape(n, m + pad[2]).T[:m], reference, prec))
+        outside[start:start + spans[2]].reshape(n, m + pad[2]).T[:m] = prec.nan
+    return {"id": case["id"], "passed": all(c.passed for c in checks),
+            "error": max(c.componentwise_error for c in checks),
             "outside_written": int(np.count_nonzero(~np.isnan(outside))),
-            "launches": [launch.kernel for launch in op.plan.launches]}
+            "launches": [launch.kernel for launch in op.plan.launches],
+            "global_sizes": [list(launch.global_size) for launch in op.plan.launches]}
 
 
 def main() -> None:

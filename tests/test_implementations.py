@@ -222,6 +222,35 @@ def test_shipped_defaults_are_right_through_gemm_Gemm_and_verify(implementation,
     assert check.passed, check
 
 
+@pytest.mark.parametrize("code, whole", [("s", True), ("d", True), ("s", False)])
+def test_batches_of_the_cpu_family_on_each_implementation(implementation, code, whole):
+    """A batch through gemm with the shipped batch defaults: many small problems, each
+    work-item computing whole ones (its problems' blocks walked a launch's width apart), or too
+    few for that, a work-item a block. Every problem against numpy in double precision."""
+    from gemmtune.call.batched import batch_config
+    from gemmtune.families import FAMILIES
+    from gemmtune.families.cpu import whole_problems
+    from gemmtune.launch.plan import Problem
+
+    import gemmtune
+
+    prec, rng = get_precision(code), np.random.default_rng()
+    m, n, k = 37, 29, 23                          # ragged blocks of every default
+    units = implementation.compute_units
+    count = units * 8 * 3 + 5 if whole else 3
+    problem = Problem(n, m, k, "T", "N", batch=count)   # column-major C^T = b a^T, as gemm hands it on
+    config = batch_config(None, implementation, prec, (n, m, k), ("T", "N"), None, count)
+    assert config.kernel == "xgemm_cpu" and whole_problems(problem, units, config.params["WGS"]) == whole
+    plan = FAMILIES["xgemm_cpu"].plan(config.params, prec, problem, implementation, units)
+    assert (plan.launches[-1].global_size[:2] == (config.params["WGS"], 1)) == whole
+    a = uniform((count, m, k), DTYPES[code], rng)
+    b = uniform((count, n, k), DTYPES[code], rng)       # op(b) = b^T of each problem
+    got = gemmtune.gemm(a, b, trans_b=True, device=implementation.index)
+    wide = np.matmul(a.astype(np.float64), np.swapaxes(b.astype(np.float64), -1, -2))
+    scale = np.matmul(np.abs(a.astype(np.float64)), np.abs(np.swapaxes(b.astype(np.float64), -1, -2)))
+    np.testing.assert_allclose(got, wide, rtol=0, atol=worst_case_tolerance(DTYPES[code], k, scale))
+
+
 def test_search_runs_to_the_end_and_its_results_report_export_and_compute(implementation, tmp_path):
     import gemmtune
 

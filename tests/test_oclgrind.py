@@ -192,6 +192,26 @@ def test_every_kernel_runs_clean_under_oclgrind(kernel, code):
         assert any(not {"pad_copy", "pad_transpose"} & set(o["launches"]) for o in outcomes.values())
 
 
+@pytest.mark.parametrize("code", "sz")
+def test_batches_of_the_cpu_family_run_clean_under_oclgrind(code):
+    """Batches of xgemm_cpu, strided in one buffer per operand with views: large enough that each
+    work-item computes whole problems (its problems' blocks walked a launch's width apart), and
+    too small for that (a work-item a block); packed and in place, every op pair in turn."""
+    items = []
+    for c, config in enumerate(CONFIGS["xgemm_cpu"]):
+        config = {**config, "VW": CPU_VW[code][c]}
+        for j, count in enumerate((3, 8 * config["WGS"] * 4 + 1)):
+            item = case("xgemm_cpu", code, config, (13, 11, 9), OPS[(2 * c + j) % len(OPS)], 2 * c + j)
+            items.append({**item, "id": f"{item['id']}-batch{count}", "batch": count})
+    outcomes, before, during = run_cases(items)
+    assert not before
+    found = failures(items, outcomes, during)
+    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    products = [(item["config"]["WGS"], outcomes[item["id"]]["global_sizes"][-1]) for item in items]
+    assert any(size[:2] == [wgs, 1] for wgs, size in products)         # whole problems a work-item
+    assert any(size[:2] != [wgs, 1] for wgs, size in products)         # a work-item a block
+
+
 def planted(tmp_path: Path, old: str, new: str) -> Path:
     source = load_kernel_source("xgemm_direct.cl")
     assert source.count(old) == 1, f"xgemm_direct.cl changed: cannot plant a fault at {old!r}"
