@@ -2,8 +2,9 @@
 starts under Oclgrind, one per family and precision, since every process pays its start-up.
 
 Reads a JSON list of cases on stdin, each ``{"id", "kernel", "precision", "config", "m", "n",
-"k", "ops", "pad", "offsets", "alpha", "beta", "source"?, "batch"?}``; ``batch`` problems lie one
-after another in each buffer (a batch's strided form); ``source`` is a kernel file to build
+"k", "ops", "pad", "offsets", "alpha", "beta", "source"?, "batch"?, "shared"?}``; ``batch`` problems
+lie one after another in each buffer (a batch's strided form), but for the operands ``shared``
+names ("A", "B"), stored once with a batch stride of 0; ``source`` is a kernel file to build
 instead of the family's own (a planted fault). Column-major operands, as the kernels see them:
 each with ``pad`` extra rows past its own (a leading dimension above the rows) and ``offsets``
 elements before it in its buffer, for the families that read views. C is poisoned with NaN
@@ -42,17 +43,19 @@ def run(queue: cl.CommandQueue, info, case: dict) -> dict:
     m, n, k, (ta, tb) = case["m"], case["n"], case["k"], case["ops"]
     alpha, beta, pad, offsets = case["alpha"], case["beta"], case["pad"], case["offsets"]
     batch = case.get("batch", 1)   # problems one after another in each buffer, strided
+    shared = case.get("shared", "")   # "A" and/or "B": stored once, a batch stride of 0
     rng = np.random.default_rng([m, n, k, ord(ta), ord(tb)])
     shapes = {"A": stored(m, k, ta), "B": stored(k, n, tb), "C": (m, n)}
     views, whole, bufs, spans = {}, {}, {}, []
     for (name, (rows, cols)), extra, off in zip(shapes.items(), pad, offsets):
         ld = rows + extra
-        spans.append(ld * cols)
+        copies = 1 if name in shared else batch
+        spans.append(0 if name in shared else ld * cols)   # the batch stride
         # NaN around the views: a read outside them poisons the result, a write outside them shows
-        full = np.full(off + batch * ld * cols + extra, prec.nan, dtype=prec.dtype)
+        full = np.full(off + copies * ld * cols + extra, prec.nan, dtype=prec.dtype)
         views[name] = [full[off + z * ld * cols:off + (z + 1) * ld * cols].reshape(cols, ld).T[:rows]
-                       for z in range(batch)]
-        for view in views[name]:
+                       for z in range(copies)] * (batch // copies)
+        for view in views[name][:copies]:
             view[...] = np.nan if name == "C" and beta == 0 else random_matrix(prec, (rows, cols), rng)
         whole[name] = full
         bufs[name] = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=full)

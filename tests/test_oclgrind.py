@@ -192,6 +192,13 @@ def test_every_kernel_runs_clean_under_oclgrind(kernel, code):
         assert any(not {"pad_copy", "pad_transpose"} & set(o["launches"]) for o in outcomes.values())
 
 
+def batched(kernel: str, code: str, config: dict, shape, count: int, number: int, packed=False, ops=None) -> dict:
+    """``case``'s GEMM, the ``number``-th, as a batch of ``count`` problems one after another in
+    each buffer: views on every other one unless ``packed``, op pairs in turn unless ``ops``."""
+    item = case(kernel, code, config, shape, ops or OPS[number % len(OPS)], number, packed=packed)
+    return {**item, "id": f"{item['id']}-batch{count}", "batch": count}
+
+
 @pytest.mark.parametrize("code", "sz")
 def test_batches_of_the_cpu_family_run_clean_under_oclgrind(code):
     """Batches of xgemm_cpu, strided in one buffer per operand with views: large enough that each
@@ -201,8 +208,7 @@ def test_batches_of_the_cpu_family_run_clean_under_oclgrind(code):
     for c, config in enumerate(CONFIGS["xgemm_cpu"]):
         config = {**config, "VW": CPU_VW[code][c]}
         for j, count in enumerate((3, 8 * config["WGS"] * 4 + 1)):
-            item = case("xgemm_cpu", code, config, (13, 11, 9), OPS[(2 * c + j) % len(OPS)], 2 * c + j)
-            items.append({**item, "id": f"{item['id']}-batch{count}", "batch": count})
+            items.append(batched("xgemm_cpu", code, config, (13, 11, 9), count, 2 * c + j))
     outcomes, before, during = run_cases(items)
     assert not before
     found = failures(items, outcomes, during)
@@ -210,6 +216,115 @@ def test_batches_of_the_cpu_family_run_clean_under_oclgrind(code):
     products = [(item["config"]["WGS"], outcomes[item["id"]]["global_sizes"][-1]) for item in items]
     assert any(size[:2] == [wgs, 1] for wgs, size in products)         # whole problems a work-item
     assert any(size[:2] != [wgs, 1] for wgs, size in products)         # a work-item a block
+
+
+def direct_batches(code: str) -> list[dict]:
+    """Batches of xgemm_direct over both configurations: ragged shapes (primes, tile remainders, M
+    or N of 1, a K the first configuration cuts into 4 parts alone), views at offsets on every
+    other one, every op pair across them."""
+    shapes = [(7, 13, 5, 3), (17, 3, 11, 4), (33, 17, 9, 2), (1, 19, 4, 3), (5, 3, 133, 3)]
+    return [batched("xgemm_direct", code, config, (m, n, k), count, len(shapes) * c + i)
+            for c, config in enumerate(CONFIGS["xgemm_direct"]) for i, (m, n, k, count) in enumerate(shapes)]
+
+
+@pytest.mark.parametrize("code", PRECISIONS)
+def test_batches_of_the_direct_family_run_clean_under_oclgrind(code):
+    """Batches of xgemm_direct, strided in one buffer per operand: the problem is dimension 2 of
+    the one launch, and K is not cut into parts (KSPLIT 4 changes nothing)."""
+    items = direct_batches(code)
+    outcomes, before, during = run_cases(items)
+    assert not before
+    found = failures(items, outcomes, during)
+    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    for item in items:
+        o = outcomes[item["id"]]
+        assert o["launches"] == ["xgemm_direct"] and o["global_sizes"][0][2] == item["batch"], o
+    assert {o["ops"] for o in items} == set(OPS) and any(any(o["offsets"]) for o in items)
+
+
+# xgemm_rt's batches: without stream-K (the problem is dimension 2 of the grid), and with it (one
+# dimension numbering the batch's tiles problem after problem) in rounds of 5 work-groups per compute
+# unit, so that on Oclgrind's one the split last round runs over tiles of two problems, after whole
+# tiles, and in rounds of 2: an odd number of tiles splits the last problem's last tile, an even one
+# nothing.
+RT_BATCH = [CONFIGS["xgemm_rt"][0], {**CONFIGS["xgemm_rt"][1], "STREAMK": 5}, CONFIGS["xgemm_rt"][3]]
+
+
+def rt_batches(code: str) -> list[dict]:
+    """Batches of xgemm_rt: ragged shapes, whose operands are prepared a copy per problem (views
+    of leading dimensions above the rows on every other one), and packed shapes of whole tiles
+    read in place at the batch's strides (each configuration's B layout: BKFAST 1 and 2 read B
+    k-fastest, so NN; BKFAST 0, NT), or B alone prepared (the other op)."""
+    plans = [  # (configuration, (m, n, k, count), ...); ops=... for whole tiles, packed
+        (0, [(7, 13, 5, 3), (33, 17, 9, 2), (17, 3, 11, 3), (32, 32, 16, 3, "NN"), (16, 16, 16, 2, "NT")]),
+        (1, [(33, 17, 9, 3), (33, 17, 23, 4), (1, 19, 4, 5), (32, 32, 16, 4, "NN"), (32, 16, 16, 3, "TN")]),
+        (2, [(7, 13, 29, 3), (17, 3, 11, 4), (6, 1, 23, 3), (16, 16, 16, 5, "NT"), (16, 32, 16, 2, "NN")]),
+    ]
+    items = []
+    for c, shapes in plans:
+        for m, n, k, count, *ops in shapes:
+            items.append(batched("xgemm_rt", code, RT_BATCH[c], (m, n, k), count, len(items),
+                                 packed=bool(ops), ops=ops[0] if ops else None))
+    return items
+
+
+def rt_split(item: dict):
+    """The stream-K split of ``item``'s batch on Oclgrind's one compute unit, and its tiles per problem."""
+    p = item["config"]   # every parameter of the family's
+    mp, np_, kp = FAMILIES["xgemm_rt"].padded_shape(p, item["m"], item["n"], item["k"])
+    return FAMILIES["xgemm_rt"].split(p, mp, np_, kp, 1, item["batch"]), (mp // p["MWG"]) * (np_ // p["NWG"])
+
+
+@pytest.mark.parametrize("code", PRECISIONS)
+def test_batches_of_the_rt_family_run_clean_under_oclgrind(code):
+    """Batches of xgemm_rt, strided in one buffer per operand: the operands prepared a copy per
+    problem or read in place, and with stream-K the batch's tiles numbered problem after problem,
+    the split ones (and xgemm_fixup's) in the last problems."""
+    items = rt_batches(code)
+    outcomes, before, during = run_cases(items)
+    assert not before
+    found = failures(items, outcomes, during)
+    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    prepared, in_place, split_over = set(), 0, set()
+    for item in items:
+        o = outcomes[item["id"]]
+        passes = [size for name, size in zip(o["launches"], o["global_sizes"]) if name.startswith("pad_")]
+        prepared |= {name for name in o["launches"] if name.startswith("pad_")}
+        assert all(size[2] == item["batch"] for size in passes), o   # a copy per problem
+        in_place += not passes
+        if item["config"]["STREAMK"]:
+            split, per_problem = rt_split(item)
+            assert o["global_sizes"][len(passes)][0] // item["config"]["MDIMC"] == split.first + len(split.pieces)
+            assert ("xgemm_fixup" in o["launches"]) == bool(split.fixups), o
+            split_over.add(len({tile // per_problem for tile, *_ in split.fixups}))
+        else:
+            assert o["global_sizes"][-1][2] == item["batch"], o
+    assert prepared == {"pad_copy", "pad_transpose"} and in_place >= 2
+    assert {0, 1, 2} <= split_over   # stream-K splitting nothing, one problem's tile, tiles of two problems
+    assert {"T", "C"} <= set("".join(item["ops"] for item in items))
+
+
+@pytest.mark.parametrize("code", "sz")
+def test_shared_operands_of_a_batch_run_clean_under_oclgrind(code):
+    """A batch whose A or B is one matrix for every problem (a batch stride of 0, as gemm's
+    broadcast operand), on each family that takes batches: every problem reads the one copy, and
+    xgemm_rt prepares it once, not a copy per problem."""
+    families = [("xgemm_direct", CONFIGS["xgemm_direct"][0]), ("xgemm_rt", RT_BATCH[0]), ("xgemm_rt", RT_BATCH[1]),
+                ("xgemm_cpu", {**CONFIGS["xgemm_cpu"][0], "VW": CPU_VW[code][0]})]
+    items = []
+    for kernel, config in families:
+        for shared in "AB":
+            item = batched(kernel, code, config, (33, 17, 9), 4, len(items))
+            items.append({**item, "id": f"{item['id']}-shared{shared}", "shared": shared})
+    outcomes, before, during = run_cases(items)
+    assert not before
+    found = failures(items, outcomes, during)
+    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    for item in items:
+        o = outcomes[item["id"]]
+        if item["kernel"] == "xgemm_rt":   # 33 x 17 x 9 fills no tile: both operands prepared
+            copies = sorted(size[2] for name, size in zip(o["launches"], o["global_sizes"]) if name.startswith("pad_"))
+            assert copies == [1, item["batch"]], o
 
 
 def planted(tmp_path: Path, old: str, new: str) -> Path:
