@@ -167,7 +167,7 @@ class _ProgressLine:
         best = "-" if p.best_gflops is None else f"{p.best_gflops:,.1f}"
         last = p.last.status if p.last_gflops is None else f"{p.last_gflops:,.1f} GFLOP/s"
         where = "" if p.device is None else f"device {p.device.index}: "
-        trial = f"trial {p.done}" if p.total is None else f"trial {p.done}/{total}"
+        trial = "again" if p.again else f"trial {p.done}" if p.total is None else f"trial {p.done}/{total}"
         left = "" if p.left is None else f", {p.left:,.0f} s left"
         line = (f"{trial}  best {best} GFLOP/s  failed {p.failures}  "
                 f"{p.elapsed:,.0f} s{left}  | {where}{p.last_config} -> {last}")
@@ -201,6 +201,7 @@ def summary_dict(s) -> dict:
             "params": json.loads(s.baseline["params"]), "status": s.baseline["status"],
             "gflops": s.baseline["gflops"]},
         "speedup_over_baseline": s.speedup,
+        "finalists_timed_again": s.finalists,
     }
 
 
@@ -227,6 +228,9 @@ def print_summary(d: dict) -> None:
         click.echo(f"model      learned from {src['database_rows']:,} rows of the device's other studies{shipped}"
                    if src["enough"] else f"model      none: {src['database_rows']} rows of the device's other studies, "
                                          "fewer than a model needs")
+    if d.get("finalists_timed_again"):
+        click.echo(f"finalists  {d['finalists_timed_again']} rows timed again with no build running (the baseline "
+                   "and the fastest): the figures below are theirs")
     b = d["best"]
     if b is None:
         click.echo("best       no configuration has run correctly yet")

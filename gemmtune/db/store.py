@@ -54,6 +54,9 @@ results = sa.Table(
     sa.Column("trial_s", sa.Float),                          # wall time of the whole trial
     sa.Column("detail", sa.Text),                            # build log, OpenCL error, error figures
     sa.Column("baseline", sa.Boolean, nullable=False, default=False),
+    # GFLOP/s the search measured (Optuna's value) where the row was timed again after it,
+    # quietly (search.finalists): gflops and the times are then the quiet figures
+    sa.Column("search_gflops", sa.Float),
     sa.Column("created_at", sa.String(32), nullable=False),  # UTC, ISO 8601
     sa.Column("gemmtune_version", sa.String(32), nullable=False),
 )
@@ -204,6 +207,16 @@ class DeviceRows:
         return info
 
 
+def _encoded(row: dict) -> dict:
+    """``row`` as its columns hold it: the parameters and the samples as JSON."""
+    row = dict(row)
+    if isinstance(row.get("params"), dict):
+        row["params"] = json.dumps(row["params"])
+    if isinstance(row.get("samples_ms"), (list, tuple)):
+        row["samples_ms"] = json.dumps([round(x, 6) for x in row["samples_ms"]])
+    return row
+
+
 class Store(DeviceRows):
     """Read and append rows of the ``results`` table. Each append is its own transaction."""
 
@@ -236,12 +249,13 @@ class Store(DeviceRows):
 
         row.setdefault("created_at", _now())
         row.setdefault("gemmtune_version", __version__)
-        if isinstance(row.get("params"), dict):
-            row["params"] = json.dumps(row["params"])
-        if isinstance(row.get("samples_ms"), (list, tuple)):
-            row["samples_ms"] = json.dumps([round(x, 6) for x in row["samples_ms"]])
         with self.engine.begin() as conn:
-            return conn.execute(results.insert().values(**row)).inserted_primary_key[0]
+            return conn.execute(results.insert().values(**_encoded(row))).inserted_primary_key[0]
+
+    def update(self, row_id: int, **values) -> None:
+        """Replace columns of the row ``row_id`` (a measurement taken again)."""
+        with self.engine.begin() as conn:
+            conn.execute(results.update().where(results.c.id == row_id).values(**_encoded(values)))
 
     def frame(self, after_id: int | None = None, **filters) -> pd.DataFrame:
         """Rows of ``results`` matching column == value filters (None values are ignored), and

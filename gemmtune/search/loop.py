@@ -21,6 +21,7 @@ from gemmtune.families import FAMILIES
 from gemmtune.devices.info import core_plan, host_cores
 from gemmtune.inputs import check_jobs, check_problem, check_seed, check_study_name
 from gemmtune.precision import Precision, get_precision
+from gemmtune.search.finalists import needs_finalists, time_finalists
 from gemmtune.search.study_search import StudySearch
 from gemmtune.search.prior import PriorModels
 from gemmtune.search.request import Progress, SearchRequest, Summary
@@ -283,6 +284,9 @@ def _run_searches(searches: list[StudySearch], req: SearchRequest, progress, ctr
             until = min(deadlines + [beat + beat_s])
             mp_connection.wait(waits + [ctrl_c.wakeup], timeout=max(0.0, until - time.monotonic()))
             ctrl_c.drain()
+        for search in searches:
+            if needs_finalists(search):
+                search.finalists = time_finalists(search, lambda: ctrl_c.pressed)
     except KeyboardInterrupt:
         for search in searches:
             search.interrupt()

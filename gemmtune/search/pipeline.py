@@ -26,6 +26,14 @@ def running_mean(mean: float | None, x: float | None, weight: float = 0.2) -> fl
     return x if mean is None else (1 - weight) * mean + weight * x
 
 
+IDENTICAL = "identical binary to trial "
+
+
+def identical_note(first: int) -> str:
+    """The ``detail`` of a row that took the figures of trial ``first``, measured with the same binary."""
+    return f"{IDENTICAL}{first}: measured once"
+
+
 class SameRuns:
     """Measured runs by what makes two candidates the same measurement: an identical binary
     launched the same way (the same launch plan)."""
@@ -201,7 +209,7 @@ class Pipeline:
             if (entry := self._next_ready()) is None:
                 break
             trial, config, key, built = entry
-            self.runners[i].submit(self._job(config, built), entry)
+            self.runners[i].submit(self.job(config, built), entry)
             self.timing[i].append(entry)
             self.fed[i] += 1
 
@@ -215,17 +223,19 @@ class Pipeline:
             if same in self.same.measured:
                 self.ready.remove(entry)
                 first, outcome = self.same.measured[same]
-                self.finish(trial, config, key, replace(outcome, detail=f"identical binary to trial {first}: "
-                                                                    "measured once"), built.compile_s, None)
+                self.finish(trial, config, key, replace(outcome, detail=identical_note(first)), built.compile_s,
+                            None)
             elif same is None or same not in on_devices:
                 self.ready.remove(entry)
                 return entry
         return None
 
-    def _job(self, config, built) -> Job:
+    def job(self, config, built=None, early_stop: bool = True) -> Job:
+        """``config``'s job on this problem; ``built`` None: the timing worker builds it."""
         p, helpers = self.problem, built.helpers if built else ()
         return Job(config, self.space.family(config.kernel).source, self.prec.code, p.m, p.n, p.k, self.policy,
-                   built and built.binary, self.threshold_ms(), p.trans_a, p.trans_b, helpers, p.batch)
+                   built and built.binary, self.threshold_ms() if early_stop else None, p.trans_a, p.trans_b,
+                   helpers, p.batch)
 
     def waits(self) -> tuple[list, list]:
         """Connections to wait on and their deadlines."""

@@ -23,17 +23,13 @@ def claim_text(key: tuple) -> str:
     return json.dumps([kernel, [list(item) for item in items]], separators=(",", ":"))
 
 
-def record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precision, m, n, k,
-           config: Config, outcome: Outcome, is_baseline: bool, trans_a: str = "N", trans_b: str = "N",
-           batch: int = 1) -> float | None:
-    """Commit one trial's row; returns its GFLOP/s (of the whole batch), or None for a failure."""
+def measured_fields(prec: Precision, flops: float, outcome: Outcome) -> dict:
+    """The columns of ``results`` that one measurement fills: its timing and check."""
     t: Timing | None = outcome.timing
     # A "slow" candidate was stopped early: its estimate is kept, but it can never be best.
-    value = gflops(prec.flops(m, n, k) * batch, t.median_ms) if outcome.status in ("ok", "slow") and t else None
+    value = gflops(flops, t.median_ms) if outcome.status in ("ok", "slow") and t else None
     low, high = t.ci_ms if t else (None, None)
-    store.add(
-        study=study, trial=number, device=dev.key, device_name=dev.name, precision=prec.code,
-        m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, batch=batch, kernel=config.kernel, params=config.params,
+    return dict(
         status=outcome.status,
         gflops=value, time_ms=t.median_ms if t else None, kernel_time_ms=t.kernel_median_ms if t else None,
         device_time_ms=t.device_median_ms if t else None,
@@ -42,9 +38,18 @@ def record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precisi
         max_rel_error=outcome.check.max_rel_error if outcome.check else None,
         norm_rel_error=outcome.check.norm_rel_error if outcome.check else None,
         compile_s=outcome.compile_s, trial_s=outcome.trial_s, detail=outcome.detail or None,
-        baseline=is_baseline,
     )
-    return value
+
+
+def record(store: Store, study: str, number: int, dev: DeviceInfo, prec: Precision, m, n, k,
+           config: Config, outcome: Outcome, is_baseline: bool, trans_a: str = "N", trans_b: str = "N",
+           batch: int = 1) -> float | None:
+    """Commit one trial's row; returns its GFLOP/s (of the whole batch), or None for a failure."""
+    fields = measured_fields(prec, prec.flops(m, n, k) * batch, outcome)
+    store.add(study=study, trial=number, device=dev.key, device_name=dev.name, precision=prec.code,
+              m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, batch=batch, kernel=config.kernel,
+              params=config.params, baseline=is_baseline, **fields)
+    return fields["gflops"]
 
 
 def read_results(store: Store, study: str, space: Space, after_id: int, measured: dict,
@@ -108,7 +113,8 @@ class StudyRows:
 
 
 def summarize(store, name, devices, prec, shape, done, failures, elapsed, baseline_key, space_size, stopped_by,
-              device_busy=None, space=None, device_idle=None, learned_from=None, batch: int = 1) -> Summary:
+              device_busy=None, space=None, device_idle=None, learned_from=None, batch: int = 1,
+              finalists: int = 0) -> Summary:
     rows = screen(store.frame(study=name), space).rows
     ok = rows[rows.status == "ok"].sort_values("gflops", ascending=False)
     best = ok.iloc[0].to_dict() if len(ok) else None
@@ -120,4 +126,4 @@ def summarize(store, name, devices, prec, shape, done, failures, elapsed, baseli
     baseline = base_rows.iloc[0].to_dict() if len(base_rows) else None
     return Summary(name, devices[0], prec.code, shape, done, failures, elapsed, best, baseline, tie, space_size,
                    stopped_by, store.shown, device_busy, devices, device_idle, learned_from,
-                   skipped_note(store.skipped), batch)
+                   skipped_note(store.skipped), batch, finalists)

@@ -62,6 +62,7 @@ class Progress:
     device: DeviceInfo | None = None     # the device that measured ``last`` (None: it failed to build)
     study: str | None = None
     left: float | None = None            # seconds of the time budget left (None: no budget)
+    again: bool = False                  # ``last`` was a finalist timed again after the search
 
 
 @dataclass
@@ -88,6 +89,7 @@ class Summary:
     learned_from: dict | None = None
     skipped: str | None = None       # rows of devices and peaks the search skipped, and why (rows.skipped_note)
     batch: int = 1                   # problems of ``shape`` a launch; best and baseline are GFLOP/s of the whole batch
+    finalists: int = 0               # rows timed again after the search, no build running (``search.finalists``)
 
     @property
     def speedup(self) -> float | None:

@@ -126,6 +126,7 @@ class StudySearch:
             self.proposer = AheadProposer(proposer)
             self.rows.learn = self.proposer.learn
         self.done, self.failures, self.stopped_by = 0, Counter(), None   # stopped_by: why it stopped, once it has
+        self.finalists = 0   # rows timed again after the search (``finalists``)
         self.start, self.progress = time.monotonic(), None
         problem = packed_problem(m, n, k, req.trans_a, req.trans_b, req.batch)
         self.pipeline = Pipeline(runners, compilers, space, prec, problem, req.policy, self.threshold_ms, self.finish)
@@ -205,6 +206,13 @@ class StudySearch:
                                    outcome, config, value if outcome.status == "ok" else None, dev, self.name,
                                    left))
 
+    def told_again(self, config: Config, outcome: Outcome, value: float | None) -> None:
+        """A finalist timed again after the search (``finalists``), for the progress display."""
+        if self.progress:
+            self.progress(Progress(self.done, self.budget, self.best, sum(self.failures.values()),
+                                   time.monotonic() - self.start, outcome, config, value, self.dev, self.name,
+                                   None, again=True))
+
     def close(self) -> None:
         if self.ahead:
             self.proposer.close()
@@ -219,4 +227,4 @@ class StudySearch:
         busy = self.pipeline.timing_s / (elapsed * len(runners)) if elapsed else None
         return summarize(self.store, self.name, [r.device for r in runners], self.prec, (req.m, req.n, req.k), self.done,
                          self.failures, elapsed, self.baseline_key, len(self.valid), self.stopped_by or "trials", busy,
-                         self.space, idle, self.learned_from, req.batch)
+                         self.space, idle, self.learned_from, req.batch, self.finalists)
