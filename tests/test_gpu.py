@@ -347,6 +347,20 @@ def test_batched_gpu_defaults_on_the_gpu(queue, gpu, code):
         _batched(queue, gpu, given, code, 3, 333, 222, 111, "N", "C" if code in "cz" else "T")
 
 
+@pytest.mark.parametrize("code", ["s", "d", "c", "z"])
+@pytest.mark.parametrize("shape, count, ops", [((32, 32, 32), 500, "NN"), ((29, 31, 17), 300, "TN"),
+                                               ((64, 64, 64), 200, "NT"), ((47, 64, 33), 100, "TT"),
+                                               ((128, 128, 128), 40, "NN"), ((200, 100, 300), 7, "NC")])
+def test_the_batch_classes_defaults_on_the_gpu(queue, gpu, code, shape, count, ops):
+    """The shipped entries of batch_tiny, batch_small and batch_medium (or the classes they fall
+    back to), whole tiles and remainders, as the batched call takes them."""
+    from gemmtune.space.defaults import default_config
+
+    config = default_config(gpu, get_precision(code), shape, batch=count)
+    ta, tb = ops[0], ops[1] if code in "cz" or ops[1] != "C" else "T"
+    _batched(queue, gpu, {"KERNEL": config.kernel, **config.params}, code, count, *shape, ta, tb)
+
+
 @pytest.mark.parametrize("code, given", MMA_VARIANTS[:3] + MMA_VARIANTS[6:9],
                          ids=["d-pipe7-streamk", "z-padl2-pipe7", "z-72k", "d-ahead-streamk", "d-ahead-k16-pipe5",
                               "z-ahead-pipe7"])

@@ -19,6 +19,7 @@ from gemmtune.space import Config, load_space, make_config, require_precision
 # Where nothing was tuned, a problem gets the default of its shape's class (defaults.toml says
 # which configurations serve which class, and docs/performance.md what they were measured on).
 TINY_VOLUME = 2**18     # m * n * k at most this (64^3): "tiny"
+BATCH_TINY_VOLUME = 2**15   # a batch's problems at most this (32^3): "batch_tiny"
 SMALL_VOLUME = 2**27    # at most this: "small"
 MEDIUM_VOLUME = 2**31   # at most this: "medium"; above: "large"
 SKINNY = 64             # m (or n) at most this with K at least LONG_K: "skinny_m" ("skinny_n")
@@ -26,18 +27,22 @@ LONG_K = 1024
 # m or n is 1 and the problem is not tiny: "vector"
 # A class without an entry of its own takes this one's.
 # A batch (more than one problem a launch) is a class of its own whatever its problems' shape:
-# "batch_small" (each problem at most TINY_VOLUME) or "batch_medium". Without an entry, small takes
-# the tiny class's and medium the views' (``default_config`` then goes on to the views' family, which
-# takes batches, where the one found does not).
+# "batch_tiny" (each problem at most BATCH_TINY_VOLUME), "batch_small" (at most TINY_VOLUME) or
+# "batch_medium": a GPU's best tiles for batches of 32^3 and of 64^3 problems differ twofold each
+# way. Without an entry, tiny takes the small class's, small the tiny class's and medium the
+# views' (``default_config`` then goes on to the views' family, which takes batches, where the one
+# found does not).
 FALLBACK = {"tiny": "small", "small": "medium", "medium": "large", "skinny_m": "medium", "skinny_n": "medium",
-            "vector": "skinny_m", "batch_small": "tiny", "batch_medium": "views"}
-SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "vector", "views", "batch_small",
-                 "batch_medium")
+            "vector": "skinny_m", "batch_tiny": "batch_small", "batch_small": "tiny", "batch_medium": "views"}
+SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "vector", "views", "batch_tiny",
+                 "batch_small", "batch_medium")
 
 
 def shape_class(m: int, n: int, k: int, batch: int = 1) -> str:
     if batch > 1:
-        return "batch_small" if m * n * k <= TINY_VOLUME else "batch_medium"
+        volume = m * n * k
+        return "batch_tiny" if volume <= BATCH_TINY_VOLUME else "batch_small" if volume <= TINY_VOLUME \
+            else "batch_medium"
     if min(m, n) == 1 and m * n * k > TINY_VOLUME:
         return "vector"
     if min(m, n) <= SKINNY and k >= LONG_K:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from gemmtune.space.defaults import (AVX2_TABLE, LONG_K, MEDIUM_VOLUME, SKINNY, SMALL_VOLUME, TINY_VOLUME, class_entry,
+from gemmtune.space.defaults import (AVX2_TABLE, BATCH_TINY_VOLUME, LONG_K, MEDIUM_VOLUME, SKINNY, SMALL_VOLUME, TINY_VOLUME, class_entry,
                                default_config, shape_class, shipped_defaults)
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import COPY_PER_ITEM, COPY_TILES, FAMILIES, IDLE_WORTH_SHARING, cpu, direct, thin
@@ -35,11 +35,12 @@ DEVICE_TYPES = ("CPU", "GPU", "OTHER")   # gemmtune_impl.c's GT_TYPE_*
 # defaults.toml's table of a device of each type that was not described: a CPU's compiler may
 # target 256-bit vectors, on which the AVX-512 table's blocks spill (CPU-256's run on both)
 TYPE_TABLES = {"CPU": AVX2_TABLE, "GPU": "GPU", "OTHER": "OTHER"}
-CLASSES = ("tiny", "small", "medium", "large", "skinny_m", "skinny_n", "vector", "batch_small", "batch_medium")
+CLASSES = ("tiny", "small", "medium", "large", "skinny_m", "skinny_n", "vector", "batch_tiny", "batch_small",
+           "batch_medium")
 # a problem of each class, for default_config, which takes a shape (and a batch)
 EXAMPLES = {"tiny": (1, 1, 1), "small": (64, 64, 65), "medium": (1024, 1024, 1024), "large": (2048, 2048, 1024),
             "skinny_m": (1, 2, 1024), "skinny_n": (2, 1, 1024), "vector": (1, 1024, 1024),
-            "batch_small": (16, 16, 16), "batch_medium": (128, 128, 128)}
+            "batch_tiny": (16, 16, 16), "batch_small": (64, 64, 64), "batch_medium": (128, 128, 128)}
 
 
 def example_batch(cls: str) -> int:
@@ -215,6 +216,7 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
                f"#define GT_PRECISION_DOUBLE {_brace([int(p.needs_double) for p in PRECISIONS.values()])}",
                *(f"#define GT_CLASS_{cls.upper()} {i}" for i, cls in enumerate(CLASSES)),
                f"#define GT_TINY_VOLUME {TINY_VOLUME}.0", f"#define GT_SMALL_VOLUME {SMALL_VOLUME}.0",
+               f"#define GT_BATCH_TINY_VOLUME {BATCH_TINY_VOLUME}.0",
                f"#define GT_MEDIUM_VOLUME {MEDIUM_VOLUME}.0", f"#define GT_SKINNY {SKINNY}",
                f"#define GT_LONG_K {LONG_K}", f"#define GT_OTHER_OPS {OTHER_OPS!r}",
                f"#define GT_BUILD_OPTIONS {c_string(' '.join(BUILD_OPTIONS))}",

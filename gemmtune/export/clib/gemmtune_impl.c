@@ -592,7 +592,10 @@ static int gt_make_plan(const gt_cfg *c, const gt_problem *p, const gemmtune_dev
 
 static int gt_shape_class(int64_t m, int64_t n, int64_t k, int64_t batch) {
   double volume = (double)m * (double)n * (double)k;
-  if (batch > 1) return volume <= GT_TINY_VOLUME ? GT_CLASS_BATCH_SMALL : GT_CLASS_BATCH_MEDIUM;
+  if (batch > 1)
+    return volume <= GT_BATCH_TINY_VOLUME ? GT_CLASS_BATCH_TINY
+         : volume <= GT_TINY_VOLUME      ? GT_CLASS_BATCH_SMALL
+                                         : GT_CLASS_BATCH_MEDIUM;
   if (min64(m, n) == 1 && volume > GT_TINY_VOLUME) return GT_CLASS_VECTOR;
   if (min64(m, n) <= GT_SKINNY && k >= GT_LONG_K) return m <= n ? GT_CLASS_SKINNY_M : GT_CLASS_SKINNY_N;
   if (volume <= GT_TINY_VOLUME) return GT_CLASS_TINY;
