@@ -46,7 +46,7 @@ class QuietRunner:
         return Outcome(got, detail="worker process died") if isinstance(got, str) else Outcome("ok", timing(got))
 
 
-def study(tmp_path, loud: dict[int, float], quiet: dict[int, float | str], baseline: int):
+def study(tmp_path, loud: dict[int, float], quiet: dict[int, float | str], baseline: int, theirs=()):
     """A study's rows, one configuration per NB value measured at ``loud`` GFLOP/s during the
     search, and a stand-in for the search whose timing worker measures ``quiet``."""
     store, prec = Store(f"sqlite:///{tmp_path / 'r.db'}"), get_precision("s")
@@ -57,6 +57,7 @@ def study(tmp_path, loud: dict[int, float], quiet: dict[int, float | str], basel
     told = []
     search = SimpleNamespace(
         store=store, dev=POCL_LIKE, name="st", prec=prec, flops=FLOPS,
+        rows=SimpleNamespace(mine={trial for trial, nb in enumerate(loud) if nb not in theirs}),
         baseline_key=config_key("xgemm_cpu", cpu(baseline)), space=None,
         pipeline=SimpleNamespace(runners=[runner], job=lambda config, early_stop: SimpleNamespace(config=config)),
         told_again=lambda config, outcome, value: told.append((config.params["NB"], value)))
@@ -146,6 +147,17 @@ def _all_rows(db) -> list[dict]:
         return [dict(r) for r in con.execute("SELECT * FROM results ORDER BY id")]
     finally:
         con.close()
+
+
+def test_rows_another_process_measured_are_left_to_it(tmp_path):
+    # A study shared by two search processes: this one measured NB 1, 3 and 5.
+    loud = {1: 40.0, 2: 100.0, 3: 90.0, 4: 95.0, 5: 30.0}
+    quiet = {1: 45.0, 2: 500.0, 3: 92.0, 4: 500.0, 5: 35.0}
+    search, runner, _ = study(tmp_path, loud, quiet, baseline=1, theirs=(2, 4))
+    assert time_finalists(search, most=4) == 3
+    assert runner.ran == [1, 3, 5]
+    got = rows(tmp_path)
+    assert got[2]["gflops"] == pytest.approx(100.0, rel=1e-3) and got[4]["detail"] is None
 
 
 def test_only_a_cpu_device_timed_beside_its_compilers_has_finalists():

@@ -26,9 +26,10 @@ def needs_finalists(search) -> bool:
 
 
 def time_finalists(search, stopped: Callable[[], bool] = lambda: False, most: int = FINALISTS) -> int:
-    """Time the study's rows of this device again, quietly: the baseline, the ``most`` fastest by the
-    search's figures, then the fastest until it is one timed again (at most ``most`` more: the
-    quiet figures are the higher, so this seldom takes one). Returns how many were."""
+    """Time the study's rows that this process measured again, quietly: the baseline, the ``most``
+    fastest by the search's figures, then the fastest until it is one timed again (at most ``most``
+    more: the quiet figures are the higher, so this seldom takes one). Rows that other processes
+    sharing the study measured are theirs to time again, on their machines. Returns how many were."""
     store, dev, runner = search.store, search.dev, search.pipeline.runners[0]
     done: set[int] = set()
 
@@ -36,7 +37,7 @@ def time_finalists(search, stopped: Callable[[], bool] = lambda: False, most: in
         """The measured rows (a row with another's figures, an identical binary, goes with it),
         fastest first; of a shared database, those any reader may use."""
         rows = screen(store.frame(study=search.name, device=dev.key, status="ok"), search.space).rows
-        rows = rows[~rows.detail.fillna("").str.startswith(IDENTICAL)]
+        rows = rows[~rows.detail.fillna("").str.startswith(IDENTICAL) & rows.trial.isin(search.rows.mine)]
         return list(rows.sort_values("gflops", ascending=False, kind="stable").itertuples())
 
     def again(row) -> None:

@@ -89,6 +89,7 @@ class StudyRows:
         self.m, self.n, self.k, self.trans_a, self.trans_b, self.batch = problem
         self.measured = measured
         self.seen_id = 0
+        self.mine: set[int] = set()   # trial numbers of the rows this process measured
         self.learn: Callable[[Config, float | None], None] | None = None
 
     def refresh(self) -> None:
@@ -97,11 +98,13 @@ class StudyRows:
 
     def write(self, number: int, dev: DeviceInfo, config: Config, outcome: Outcome, is_baseline: bool,
               key: tuple | None = None) -> float | None:
-        """Commit one trial's row; ``key``, where given, is marked measured with its result."""
+        """Commit one trial's row; ``key``, where given (a trial this process measured), is marked
+        measured with its result."""
         value = record(self.store, self.name, number, dev, self.prec, self.m, self.n, self.k, config, outcome,
                        is_baseline, self.trans_a, self.trans_b, self.batch)
         if key is not None:
             self.measured[key] = (outcome.status, value)
+            self.mine.add(number)
         return value
 
     def lost(self, number: int, dev: DeviceInfo, config: Config | None) -> None:
