@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
-from helpers_foundation import POCL_LIKE
+from helpers_foundation import POCL_LIKE, sql
 
 from gemmtune.cli import cli
 from gemmtune.db.store import Store
@@ -65,12 +64,7 @@ def study(tmp_path, loud: dict[int, float], quiet: dict[int, float | str], basel
 
 
 def rows(tmp_path) -> dict[int, dict]:
-    con = sqlite3.connect(tmp_path / "r.db")
-    con.row_factory = sqlite3.Row
-    try:
-        return {json.loads(r["params"])["NB"]: dict(r) for r in con.execute("SELECT * FROM results")}
-    finally:
-        con.close()
+    return {json.loads(r["params"])["NB"]: r for r in sql(tmp_path / "r.db", "SELECT * FROM results")}
 
 
 def test_the_baseline_and_the_fastest_take_their_quiet_figures(tmp_path):
@@ -130,7 +124,7 @@ def test_a_search_on_a_cpu_device_times_its_finalists_again(tmp_path):
                                    "--time-cap", "0.05", "-q", "--format", "json", "--seed", "1"])
     assert out.exit_code == 0, out.output
     summary = json.loads(out.stdout)
-    got = _all_rows(db)
+    got = sql(db, "SELECT * FROM results ORDER BY id")
     again = [r for r in got if (r["detail"] or "").startswith("timed again after the search")]
     assert summary["finalists_timed_again"] == len(again) >= 2
     assert any(r["baseline"] for r in again)
@@ -139,14 +133,6 @@ def test_a_search_on_a_cpu_device_times_its_finalists_again(tmp_path):
     assert summary["best"]["gflops"] == pytest.approx(best["gflops"])
     assert best["gflops"] == pytest.approx(gflops(2 * 64**3, best["time_ms"]))
 
-
-def _all_rows(db) -> list[dict]:
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute("SELECT * FROM results ORDER BY id")]
-    finally:
-        con.close()
 
 
 def test_rows_another_process_measured_are_left_to_it(tmp_path):

@@ -174,6 +174,15 @@ def failures(items, outcomes, during) -> list[str]:
     return found
 
 
+def clean_outcomes(items: list[dict]) -> dict[str, dict]:
+    """Each case's outcome, once every case ran clean under Oclgrind and computed the right C."""
+    outcomes, before, during = run_cases(items)
+    assert not before, f"Oclgrind reported while the device opened:\n{before}"
+    found = failures(items, outcomes, during)
+    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    return outcomes
+
+
 def test_every_family_has_cases():
     assert set(CONFIGS) == set(FAMILIES) == {family for family, _ in KERNELS}
 
@@ -182,10 +191,7 @@ def test_every_family_has_cases():
 @pytest.mark.parametrize("code", PRECISIONS)
 def test_every_kernel_runs_clean_under_oclgrind(kernel, code):
     items = cases(kernel, code)
-    outcomes, before, during = run_cases(items)
-    assert not before, f"Oclgrind reported while the device opened:\n{before}"
-    found = failures(items, outcomes, during)
-    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    outcomes = clean_outcomes(items)
     launched = {name for o in outcomes.values() for name in o["launches"]}
     assert {name for family, name in KERNELS if family == kernel} <= launched
     if not FAMILIES[kernel].takes_views:   # the product on the caller's operands, unprepared
@@ -209,10 +215,7 @@ def test_batches_of_the_cpu_family_run_clean_under_oclgrind(code):
         config = {**config, "VW": CPU_VW[code][c]}
         for j, count in enumerate((3, 8 * config["WGS"] * 4 + 1)):
             items.append(batched("xgemm_cpu", code, config, (13, 11, 9), count, 2 * c + j))
-    outcomes, before, during = run_cases(items)
-    assert not before
-    found = failures(items, outcomes, during)
-    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    outcomes = clean_outcomes(items)
     products = [(item["config"]["WGS"], outcomes[item["id"]]["global_sizes"][-1]) for item in items]
     assert any(size[:2] == [wgs, 1] for wgs, size in products)         # whole problems a work-item
     assert any(size[:2] != [wgs, 1] for wgs, size in products)         # a work-item a block
@@ -232,10 +235,7 @@ def test_batches_of_the_direct_family_run_clean_under_oclgrind(code):
     """Batches of xgemm_direct, strided in one buffer per operand: the problem is dimension 2 of
     the one launch, and K is not cut into parts (KSPLIT 4 changes nothing)."""
     items = direct_batches(code)
-    outcomes, before, during = run_cases(items)
-    assert not before
-    found = failures(items, outcomes, during)
-    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    outcomes = clean_outcomes(items)
     for item in items:
         o = outcomes[item["id"]]
         assert o["launches"] == ["xgemm_direct"] and o["global_sizes"][0][2] == item["batch"], o
@@ -281,10 +281,7 @@ def test_batches_of_the_rt_family_run_clean_under_oclgrind(code):
     problem or read in place, and with stream-K the batch's tiles numbered problem after problem,
     the split ones (and xgemm_fixup's) in the last problems."""
     items = rt_batches(code)
-    outcomes, before, during = run_cases(items)
-    assert not before
-    found = failures(items, outcomes, during)
-    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    outcomes = clean_outcomes(items)
     prepared, in_place, split_over = set(), 0, set()
     for item in items:
         o = outcomes[item["id"]]
@@ -316,10 +313,7 @@ def test_shared_operands_of_a_batch_run_clean_under_oclgrind(code):
         for shared in "AB":
             item = batched(kernel, code, config, (33, 17, 9), 4, len(items))
             items.append({**item, "id": f"{item['id']}-shared{shared}", "shared": shared})
-    outcomes, before, during = run_cases(items)
-    assert not before
-    found = failures(items, outcomes, during)
-    assert not found, f"{len(found)} of {len(items)} cases failed:\n" + "\n\n".join(found[:5])
+    outcomes = clean_outcomes(items)
     for item in items:
         o = outcomes[item["id"]]
         if item["kernel"] == "xgemm_rt":   # 33 x 17 x 9 fills no tile: both operands prepared
