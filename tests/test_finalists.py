@@ -157,3 +157,27 @@ def test_only_a_cpu_device_timed_beside_its_compilers_has_finalists():
     assert needs_finalists(search(POCL_LIKE, object()))
     assert not needs_finalists(search(GPU_LIKE, object()))   # builds on host cores the device's timing does not use
     assert not needs_finalists(search(POCL_LIKE, None))      # --jobs 0: every build on the timing worker, in turn
+
+
+def test_ctrl_c_while_the_finalists_are_timed_again_stops_them_and_says_interrupted(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    import gemmtune.search.loop as loop
+    from gemmtune.search import run_search
+    from gemmtune.search.request import SearchRequest
+
+    real, seen = loop.time_finalists, []
+
+    def pressed_first(search, stopped, **kw):
+        os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C, as the search's handler takes it
+        seen.append(stopped())
+        return real(search, stopped, **kw)
+
+    monkeypatch.setattr(loop, "time_finalists", pressed_first)
+    db = tmp_path / "r.db"
+    [summary] = run_search(SearchRequest(device=0, m=32, n=32, k=32, trials=3, seeds=0, db=f"sqlite:///{db}"))
+    assert seen == [True]   # the finalists see the press and stop before timing any
+    assert summary.stopped_by == "interrupted" and summary.finalists == 0
+    got = sql(db, "SELECT * FROM results")
+    assert len(got) == 3 and not any(r["search_gflops"] for r in got)

@@ -285,8 +285,11 @@ def _run_searches(searches: list[StudySearch], req: SearchRequest, progress, ctr
             mp_connection.wait(waits + [ctrl_c.wakeup], timeout=max(0.0, until - time.monotonic()))
             ctrl_c.drain()
         for search in searches:
-            if needs_finalists(search):
+            if needs_finalists(search) and not ctrl_c.pressed:
                 search.finalists = time_finalists(search, lambda: ctrl_c.pressed)
+        if ctrl_c.pressed:   # while the finalists were timed again: those done stand, the search says so
+            for search in searches:
+                search.stopped_by = "interrupted"
     except KeyboardInterrupt:
         for search in searches:
             search.interrupt()
