@@ -89,7 +89,9 @@ def test_the_baseline_and_the_fastest_take_their_quiet_figures(tmp_path):
     assert told == [(nb, pytest.approx(quiet[nb], rel=1e-3)) for nb in (1, 2, 3)]
     # Timed again by a later search (a resumed study): the figure of the search stays the first's.
     time_finalists(search, most=2)
-    assert rows(tmp_path)[2]["search_gflops"] == pytest.approx(loud[2], rel=1e-3)
+    again = rows(tmp_path)[2]
+    assert again["search_gflops"] == pytest.approx(loud[2], rel=1e-3)
+    assert again["detail"].endswith(f"{loud[2]:,.1f} GFLOP/s during the search")
 
 
 def test_the_fastest_is_timed_again_until_it_is_a_quiet_figure(tmp_path):
