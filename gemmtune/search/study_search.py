@@ -199,19 +199,21 @@ class StudySearch:
         self.proposer.tell(trial, config, value, outcome.status)
         self.session.ended(trial)
         self.done += 1
-        if self.progress:
-            elapsed = time.monotonic() - self.start
-            left = None if self.req.timeout is None else max(0.0, self.req.timeout - elapsed)
-            self.progress(Progress(self.done, self.budget, self.best, sum(self.failures.values()), elapsed,
-                                   outcome, config, value if outcome.status == "ok" else None, dev, self.name,
-                                   left))
+        self._show(config, outcome, value, dev)
 
     def told_again(self, config: Config, outcome: Outcome, value: float | None) -> None:
         """A finalist timed again after the search (``finalists``), for the progress display."""
+        self._show(config, outcome, value, self.dev, again=True)
+
+    def _show(self, config: Config, outcome: Outcome, value: float | None, dev: DeviceInfo,
+              again: bool = False) -> None:
+        """The progress display's line for a result; the time left only while the search runs."""
         if self.progress:
-            self.progress(Progress(self.done, self.budget, self.best, sum(self.failures.values()),
-                                   time.monotonic() - self.start, outcome, config, value, self.dev, self.name,
-                                   None, again=True))
+            elapsed = time.monotonic() - self.start
+            left = None if again or self.req.timeout is None else max(0.0, self.req.timeout - elapsed)
+            self.progress(Progress(self.done, self.budget, self.best, sum(self.failures.values()), elapsed,
+                                   outcome, config, value if outcome.status == "ok" else None, dev, self.name,
+                                   left, again))
 
     def close(self) -> None:
         if self.ahead:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from gemmtune.space.defaults import (AVX2_TABLE, BATCH_TINY_VOLUME, LONG_K, MEDIUM_VOLUME, SKINNY, SMALL_VOLUME, TINY_VOLUME, class_entry,
-                               default_config, shape_class, shipped_defaults)
+from gemmtune.space.defaults import (AVX2_TABLE, BATCH_TINY_VOLUME, LONG_K, MEDIUM_VOLUME, SKINNY, SMALL_VOLUME,
+                                     TINY_VOLUME, class_entry, default_config, shape_class, shipped_defaults)
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import COPY_PER_ITEM, COPY_TILES, FAMILIES, IDLE_WORTH_SHARING, cpu, direct, thin
 from gemmtune.devices.info import DeviceInfo
