@@ -92,7 +92,7 @@ def by_contender(rows, size) -> dict[str, dict]:
 
 def flops(row: dict) -> int:
     per_term = 8 if row["precision"] in "cz" else 2   # complex: four multiplies and four adds
-    return per_term * row["m"] * row["n"] * row["k"]
+    return per_term * row["m"] * row["n"] * row["k"] * row["batch"]
 
 
 def check_timed(row: dict, ours: dict) -> None:
@@ -163,6 +163,27 @@ def test_bench_shapes_measure_each_problem_with_its_precision_and_ops(empty_db, 
             # PoCL's CPU device: xgemm_cpu serves small problems (the direct family does on a GPU)
             assert r["verified"] is True and r["config"].startswith("xgemm_cpu")
             check_timed(r, r)
+
+
+def test_the_gemm_baseline_is_gemmtune_gemm_on_numpy_arrays(empty_db, tmp_path, monkeypatch):
+    """``--baseline gemm``: the public call on the host's arrays, one problem and a batch, ops
+    included, verified like the others; a wrong result from it is caught and never timed."""
+    import gemmtune.call.compute as compute
+
+    shapes = tmp_path / "w.csv"
+    shapes.write_text("m,n,k,precision,trans_a,trans_b,batch\n30,17,9,d,T,N,1\n12,7,5,c,N,C,6\n")
+    rows = bench_json("--shapes", str(shapes), "--db", empty_db, "--baseline", "gemm,numpy")
+    assert [(r["shape"], r["contender"]) for r in rows] == [
+        (s, c) for s in ("d30x17x9 TN", "6 x c12x7x5 NC") for c in ("gemmtune", "gemm", "numpy")]
+    for ours, host, _ in zip(rows[::3], rows[1::3], rows[2::3]):
+        assert host["source"] == "gemmtune.gemm" and host["verified"] is True
+        check_timed(host, ours)
+        assert host["device_ms"] == host["host_ms"] == host["time_ms"]   # not known apart from the call's
+    real = compute.gemm
+    monkeypatch.setattr(compute, "gemm", lambda *a, **k: 1.01 * real(*a, **k))
+    rows = run_bench(0, [Shape(24, 24, 24, "s")], ["gemm"], empty_db, TimingPolicy(max_seconds=TIME_CAP))
+    wrong = by_contender(rows, 24)["gemm"]
+    assert wrong["verified"] is False and wrong["skipped"].startswith("wrong result") and wrong["repeats"] == 0
 
 
 @pytest.mark.parametrize("spec, match", [

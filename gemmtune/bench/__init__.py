@@ -7,6 +7,8 @@ arrays; CLBlast's strided batched GEMM, numpy's and torch's matmul on 3-D arrays
 * ``gemmtune``: ``gemmtune.Gemm`` as a program calls it, with the configuration ``best_config``
   gives for the problem (tuned, nearest or default);
 * ``config:NAME=VALUE,...``: ``Gemm`` held to an explicit configuration;
+* ``gemm``: ``gemmtune.gemm`` on numpy arrays, returning a new one as ``a @ b`` does: what a
+  numpy program pays, with its copies to and from a device that has memory of its own;
 * ``numpy``: the host BLAS behind numpy (``a @ b``);
 * ``clblast``: CLBlast's GEMM through its C API (``gemmtune.bench.clblast``), on the same OpenCL queue,
   with buffers of its own; an error when the library cannot be loaded (the baseline was asked for);
@@ -40,7 +42,7 @@ import time
 import numpy as np
 
 from gemmtune.bench.contenders import (HOST, Contender, _Clblast, _cublas_3m_timer, _cuda_timer, _host_operands,
-                                        _numpy_timer, _OpenCL)
+                                        _HostCall, _numpy_timer, _OpenCL)
 from gemmtune.errors import GemmtuneError
 from gemmtune.precision import get_precision
 from gemmtune.shapes import Shape
@@ -57,7 +59,7 @@ REWARM_MS = 20.0
 # after the host BLAS's waits this long first.
 HOST_SETTLE_S = 0.25
 BASELINES = ("numpy", "torch", "cupy", "cublas-3m")   # not on OpenCL
-NAMED = ("clblast", "3m", *BASELINES)
+NAMED = ("clblast", "3m", "gemm", *BASELINES)
 
 
 def _measure(contenders: list[Contender], policy: TimingPolicy) -> None:
@@ -101,7 +103,7 @@ def parse_baselines(text: str) -> list[str]:
             items.append("config:" + rest.strip())
     for item in items:
         if not item.startswith("config:") and item not in NAMED:
-            raise GemmtuneError(f"unknown baseline {item!r}: use numpy, torch, cupy, clblast, 3m, cublas-3m "
+            raise GemmtuneError(f"unknown baseline {item!r}: use numpy, gemm, torch, cupy, clblast, 3m, cublas-3m "
                                 f"or config:NAME=VALUE,...")
     return items
 
@@ -129,10 +131,15 @@ def bench_shape(queue, shape: Shape, baselines: list[str], db, policy: TimingPol
     if "3m" in baselines:
         contenders.append(Contender("3m", "gemmtune 3M"))
         configs.append(None)
+    if "gemm" in baselines:
+        contenders.append(Contender("gemm", "gemmtune.gemm", "numpy arrays; the configuration above"))
+        configs.append(None)
     for c, cfg in zip(contenders, configs):
         try:
             if c.name == "clblast":
                 c.run = _Clblast(queue, cfg, prec, shape, host)
+            elif c.name == "gemm":
+                c.run = _HostCall(device_info.index, prec, shape, host, db)
             elif c.name == "3m":
                 if not prec.is_complex or shape.batch > 1:
                     c.skipped = "3m is one product of complex matrices (c, z)"

@@ -63,6 +63,26 @@ class _OpenCL:
         return (t2 - t0) * 1e3, self.device_time_ms(self.gemm.last_events), (t1 - t0) * 1e3
 
 
+class _HostCall:
+    """``gemmtune.gemm`` on the host's numpy arrays, as numpy is called: the operands' way to the
+    device and the result's back are in its time (none where the device computes in the host's
+    memory, gemmtune/call/host.py). Its device time is not known apart: all three are the wall clock."""
+
+    def __init__(self, device: int, prec: Precision, shape: Shape, host, db):
+        from gemmtune.call.compute import gemm
+        from gemmtune.measure.verify import compare
+
+        x, y, rows, ref = host
+        self.call = lambda: gemm(x, y, trans_a=shape.trans_b, trans_b=shape.trans_a, device=device, db=db)
+        self.check = compare(self.call()[rows], ref, prec)
+
+    def __call__(self) -> tuple[float, float, float]:
+        t0 = time.perf_counter()
+        self.call()
+        t = (time.perf_counter() - t0) * 1e3
+        return t, t, t
+
+
 class _Clblast:
     """CLBlast's GEMM of the problem itself: the row-major X and Y are column-major B and A (ld:
     their row length), and the row-major n x m C is column-major m x n with ld m."""

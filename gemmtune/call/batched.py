@@ -21,6 +21,7 @@ from gemmtune.errors import OperandError
 from gemmtune.families import FAMILIES
 from gemmtune.launch.operation import GemmOperation, Prepared
 from gemmtune.launch.plan import Problem
+from gemmtune.call.host import HostCall, in_host_memory
 from gemmtune.call.operands import (batch_view, check_device_memory, check_host_memory, check_out, deliver, op_flag,
                                     out_of_memory, out_of_memory_as_error, overlap, product_shape, view)
 from gemmtune.space import Config, shipped_families
@@ -108,25 +109,19 @@ def host_gemm(dev, a: np.ndarray, b: np.ndarray, c, alpha, beta, ta: str, tb: st
     plan = FAMILIES[cfg.kernel].plan(cfg.params, prec, problem, dev.queue.device, dev.info.compute_units)
     buffers = {**operands, **{s.name: s.nbytes for s in plan.scratch}}
     check_device_memory(dev.info, what, buffers)
+    in_place = in_host_memory(dev.queue.device)
+    device_buffers = {k: v for k, v in buffers.items() if not (in_place and k in operands)}
     check_host_memory(what, {"result": count * m * n * prec.bytes, "stacked a": operands["a"],
                              "stacked b": operands["b"], **({"stacked c": operands["c"]} if with_c else {}),
-                             **({f"device {k}": v for k, v in buffers.items()} if dev.info.type == "CPU" else {})})
-    ctx, queue, mf = dev.context, dev.queue, cl.mem_flags
+                             **({f"device {k}": v for k, v in device_buffers.items()} if dev.info.type == "CPU" else {})})
     with out_of_memory_as_error(what):
-        op = _operation(queue, dev.info, cfg, prec, problem, what, _operations)
-        a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(sa))
-        b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(sb))
-        if with_c:
-            full = np.ascontiguousarray(np.broadcast_to(c, shape))
-            c_buf = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=full)
-        else:
-            # beta == 0 never reads C: poisoned, so that an element left unwritten shows as NaN
-            c_buf = cl.Buffer(ctx, mf.READ_WRITE, size=count * m * n * prec.bytes)
-            cl.enqueue_fill_buffer(queue, c_buf, prec.nan, 0, c_buf.size)
-        op.enqueue(b_buf, a_buf, c_buf, alpha, beta)
-        result = out if out is not None and out.flags.c_contiguous else np.empty(shape, dtype=prec.dtype)
-        cl.enqueue_copy(queue, result, c_buf)
-    return deliver(out, result)
+        op = _operation(dev.queue, dev.info, cfg, prec, problem, what, _operations)
+        with HostCall(dev.context, dev.queue, in_place, FAMILIES[cfg.kernel].takes_views) as call:
+            a_buf, a_at = call.operand(sa)
+            b_buf, b_at = call.operand(sb)
+            c_buf = call.result(shape, prec, c if with_c else None, out, reads=(a, b))
+            op.enqueue(b_buf, a_buf, c_buf, alpha, beta, offsets=(b_at, a_at, 0))
+            return deliver(out, call.fetch())
 
 
 def is_batch(a, b, c) -> bool:

@@ -19,6 +19,7 @@ from gemmtune.families import FAMILIES
 from gemmtune.launch.operation import GemmOperation, Prepared
 from gemmtune.launch.plan import Problem
 from gemmtune.call.complex3m import Complex3M, check_algorithm
+from gemmtune.call.host import HostCall, in_host_memory
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
 from gemmtune.call.operands import (BufferFacts, check_device_memory, check_host_memory, check_out, deliver,
                                     host_operand, op_flag,
@@ -132,10 +133,10 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
         return batched.host_gemm(dev, a, b, c, alpha, beta, ta, tb, prec, resolved, db, out)
     m, n, ka = product_shape(a, b, c, ta, tb)
     check_out(out, (m, n), prec)   # before anything is computed
-    return deliver(out, _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, device, db))
+    return deliver(out, _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, device, db, out))
 
 
-def _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, device, db) -> np.ndarray:
+def _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, device, db, out) -> np.ndarray:
     dev = get_device(device)
     if min(m, n, ka) == 0:
         # BLAS's empty products: nothing to multiply; with K = 0, C <- beta * C (c unread at beta 0)
@@ -154,34 +155,28 @@ def _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, de
     # The tuned shape is that column-major one, the problem the kernel actually runs.
     cfg = (best_config(n, m, ka, prec, device=dev.info, db=db, trans_a=tb, trans_b=ta).config if config is None
            else resolve_config(config, dev.info, prec))
-    ctx, queue = dev.context, dev.queue
+    queue = dev.queue
     plan = FAMILIES[cfg.kernel].plan(cfg.params, prec, Problem(n, m, ka, tb, ta), queue.device,
                                      dev.info.compute_units)
     buffers = {**operands, **{s.name: s.nbytes for s in plan.scratch}}
     check_device_memory(dev.info, what, buffers)
+    in_place = in_host_memory(queue.device)
     # On the host: the result, contiguous copies of strided operands and, where the device is
-    # the host's own processor, its buffers too.
+    # the host's own processor, its buffers but those built over the host's arrays (call/host.py).
     host = {"result": m * n * prec.bytes,
             **{f"contiguous {name}": x.nbytes for name, x in (("a", a), ("b", b), ("c", c))
                if x is not None and not x.flags.c_contiguous},
-            **({f"device {name}": size for name, size in buffers.items()} if dev.info.type == "CPU" else {})}
+            **({f"device {name}": size for name, size in buffers.items() if not (in_place and name in operands)}
+               if dev.info.type == "CPU" else {})}
     check_host_memory(what, host)
-    mf = cl.mem_flags
     with out_of_memory_as_error(what):
         op = operation(dev, cfg, shipped_families().family(cfg.kernel).source, prec, n, m, ka, tb, ta)
-        a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(a))
-        b_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(b))
-        if c is not None and beta != 0:
-            c_buf = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(c))
-        else:
-            # beta == 0: C is never read. Poison it so an element the kernel fails to write shows as
-            # NaN, on the device: no host array to fill and copy.
-            c_buf = cl.Buffer(ctx, mf.READ_WRITE, size=m * n * prec.bytes)
-            cl.enqueue_fill_buffer(queue, c_buf, prec.nan, 0, c_buf.size)
-        op.enqueue(b_buf, a_buf, c_buf, alpha, beta)
-        result = np.empty((m, n), dtype=prec.dtype)
-        cl.enqueue_copy(queue, result, c_buf)
-    return result
+        with HostCall(dev.context, queue, in_place, FAMILIES[cfg.kernel].takes_views) as call:
+            a_buf, a_at = call.operand(a)
+            b_buf, b_at = call.operand(b)
+            c_buf = call.result((m, n), prec, c if c is not None and beta != 0 else None, out, reads=(a, b))
+            op.enqueue(b_buf, a_buf, c_buf, alpha, beta, offsets=(b_at, a_at, 0))
+            return call.fetch()
 
 
 def _gemm_3m(dev: OpenDevice, a, b, c, alpha, beta, ta, tb, shape, config, db) -> np.ndarray:

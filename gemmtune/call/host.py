@@ -1,0 +1,121 @@
+"""numpy arrays as a call's buffers: in place where the device computes in the host's memory
+(a CPU, an integrated GPU), copied where it has memory of its own.
+
+On a CPU device a copy is pure overhead: the two operands' copies, the result's buffer and its
+copy back took 1.6 ms of a 12.6 ms SGEMM at 1024³ on PoCL, and 7 ms of 18 on Intel's runtime,
+whose copies also fault in fresh pages. In place, the buffers are built over the arrays' own
+memory (CL_MEM_USE_HOST_PTR). Drivers compute there without a copy only at an address of
+the device's base alignment (CL_DEVICE_MEM_BASE_ADDR_ALIGN: 128 bytes on both): Intel's runtime
+copies a misaligned array, as numpy's (16 bytes past a page) usually are. So an operand's buffer
+starts at the aligned address at or below its first element, still in the array's page (the
+alignment divides the page size): bytes before the array are in the buffer, never read, and the
+kernels take the element offset of the operand's first element, as for a view. The result is an
+aligned array of our own, read back by mapping its buffer, which copies nothing either.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+import numpy as np
+import pyopencl as cl
+
+from gemmtune.precision import Precision
+
+_mf = cl.mem_flags
+
+
+def in_host_memory(device: cl.Device) -> bool:
+    """Whether ``device`` computes in the host's memory, at an alignment within a page."""
+    return bool(device.host_unified_memory) and alignment(device) <= mmap.PAGESIZE
+
+
+def alignment(device: cl.Device) -> int:
+    """The address alignment, in bytes, of a buffer the device uses in place."""
+    return max(1, device.mem_base_addr_align // 8)
+
+
+def aligned_empty(shape, dtype, align: int) -> np.ndarray:
+    """An uninitialised array whose first element is at a multiple of ``align`` bytes."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+class HostCall:
+    """The buffers of one call on host arrays. ``in_place``: the device computes in the host's
+    memory (``in_host_memory``); ``views``: the launch reads operands at element offsets (a family
+    that ``takes_views``), so that an operand need not start at the aligned address."""
+
+    def __init__(self, context: cl.Context, queue: cl.CommandQueue, in_place: bool, views: bool):
+        self.context, self.queue = context, queue
+        self.in_place, self.views = in_place, views
+        self.align = alignment(queue.device)
+        self.host = self.buffer = None
+        self.held = []   # contiguous copies the operands' buffers lie over, alive until ``fetch``
+
+    def __enter__(self) -> "HostCall":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        # Whatever was enqueued over the held arrays must have run before they may be freed.
+        if self.held:
+            try:
+                self.queue.finish()
+            finally:
+                self.held.clear()
+
+    def operand(self, x: np.ndarray) -> tuple[cl.Buffer, int]:
+        """A read-only buffer of ``x`` (made contiguous) and the element offset of its first
+        element there. The caller keeps ``x`` alive until ``fetch`` has returned, in the ``with``
+        block of this HostCall."""
+        x = np.ascontiguousarray(x)
+        self.held.append(x)
+        start = x.ctypes.data
+        before = start % self.align
+        if self.in_place and x.nbytes and (before == 0 or (self.views and before % x.itemsize == 0)):
+            memory = (ctypes.c_char * (before + x.nbytes)).from_address(start - before)
+            return cl.Buffer(self.context, _mf.READ_ONLY | _mf.USE_HOST_PTR, hostbuf=memory), before // x.itemsize
+        return cl.Buffer(self.context, _mf.READ_ONLY | _mf.COPY_HOST_PTR, hostbuf=x), 0
+
+    def result(self, shape, prec: Precision, start: np.ndarray | None = None,
+               out: np.ndarray | None = None, reads=()) -> cl.Buffer:
+        """The result's buffer, holding ``start`` (broadcast to ``shape``: C's values for beta != 0)
+        or else NaN, so that an element the kernel fails to write shows. In place, the result is
+        ``out`` where that is contiguous, aligned and shares no memory with the arrays ``reads``."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * prec.bytes
+        if not self.in_place:
+            if start is not None:
+                self.buffer = cl.Buffer(self.context, _mf.READ_WRITE | _mf.COPY_HOST_PTR,
+                                        hostbuf=np.ascontiguousarray(np.broadcast_to(start, shape)))
+            else:
+                self.buffer = cl.Buffer(self.context, _mf.READ_WRITE, size=nbytes)
+                cl.enqueue_fill_buffer(self.queue, self.buffer, prec.nan, 0, nbytes)
+            self.host = np.empty(shape, prec.dtype)
+            return self.buffer
+        usable = (out is not None and out.flags.c_contiguous and out.ctypes.data % self.align == 0
+                  and not any(np.may_share_memory(out, x) for x in reads))
+        self.host = out if usable else aligned_empty(shape, prec.dtype, self.align)
+        if start is not None:
+            self.host[...] = start
+        else:
+            self.host.fill(prec.nan)
+        self.buffer = cl.Buffer(self.context, _mf.READ_WRITE | _mf.USE_HOST_PTR, hostbuf=self.host)
+        return self.buffer
+
+    def fetch(self) -> np.ndarray:
+        """The result on the host, once what was enqueued has run."""
+        if not self.in_place:
+            cl.enqueue_copy(self.queue, self.host, self.buffer)
+            self.held.clear()
+            return self.host
+        # A map of a buffer over host memory is where its contents become the host's to read;
+        # in place it copies nothing.
+        mapped, _ = cl.enqueue_map_buffer(self.queue, self.buffer, cl.map_flags.READ, 0, self.host.shape,
+                                          self.host.dtype, is_blocking=True)
+        mapped.base.release(self.queue).wait()
+        self.held.clear()
+        return self.host

@@ -1,0 +1,130 @@
+"""gemmtune.gemm on a CPU device computes in the numpy arrays' own memory (gemmtune/call/host.py):
+operands read where they lie, at any offset from the device's alignment, the result written
+into an aligned array of gemm's own (or ``out``), on each OpenCL implementation."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers_foundation, whatever the import mode
+from helpers_foundation import DTYPES, numpy_product, uniform, worst_case_tolerance  # noqa: E402
+
+import gemmtune  # noqa: E402
+from gemmtune.call.compute import get_device  # noqa: E402
+from gemmtune.call.host import HostCall, aligned_empty, alignment, in_host_memory  # noqa: E402
+from gemmtune.precision import get_precision  # noqa: E402
+
+DIRECT = {"KERNEL": "xgemm_direct"}   # reads views: operands at an element offset
+K5 = {"KERNEL": "xgemm_k5"}           # reads operands from offset 0 only
+
+
+def shifted(x: np.ndarray, shift: int, align: int) -> np.ndarray:
+    """A copy of ``x`` whose first byte lies ``shift`` bytes past a multiple of ``align``."""
+    raw = aligned_empty((x.nbytes + align + shift,), np.uint8, align)
+    y = raw[shift:shift + x.nbytes].view(x.dtype).reshape(x.shape)
+    y[...] = x
+    assert y.ctypes.data % align == shift
+    return y
+
+
+def host_address(buffer: cl.Buffer) -> int:
+    return buffer.get_host_array((buffer.size,), np.uint8).ctypes.data
+
+
+def check(result, a, b, c=None, alpha=1.0, beta=0.0, ta="N", tb="N"):
+    ref, scale = numpy_product(a, b, c, alpha, beta, ta, tb)
+    assert result.shape == ref.shape and not np.isnan(result).any()
+    k = a.shape[-1] if ta == "N" else a.shape[-2]
+    assert np.abs(result - ref).max() <= worst_case_tolerance(result.dtype, k, scale)
+
+
+@pytest.mark.parametrize("code", "sdcz")
+def test_operands_at_every_offset_from_the_alignment(implementation, code):
+    """Every element offset from the device's alignment an operand may start at (numpy's own
+    arrays start 16 bytes past one), and a byte offset no element size divides, which is copied."""
+    dev = get_device(implementation.index)
+    align, dtype = alignment(dev.queue.device), np.dtype(DTYPES[code])
+    assert in_host_memory(dev.queue.device) and align > dtype.itemsize
+    rng = np.random.default_rng()
+    m, n, k = 37, 29, 19
+    for shift in [*range(0, align, dtype.itemsize), 1]:
+        a = shifted(uniform((m, k), dtype, rng), shift, align)
+        b = shifted(uniform((k, n), dtype, rng), (align - shift) % align, align)
+        c = shifted(uniform((m, n), dtype, rng), shift, align)
+        before = c.copy()
+        check(gemmtune.gemm(a, b, device=implementation.index), a, b)
+        result = gemmtune.gemm(a, b.T, c, alpha=0.5, beta=-1.5, trans_b=True, device=implementation.index)
+        check(result, a, b.T, before, 0.5, -1.5, "N", "T")
+        assert np.array_equal(c, before)   # c is read, never written
+
+
+def test_operand_buffers_are_built_over_the_arrays(implementation):
+    """In place, an operand's buffer is the array's own memory from the aligned address at or
+    below it, with the element offset of its first element; a family that reads from offset 0
+    only, or an operand no element offset reaches, gets a copy."""
+    dev = get_device(implementation.index)
+    align = alignment(dev.queue.device)
+    x = shifted(np.arange(64, dtype=np.float32), 48, align)
+    views = HostCall(dev.context, dev.queue, in_place=True, views=True)
+    buffer, at = views.operand(x)
+    assert buffer.get_info(cl.mem_info.FLAGS) & cl.mem_flags.USE_HOST_PTR
+    assert host_address(buffer) == x.ctypes.data - 48 and at == 12
+    copied = [HostCall(dev.context, dev.queue, in_place=True, views=False).operand(x),
+              views.operand(shifted(np.arange(64, dtype=np.float32), 2, align)),
+              HostCall(dev.context, dev.queue, in_place=False, views=True).operand(x)]
+    for buffer, at in copied:
+        assert not buffer.get_info(cl.mem_info.FLAGS) & cl.mem_flags.USE_HOST_PTR and at == 0
+    aligned = shifted(np.arange(64, dtype=np.float32), 0, align)
+    buffer, at = HostCall(dev.context, dev.queue, in_place=True, views=False).operand(aligned)
+    assert host_address(buffer) == aligned.ctypes.data and at == 0
+
+
+@pytest.mark.parametrize("config", [DIRECT, K5, None], ids=["direct", "k5", "default"])
+def test_families_with_and_without_views_on_misaligned_operands(config):
+    rng = np.random.default_rng()
+    align = alignment(get_device(0).queue.device)
+    for shift in (0, 4, 20):
+        a = shifted(uniform((70, 33), np.float32, rng), shift, align)
+        b = shifted(uniform((33, 45), np.float32, rng), shift, align)
+        check(gemmtune.gemm(a, b, config=config, device=0), a, b)
+
+
+def test_out_is_written_in_place_unless_it_overlaps_an_operand(implementation):
+    """An aligned ``out`` is the result's buffer itself; one that is also an operand (numpy.matmul
+    copes with that) is not: the product must read the operand's values from before the call."""
+    dev = get_device(implementation.index)
+    align = alignment(dev.queue.device)
+    rng = np.random.default_rng()
+    a, b = (shifted(uniform((48, 48), np.float64, rng), 0, align) for _ in range(2))
+    out = shifted(np.full((48, 48), np.nan), 0, align)
+    assert gemmtune.gemm(a, b, out=out, device=implementation.index) is out
+    check(out, a, b)
+    first, second = a.copy(), b.copy()
+    assert gemmtune.gemm(a, b, out=a, device=implementation.index) is a
+    check(a, first, second)
+    assert gemmtune.gemm(b, b, out=b, device=implementation.index) is b
+    check(b, second, second)
+
+
+def test_batched_operands_in_place_with_a_shared_one(implementation):
+    """numpy.matmul's stacks, one operand a single matrix shared by every problem (stride 0),
+    each at an offset from the alignment."""
+    dev = get_device(implementation.index)
+    align = alignment(dev.queue.device)
+    rng = np.random.default_rng()
+    for code in "sz":
+        dtype = DTYPES[code]
+        a = shifted(uniform((5, 21, 13), dtype, rng), 16, align)
+        b = shifted(uniform((13, 17), dtype, rng), 32, align)
+        out = np.full((5, 21, 17), np.nan, dtype)
+        assert gemmtune.gemm(a, b, out=out, device=implementation.index) is out
+        check(out, a, b)
+        c = shifted(uniform((17, 21), dtype, rng), 48, align)
+        result = gemmtune.gemm(b.T, a.swapaxes(1, 2), c, beta=2.0, device=implementation.index)
+        check(result, b.T, a.swapaxes(1, 2), c, 1.0, 2.0)
+        assert get_precision(code).dtype == result.dtype
