@@ -1,10 +1,10 @@
 """numpy arrays as a call's buffers: in place where the device computes in the host's memory
 (a CPU, an integrated GPU), copied where it has memory of its own.
 
-On a CPU device a copy is pure overhead: the two operands' copies, the result's buffer and its
-copy back took 1.6 ms of a 12.6 ms SGEMM at 1024³ on PoCL, and 7 ms of 18 on Intel's runtime,
-whose copies also fault in fresh pages. In place, the buffers are built over the arrays' own
-memory (CL_MEM_USE_HOST_PTR). Drivers compute there without a copy only at an address of
+On a CPU device a copy is pure overhead: with the operands copied in and the result copied back,
+an s call at 1024³ took 14.5 ms on PoCL and 18.1 on Intel's runtime, whose copies also fault
+fresh pages in; in place, 11.5 and 11.6 (docs/performance.md). In place, the buffers are built
+over the arrays' own memory (CL_MEM_USE_HOST_PTR). Drivers compute there without a copy only at an address of
 the device's base alignment (CL_DEVICE_MEM_BASE_ADDR_ALIGN: 128 bytes on both): Intel's runtime
 copies a misaligned array, as numpy's (16 bytes past a page) usually are. So an operand's buffer
 starts at the aligned address at or below its first element, still in the array's page (the
