@@ -7,6 +7,7 @@ to each other, not the speeds. torch and cupy are not installed in the test envi
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -411,41 +412,39 @@ def test_short_calls_are_sampled_after_an_unrecorded_call_and_long_ones_directly
     assert calls["long"] == policy.warmup + 1 + len(long_.samples)   # before the first sample: no wall clock yet
 
 
-def test_a_sample_after_the_host_blas_follows_an_unrecorded_call_whatever_its_length(monkeypatch):
-    """The host BLAS's threads spin after its call, taking the cores from the next contender: a
-    contender sampled after the host's (and the host's after another's) is called once unrecorded
-    first, even above REWARM_MS, and after the host's waits for its threads to settle; two OpenCL
-    contenders in a row are not."""
+def test_a_switch_between_the_host_blas_and_opencl_is_settled_by_calls_whatever_their_length(monkeypatch):
+    """The host BLAS's threads spin after its call, taking the cores from the next contender (and
+    a driver's may, from the host's): a contender sampled right after the other kind is first
+    called unrecorded until those calls have taken HOST_SETTLE_S, with no idle wait, which would
+    leave the cores cold; two OpenCL contenders in a row get no such calls above REWARM_MS."""
     calls = {}
     timed = counting(calls)
     long_ms = gemmtune.bench.REWARM_MS * 1.5
     first = gemmtune.bench.Contender("first", "tuned", run=timed("first", long_ms))
     second = gemmtune.bench.Contender("second", "explicit", run=timed("second", long_ms))
     host = gemmtune.bench.Contender("numpy", gemmtune.bench.HOST, run=timed("numpy", long_ms))
-    policy = TimingPolicy(warmup=1, min_repeats=8, max_repeats=8)
+    policy = TimingPolicy(warmup=1, min_repeats=8, max_repeats=8, max_seconds=60)   # the settling would reach 2 s
     sleeps = []
     monkeypatch.setattr(gemmtune.bench.time, "sleep", sleeps.append)
     gemmtune.bench._measure([first, second, host], policy)
     assert len(first.samples) == len(second.samples) == len(host.samples) == 8
-    # and waits for the host BLAS's threads to settle first, after each host sample but the last
-    assert sleeps == [gemmtune.bench.HOST_SETTLE_S] * 7
-    assert calls["first"] == policy.warmup + 2 * 8      # every round but the first follows the host's sample
-    assert calls["second"] == policy.warmup + 1 + 8     # always follows first's: no extra call after the first
-    assert calls["numpy"] == policy.warmup + 2 * 8      # always follows an OpenCL contender
+    assert sleeps == []
+    settle = math.ceil(gemmtune.bench.HOST_SETTLE_S * 1e3 / long_ms)   # calls until they have taken it
+    assert settle > 1
+    assert calls["first"] == policy.warmup + 1 + 8 + 7 * settle   # every round but the first follows the host's
+    assert calls["second"] == policy.warmup + 1 + 8               # always follows first's: one call before its first sample
+    assert calls["numpy"] == policy.warmup + 8 * (settle + 1)     # always follows an OpenCL contender
 
 
-def test_the_waits_after_the_host_blas_count_against_the_time_cap(monkeypatch):
-    """Calls too short and noisy to converge would be sampled up to the repeat cap, each after a
-    wait for the host BLAS's threads: the waits count against the contender's time cap, so it
-    stops after about max_seconds / HOST_SETTLE_S samples, not after 200."""
-    calls = {}
-    timed = counting(calls)
-    noisy = iter([0.01, 0.02] * 200)
+def test_the_settling_calls_count_against_the_time_cap():
+    """Calls too short and noisy to converge would be sampled up to the repeat cap, each after
+    HOST_SETTLE_S of settling calls: those count against the contender's time cap, so it stops
+    after about max_seconds / HOST_SETTLE_S samples, not after 200."""
+    noisy = itertools.cycle([0.01, 0.02])
     tiny = gemmtune.bench.Contender("tiny", "tuned", run=lambda: (lambda ms: (ms, ms, 0.001))(next(noisy)))
-    host = gemmtune.bench.Contender("numpy", gemmtune.bench.HOST, run=timed("numpy", 0.01))
-    monkeypatch.setattr(gemmtune.bench.time, "sleep", lambda s: None)
+    host = gemmtune.bench.Contender("numpy", gemmtune.bench.HOST, run=counting({})("numpy", 0.01))
     policy = TimingPolicy(warmup=1, max_repeats=200, max_seconds=2.0)
     gemmtune.bench._measure([tiny, host], policy)
     waits = round(policy.max_seconds / gemmtune.bench.HOST_SETTLE_S)
-    assert waits <= len(tiny.samples) <= waits + 1
+    assert waits - 1 <= len(tiny.samples) <= waits + 1
     assert not converged([x[0] for x in tiny.samples], policy)   # the time cap stopped it, not its interval

@@ -29,9 +29,10 @@ and the GFLOP/s are of the wall-clock time. OpenCL contenders are first verified
 poisoned with NaN (up to 64 sampled rows against numpy in double precision). Contenders are sampled
 in turns, one call each per round, so that a clock drifting during the run affects all alike; each
 stops when the 95 % interval of its median is within 2 % of it, or at the caps of the timing
-policy. A contender whose calls take under 20 ms is called once, unrecorded, before each sample,
-and one sampled after the host BLAS first waits for its threads to settle (0.25 s, counted
-against its time cap).
+policy. A contender whose calls take under 20 ms is called once, unrecorded, before each sample;
+one sampled right after the host BLAS, or the host BLAS right after an OpenCL contender, is first
+called unrecorded until those calls have taken 0.25 s, while the other's threads stop spinning
+(counted against its time cap).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ REWARM_MS = 20.0
 # The host BLAS's threads spin for a while after its call, taking cores from whatever runs next
 # (OpenBLAS: 0.1-0.2 s on the 2-core EPYC; a 1024^3 s call right after numpy's ran at half speed
 # on both CPU implementations, 22 ms against 11, until 0.2 s had passed). A contender sampled
-# after the host BLAS's waits this long first.
+# after the host BLAS's (and the host BLAS after an OpenCL contender) is called this long first.
 HOST_SETTLE_S = 0.25
 BASELINES = ("numpy", "torch", "cupy", "cublas-3m")   # not on OpenCL
 NAMED = ("clblast", "3m", "gemm", *BASELINES)
@@ -75,10 +76,16 @@ def _measure(contenders: list[Contender], policy: TimingPolicy) -> None:
             # contender sampled right after numpy ran at 0.77 of itself at s 2048^3 on PoCL, and at
             # half at 1024^3 after one unrecorded call.
             after_host = previous is not None and (previous.source == HOST) != (c.source == HOST)
-            if after_host and previous.source == HOST:
-                time.sleep(HOST_SETTLE_S)
-                spent[id(c)] += HOST_SETTLE_S   # against its time cap: a bench of tiny problems stays short
-            if not c.samples or c.samples[-1][0] < REWARM_MS or after_host:
+            if after_host:
+                # Between the host BLAS and an OpenCL contender, either way: the other's threads
+                # may still spin. Unrecorded calls until they have stopped, not a sleep, which
+                # left the cores cold: a 1024^3 s call after a 0.25 s sleep and one unrecorded
+                # call ran at 0.7-0.9 of itself (PoCL and numpy alike).
+                settled = 0.0
+                while settled < HOST_SETTLE_S * 1e3:
+                    settled += c.run()[0]
+                spent[id(c)] += settled * 1e-3   # against its time cap: a bench of tiny problems stays short
+            elif not c.samples or c.samples[-1][0] < REWARM_MS:
                 # An unrecorded call first: the first call after another contender's pays for
                 # the switch between them (on one GPU, between the OpenCL and CUDA contexts),
                 # which a program calling one library in a loop does not.
