@@ -128,3 +128,35 @@ def test_batched_operands_in_place_with_a_shared_one(implementation):
         result = gemmtune.gemm(b.T, a.swapaxes(1, 2), c, beta=2.0, device=implementation.index)
         check(result, b.T, a.swapaxes(1, 2), c, 1.0, 2.0)
         assert get_precision(code).dtype == result.dtype
+
+
+def test_a_device_with_memory_of_its_own_gets_copies(monkeypatch):
+    """Where the device does not compute in the host's memory (a discrete GPU), the operands are
+    copied to it and the result back: the same call, on PoCL told it has memory of its own, and
+    no buffer of the call is over a host array."""
+    import gemmtune.call.batched as batched
+    import gemmtune.call.compute as compute
+
+    made = []
+    real = cl.Buffer
+
+    def buffer(*args, **kwargs):
+        made.append(args[1] if len(args) > 1 else kwargs.get("flags"))
+        return real(*args, **kwargs)
+
+    for module in (compute, batched):
+        monkeypatch.setattr(module, "in_host_memory", lambda device: False)
+    monkeypatch.setattr("gemmtune.call.host.cl.Buffer", buffer)
+    rng = np.random.default_rng()
+    align = alignment(get_device(0).queue.device)
+    for code in "dc":
+        dtype = DTYPES[code]
+        a, b = shifted(uniform((33, 20), dtype, rng), 0, align), uniform((20, 17), dtype, rng)
+        c = uniform((33, 17), dtype, rng)
+        check(gemmtune.gemm(a, b, device=0), a, b)
+        check(gemmtune.gemm(a, b, c, alpha=-0.5, beta=1.5, device=0), a, b, c, -0.5, 1.5)
+        stack = uniform((4, 20, 17), dtype, rng)
+        out = np.full((4, 33, 17), np.nan, dtype)
+        gemmtune.gemm(a, stack, c, beta=2.0, out=out, device=0)
+        check(out, a, stack, c, 1.0, 2.0)
+    assert made and not any(flags & cl.mem_flags.USE_HOST_PTR for flags in made)
