@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -425,7 +426,7 @@ def test_a_switch_between_the_host_blas_and_opencl_is_settled_by_calls_whatever_
     host = gemmtune.bench.Contender("numpy", gemmtune.bench.HOST, run=timed("numpy", long_ms))
     policy = TimingPolicy(warmup=1, min_repeats=8, max_repeats=8, max_seconds=60)   # the settling would reach 2 s
     sleeps = []
-    monkeypatch.setattr(gemmtune.bench.time, "sleep", sleeps.append)
+    monkeypatch.setattr(time, "sleep", sleeps.append)
     gemmtune.bench._measure([first, second, host], policy)
     assert len(first.samples) == len(second.samples) == len(host.samples) == 8
     assert sleeps == []

@@ -38,7 +38,6 @@ called unrecorded until those calls have taken 0.25 s, while the other's threads
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
