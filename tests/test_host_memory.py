@@ -157,6 +157,24 @@ def test_a_device_with_memory_of_its_own_gets_copies(monkeypatch):
         check(gemmtune.gemm(a, b, c, alpha=-0.5, beta=1.5, device=0), a, b, c, -0.5, 1.5)
         stack = uniform((4, 20, 17), dtype, rng)
         out = np.full((4, 33, 17), np.nan, dtype)
-        gemmtune.gemm(a, stack, c, beta=2.0, out=out, device=0)
+        assert gemmtune.gemm(a, stack, c, beta=2.0, out=out, device=0) is out   # read back into out itself
         check(out, a, stack, c, 1.0, 2.0)
     assert made and not any(flags & cl.mem_flags.USE_HOST_PTR for flags in made)
+
+
+def test_a_driver_refusing_the_deprecated_query_gets_copies():
+    """CL_DEVICE_HOST_UNIFIED_MEMORY is deprecated since OpenCL 2.0: a driver that refuses it,
+    or reports an alignment beyond a page, is treated as a device with memory of its own."""
+    from types import SimpleNamespace
+
+    class Refusing:
+        mem_base_addr_align = 1024
+
+        @property
+        def host_unified_memory(self):
+            raise cl.LogicError("clGetDeviceInfo", cl.status_code.INVALID_VALUE, "deprecated")
+
+    assert not in_host_memory(Refusing())
+    assert not in_host_memory(SimpleNamespace(host_unified_memory=1, mem_base_addr_align=8 * 2**16))
+    assert in_host_memory(SimpleNamespace(host_unified_memory=1, mem_base_addr_align=1024))
+    assert not in_host_memory(SimpleNamespace(host_unified_memory=0, mem_base_addr_align=1024))

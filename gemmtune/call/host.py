@@ -27,8 +27,13 @@ _mf = cl.mem_flags
 
 
 def in_host_memory(device: cl.Device) -> bool:
-    """Whether ``device`` computes in the host's memory, at an alignment within a page."""
-    return bool(device.host_unified_memory) and alignment(device) <= mmap.PAGESIZE
+    """Whether ``device`` computes in the host's memory, at an alignment within a page. The
+    query is deprecated since OpenCL 2.0: a driver that refuses it gets copies."""
+    try:
+        unified = bool(device.host_unified_memory)
+    except cl.Error:
+        return False
+    return unified and alignment(device) <= mmap.PAGESIZE
 
 
 def alignment(device: cl.Device) -> int:
@@ -84,8 +89,8 @@ class HostCall:
     def result(self, shape, prec: Precision, start: np.ndarray | None = None,
                out: np.ndarray | None = None, reads=()) -> cl.Buffer:
         """The result's buffer, holding ``start`` (broadcast to ``shape``: C's values for beta != 0)
-        or else NaN, so that an element the kernel fails to write shows. In place, the result is
-        ``out`` where that is contiguous, aligned and shares no memory with the arrays ``reads``."""
+        or else NaN, so that an element the kernel fails to write shows. The result is ``out`` where
+        that is contiguous and, in place, aligned and sharing no memory with the arrays ``reads``."""
         nbytes = int(np.prod(shape, dtype=np.int64)) * prec.bytes
         if not self.in_place:
             if start is not None:
@@ -94,7 +99,8 @@ class HostCall:
             else:
                 self.buffer = cl.Buffer(self.context, _mf.READ_WRITE, size=nbytes)
                 cl.enqueue_fill_buffer(self.queue, self.buffer, prec.nan, 0, nbytes)
-            self.host = np.empty(shape, prec.dtype)
+            # read back once the product has run, when the operands are long copied: any ``out`` will do
+            self.host = out if out is not None and out.flags.c_contiguous else np.empty(shape, prec.dtype)
             return self.buffer
         usable = (out is not None and out.flags.c_contiguous and out.ctypes.data % self.align == 0
                   and not any(np.may_share_memory(out, x) for x in reads))
