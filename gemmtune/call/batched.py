@@ -116,12 +116,8 @@ def host_gemm(dev, a: np.ndarray, b: np.ndarray, c, alpha, beta, ta: str, tb: st
                              **({f"device {k}": v for k, v in device_buffers.items()} if dev.info.type == "CPU" else {})})
     with out_of_memory_as_error(what):
         op = _operation(dev.queue, dev.info, cfg, prec, problem, what, _operations)
-        with HostCall(dev.context, dev.queue, in_place, FAMILIES[cfg.kernel].takes_views) as call:
-            a_buf, a_at = call.operand(sa)
-            b_buf, b_at = call.operand(sb)
-            c_buf = call.result(shape, prec, c if with_c else None, out, reads=(a, b))
-            op.enqueue(b_buf, a_buf, c_buf, alpha, beta, offsets=(b_at, a_at, 0))
-            return deliver(out, call.fetch())
+        call = HostCall(dev.context, dev.queue, in_place, FAMILIES[cfg.kernel].takes_views)
+        return deliver(out, call.product(op, sa, sb, shape, prec, c if with_c else None, out, alpha, beta))
 
 
 def is_batch(a, b, c) -> bool:

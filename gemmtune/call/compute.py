@@ -171,12 +171,8 @@ def _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, de
     check_host_memory(what, host)
     with out_of_memory_as_error(what):
         op = operation(dev, cfg, shipped_families().family(cfg.kernel).source, prec, n, m, ka, tb, ta)
-        with HostCall(dev.context, queue, in_place, FAMILIES[cfg.kernel].takes_views) as call:
-            a_buf, a_at = call.operand(a)
-            b_buf, b_at = call.operand(b)
-            c_buf = call.result((m, n), prec, c if c is not None and beta != 0 else None, out, reads=(a, b))
-            op.enqueue(b_buf, a_buf, c_buf, alpha, beta, offsets=(b_at, a_at, 0))
-            return call.fetch()
+        call = HostCall(dev.context, queue, in_place, FAMILIES[cfg.kernel].takes_views)
+        return call.product(op, a, b, (m, n), prec, c if c is not None and beta != 0 else None, out, alpha, beta)
 
 
 def _gemm_3m(dev: OpenDevice, a, b, c, alpha, beta, ta, tb, shape, config, db) -> np.ndarray:

@@ -62,6 +62,17 @@ class HostCall:
         self.host = self.buffer = None
         self.held = []   # contiguous copies the operands' buffers lie over, alive until ``fetch``
 
+    def product(self, op, a: np.ndarray, b: np.ndarray, shape, prec: Precision, start: np.ndarray | None,
+                out: np.ndarray | None, alpha, beta) -> np.ndarray:
+        """Row-major ``alpha * a @ b + beta * start`` (of ``shape``) by ``op``, which runs it as the
+        column-major product it is: b is the kernels' A and a their B, at the offsets found here."""
+        with self:
+            a_buf, a_at = self.operand(a)
+            b_buf, b_at = self.operand(b)
+            c_buf = self.result(shape, prec, start, out, reads=(a, b))
+            op.enqueue(b_buf, a_buf, c_buf, alpha, beta, offsets=(b_at, a_at, 0))
+            return self.fetch()
+
     def __enter__(self) -> "HostCall":
         return self
 
