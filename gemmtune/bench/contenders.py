@@ -77,10 +77,7 @@ class _HostCall:
         self.check = compare(self.call()[rows], ref, prec)
 
     def __call__(self) -> tuple[float, float, float]:
-        t0 = time.perf_counter()
-        self.call()
-        t = (time.perf_counter() - t0) * 1e3
-        return t, t, t
+        return _host_sample(self.call)
 
 
 class _Clblast:
@@ -199,15 +196,17 @@ def _cublas_3m_timer(prec: Precision, shape: Shape):
     return run
 
 
+def _host_sample(call) -> tuple[float, float, float]:
+    """One call of a host library, whose device time is not known apart: all three are its wall clock."""
+    t0 = time.perf_counter()
+    call()
+    t = (time.perf_counter() - t0) * 1e3
+    return t, t, t
+
+
 def _numpy_timer(host, shape: Shape):
     x, y = _op(host[0], shape.trans_b), _op(host[1], shape.trans_a)
-
-    def run() -> tuple[float, float, float]:
-        t0 = time.perf_counter()
-        np.matmul(x, y)
-        t = (time.perf_counter() - t0) * 1e3
-        return t, t, t
-    return run
+    return lambda: _host_sample(lambda: np.matmul(x, y))
 
 
 def _host_operands(prec: Precision, shape: Shape, rng):
