@@ -178,3 +178,91 @@ def test_a_driver_refusing_the_deprecated_query_gets_copies():
     assert not in_host_memory(SimpleNamespace(host_unified_memory=1, mem_base_addr_align=8 * 2**16))
     assert in_host_memory(SimpleNamespace(host_unified_memory=1, mem_base_addr_align=1024))
     assert not in_host_memory(SimpleNamespace(host_unified_memory=0, mem_base_addr_align=1024))
+
+
+HELD = 7.0   # what "uninitialised" memory holds in the tests below: finite, never a right answer
+
+
+@pytest.fixture
+def memory_holding_a_value(monkeypatch):
+    """Every fresh aligned array of gemm's holds HELD, as reused memory would hold something."""
+    import gemmtune.call.host as host
+
+    real = host.aligned_empty
+
+    def held(shape, dtype, align):
+        x = real(shape, dtype, align)
+        x.fill(HELD)
+        return x
+
+    monkeypatch.setattr(host, "aligned_empty", held)
+
+
+@pytest.mark.usefixtures("memory_holding_a_value")
+def test_a_fresh_result_starts_as_nan_only_where_poisoned(implementation):
+    """A call's fresh result is not filled first, as numpy's is not (the fill cost a batch of small
+    problems up to half its time); within ``poisoned`` it starts as NaN. The kernels write every
+    element all the same: the calls below, outside ``poisoned``, in every precision, 2-D and
+    batched, would keep HELD wherever they missed one."""
+    from gemmtune.call.host import is_poisoned, poisoned
+
+    dev = get_device(implementation.index)
+    assert is_poisoned()   # tests/conftest.py: every test's results start as NaN
+    for on in (False, True):
+        with poisoned(on), HostCall(dev.context, dev.queue, True, True) as call:
+            call.result((5, 3), get_precision("d"))
+            assert np.isnan(call.host).all() if on else (call.host == HELD).all()
+    rng = np.random.default_rng()
+    with poisoned(False):
+        assert not is_poisoned()
+        for code in "sdcz":
+            dtype = DTYPES[code]
+            a, b = uniform((37, 19), dtype, rng), uniform((19, 29), dtype, rng)
+            check(gemmtune.gemm(a, b, device=implementation.index), a, b)
+            stack_a, stack_b = uniform((6, 21, 13), dtype, rng), uniform((6, 13, 10), dtype, rng)
+            check(gemmtune.gemm(stack_a, stack_b, device=implementation.index),
+                  stack_a, stack_b)
+    assert is_poisoned()   # the block's setting ends with it
+
+
+def test_a_device_with_memory_of_its_own_fills_its_result_only_where_poisoned(monkeypatch):
+    """On the copy path the result's device buffer is filled with NaN within ``poisoned`` and left
+    as it is outside."""
+    import gemmtune.call.compute as compute
+    from gemmtune.call.host import poisoned
+
+    fills = []
+    real = cl.enqueue_fill_buffer
+
+    def fill(queue, buffer, pattern, offset, size, **kwargs):
+        fills.append(pattern)
+        return real(queue, buffer, pattern, offset, size, **kwargs)
+
+    monkeypatch.setattr(compute, "in_host_memory", lambda device: False)
+    monkeypatch.setattr("gemmtune.call.host.cl.enqueue_fill_buffer", fill)
+    rng = np.random.default_rng()
+    a, b = uniform((33, 20), np.float64, rng), uniform((20, 17), np.float64, rng)
+    for on in (False, True):
+        fills.clear()
+        with poisoned(on):
+            check(gemmtune.gemm(a, b, device=0), a, b)
+        assert len(fills) == on and all(np.isnan(p) for p in fills)
+
+
+def test_verify_config_checks_a_result_that_started_as_nan(monkeypatch):
+    """``gemmtune verify`` (verify_config) poisons its result whatever its caller does, so that
+    an element the configuration leaves unwritten fails the check."""
+    import gemmtune.call.compute as compute
+    from gemmtune.call.host import is_poisoned, poisoned
+
+    seen = []
+    real = compute.gemm
+
+    def spy(*args, **kwargs):
+        seen.append(is_poisoned())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compute, "gemm", spy)
+    with poisoned(False):
+        assert compute.verify_config(0, "s", 20, 12, 9, config=DIRECT).passed
+    assert seen == [True]

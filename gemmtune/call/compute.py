@@ -19,7 +19,7 @@ from gemmtune.families import FAMILIES
 from gemmtune.launch.operation import GemmOperation, Prepared
 from gemmtune.launch.plan import Problem
 from gemmtune.call.complex3m import Complex3M, check_algorithm
-from gemmtune.call.host import HostCall, in_host_memory
+from gemmtune.call.host import HostCall, in_host_memory, is_poisoned, poisoned
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
 from gemmtune.call.operands import (BufferFacts, check_device_memory, check_host_memory, check_out, deliver,
                                     host_operand, op_flag,
@@ -177,13 +177,18 @@ def _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, de
 
 def _gemm_3m(dev: OpenDevice, a, b, c, alpha, beta, ta, tb, shape, config, db) -> np.ndarray:
     """gemm's 3M product: the operands on the device as arrays, a Gemm of the complex
-    precision with complex_algorithm="3m" (its checks and memory estimates), c poisoned at beta 0."""
+    precision with complex_algorithm="3m" (its checks and memory estimates); at beta 0, c starts
+    as NaN where ``poisoned``, else uninitialised."""
     prec = operand_precision(a.dtype)
     queue = dev.queue
     with out_of_memory_as_error(f"the 3m product in precision {prec.code}"):
         da, db_ = cla.to_device(queue, np.ascontiguousarray(a)), cla.to_device(queue, np.ascontiguousarray(b))
-        dc = (cla.to_device(queue, np.ascontiguousarray(c)) if c is not None and beta != 0
-              else cla.empty(queue, shape, prec.dtype).fill(prec.dtype.type(prec.nan)))
+        if c is not None and beta != 0:
+            dc = cla.to_device(queue, np.ascontiguousarray(c))
+        else:
+            dc = cla.empty(queue, shape, prec.dtype)
+            if is_poisoned():
+                dc.fill(prec.dtype.type(prec.nan))
         Gemm(queue, prec, db=db, config=config, complex_algorithm="3m")(da, db_, dc, alpha=alpha, beta=beta,
                                                                         trans_a=ta, trans_b=tb)
         return dc.get()
@@ -193,7 +198,8 @@ def verify_config(device, prec: Precision | str, m: int, n: int, k: int, *, conf
                   trans_a="N", trans_b="N", seed=None) -> Check:
     """Run one configuration on fresh random operands and compare with numpy (see gemmtune.measure.verify).
 
-    With beta == 0 the output starts as NaN, so any element the kernel leaves unwritten fails.
+    With beta == 0 the output starts as NaN (``poisoned``), so any element the kernel leaves
+    unwritten fails.
     GemmtuneError, before anything is allocated, for sizes that are not integers from 0, a seed
     numpy does not take, alpha or beta that ``check_scalars`` refuses, a bad op flag, and a
     problem that does not fit the device or the host.
@@ -210,7 +216,8 @@ def verify_config(device, prec: Precision | str, m: int, n: int, k: int, *, conf
     a = random_matrix(prec, (m, k) if ta == "N" else (k, m), rng)
     b = random_matrix(prec, (k, n) if tb == "N" else (n, k), rng)
     c = random_matrix(prec, (m, n), rng) if beta != 0 else None
-    result = gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, config=config, device=device)
+    with poisoned():
+        result = gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, config=config, device=device)
     return compare(result, Reference.compute(prec, a, b, c, alpha, beta, ta, tb), prec)
 
 

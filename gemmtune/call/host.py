@@ -11,10 +11,18 @@ starts at the aligned address at or below its first element, still in the array'
 alignment divides the page size): bytes before the array are in the buffer, never read, and the
 kernels take the element offset of the operand's first element, as for a view. The result is an
 aligned array of our own, read back by mapping its buffer, which copies nothing either.
+
+A fresh result starts uninitialised, as numpy's do: where beta is 0 the kernels write every
+element without reading it. Filling it with NaN first (``poisoned``) makes an element a kernel
+leaves unwritten show; ``verify_config`` and the tests do that, a call does not pay for it: on a
+batch of 10,000 16³ problems the fill, which also takes the fresh pages' faults on one thread,
+made the call 1.4-2.1x slower on PoCL and Intel's runtime (docs/batched.md).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import mmap
 
@@ -24,6 +32,23 @@ import pyopencl as cl
 from gemmtune.precision import Precision
 
 _mf = cl.mem_flags
+_POISONED = contextvars.ContextVar("gemmtune_poisoned", default=False)
+
+
+@contextlib.contextmanager
+def poisoned(on: bool = True):
+    """Within the block (of this thread or task), a call's fresh result starts as NaN, so that an
+    element the kernel leaves unwritten shows instead of what the memory held."""
+    token = _POISONED.set(on)
+    try:
+        yield
+    finally:
+        _POISONED.reset(token)
+
+
+def is_poisoned() -> bool:
+    """Whether fresh results start as NaN here (``poisoned``)."""
+    return _POISONED.get()
 
 
 def in_host_memory(device: cl.Device) -> bool:
@@ -99,9 +124,9 @@ class HostCall:
 
     def result(self, shape, prec: Precision, start: np.ndarray | None = None,
                out: np.ndarray | None = None, reads=()) -> cl.Buffer:
-        """The result's buffer, holding ``start`` (broadcast to ``shape``: C's values for beta != 0)
-        or else NaN, so that an element the kernel fails to write shows. The result is ``out`` where
-        that is contiguous and, in place, aligned and sharing no memory with the arrays ``reads``."""
+        """The result's buffer, holding ``start`` (broadcast to ``shape``: C's values for beta != 0),
+        else NaN where ``poisoned``, else whatever the memory held. The result is ``out`` where that
+        is contiguous and, in place, aligned and sharing no memory with the arrays ``reads``."""
         nbytes = int(np.prod(shape, dtype=np.int64)) * prec.bytes
         if not self.in_place:
             if start is not None:
@@ -109,7 +134,8 @@ class HostCall:
                                         hostbuf=np.ascontiguousarray(np.broadcast_to(start, shape)))
             else:
                 self.buffer = cl.Buffer(self.context, _mf.READ_WRITE, size=nbytes)
-                cl.enqueue_fill_buffer(self.queue, self.buffer, prec.nan, 0, nbytes)
+                if is_poisoned():
+                    cl.enqueue_fill_buffer(self.queue, self.buffer, prec.nan, 0, nbytes)
             # read back once the product has run, when the operands are long copied: any ``out`` will do
             self.host = out if out is not None and out.flags.c_contiguous else np.empty(shape, prec.dtype)
             return self.buffer
@@ -118,7 +144,7 @@ class HostCall:
         self.host = out if usable else aligned_empty(shape, prec.dtype, self.align)
         if start is not None:
             self.host[...] = start
-        else:
+        elif is_poisoned():
             self.host.fill(prec.nan)
         self.buffer = cl.Buffer(self.context, _mf.READ_WRITE | _mf.USE_HOST_PTR, hostbuf=self.host)
         return self.buffer
