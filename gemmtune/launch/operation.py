@@ -166,8 +166,8 @@ class GemmOperation:
     """One configured GEMM of a fixed problem on one queue, ready to enqueue repeatedly.
 
     It carries out the family's launch plan (gemmtune.launch.plan): the program is built, the scratch
-    buffers allocated and every kernel argument that does not change between calls set once, so
-    a call sets only the operands and scalars that changed since the last one and enqueues.
+    buffers allocated and each kernel's arguments typed once, so that a call sets them all
+    together where its operands or scalars differ from the last call's, and enqueues.
     The operands last bound stay referenced until the next call binds others.
     """
 
