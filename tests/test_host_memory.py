@@ -159,6 +159,10 @@ def test_a_device_with_memory_of_its_own_gets_copies(monkeypatch):
         out = np.full((4, 33, 17), np.nan, dtype)
         assert gemmtune.gemm(a, stack, c, beta=2.0, out=out, device=0) is out   # read back into out itself
         check(out, a, stack, c, 1.0, 2.0)
+    square = uniform((20, 20), np.complex64, rng)
+    got = gemmtune.gemm(square, square, complex_algorithm="3m", device=0)
+    ref, _ = numpy_product(square, square, None, 1.0, 0.0, "N", "N")
+    assert np.linalg.norm(got - ref) <= 8 * 22 * np.finfo(np.float32).eps * np.linalg.norm(ref)
     assert made and not any(flags & cl.mem_flags.USE_HOST_PTR for flags in made)
 
 
@@ -266,3 +270,46 @@ def test_verify_config_checks_a_result_that_started_as_nan(monkeypatch):
     with poisoned(False):
         assert compute.verify_config(0, "s", 20, 12, 9, config=DIRECT).passed
     assert seen == [True]
+
+
+@pytest.mark.parametrize("code", "cz")
+def test_the_3m_product_reads_and_writes_the_arrays_in_place(implementation, code, monkeypatch):
+    """complex_algorithm="3m" on numpy arrays takes the same buffers: operands at element offsets
+    from the alignment read where they lie, an aligned ``out`` written in place, c at beta != 0,
+    and an ``out`` that is an operand still right."""
+    import gemmtune.call.host as host
+
+    made = []
+    real = cl.Buffer
+
+    def buffer(*args, **kwargs):
+        made.append(args[1] if len(args) > 1 else kwargs.get("flags"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(host.cl, "Buffer", buffer)
+    dev = get_device(implementation.index)
+    align, dtype = alignment(dev.queue.device), np.dtype(DTYPES[code])
+    rng = np.random.default_rng()
+    m, n, k = 23, 17, 30
+    eps = np.finfo(dtype).eps
+
+    def close(got, a, b, c=None, alpha=1.0, beta=0.0, ta="N", tb="N"):
+        ref, _ = numpy_product(a, b, c, alpha, beta, ta, tb)
+        assert got.shape == ref.shape and not np.isnan(got).any()
+        assert np.linalg.norm(got - ref) <= 8 * (k + 2) * eps * np.linalg.norm(ref)   # normwise, as 3M is
+
+    a = shifted(uniform((m, k), dtype, rng), dtype.itemsize, align)
+    b = shifted(uniform((n, k), dtype, rng), 3 * dtype.itemsize % align, align)
+    out = shifted(np.full((m, n), np.nan, dtype), 0, align)
+    got = gemmtune.gemm(a, b, trans_b="C", out=out, complex_algorithm="3m", device=implementation.index)
+    assert got is out
+    close(out, a, b, tb="C")
+    # a, b and the result over the arrays (the split parts and the three products are scratch)
+    assert len(made) > 3 and all(flags & cl.mem_flags.USE_HOST_PTR for flags in made[:3])
+    c = uniform((m, n), dtype, rng)
+    close(gemmtune.gemm(a, b, c, alpha=0.5 - 1j, beta=2j, trans_b="T", complex_algorithm="3m",
+                        device=implementation.index), a, b, c, 0.5 - 1j, 2j, "N", "T")
+    square = shifted(uniform((k, k), dtype, rng), 0, align)
+    before = square.copy()
+    assert gemmtune.gemm(square, square, out=square, complex_algorithm="3m", device=implementation.index) is square
+    close(square, before, before)

@@ -19,7 +19,7 @@ from gemmtune.families import FAMILIES
 from gemmtune.launch.operation import GemmOperation, Prepared
 from gemmtune.launch.plan import Problem
 from gemmtune.call.complex3m import Complex3M, check_algorithm
-from gemmtune.call.host import HostCall, in_host_memory, is_poisoned, poisoned
+from gemmtune.call.host import HostCall, in_host_memory, poisoned
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
 from gemmtune.call.operands import (BufferFacts, check_device_memory, check_host_memory, check_out, deliver,
                                     host_operand, op_flag,
@@ -149,7 +149,7 @@ def _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, de
     operands = {"a": a.nbytes, "b": b.nbytes, "c": m * n * prec.bytes}
     check_device_memory(dev.info, what, operands)
     if algorithm == "3m":
-        return _gemm_3m(dev, a, b, c, alpha, beta, ta, tb, (m, n), config, db)
+        return _gemm_3m(dev, a, b, c, alpha, beta, ta, tb, (m, n), config, db, out)
     # Row-major C = op(a) op(b) is column-major C^T = op(b)^T op(a)^T, and the memory of a
     # row-major matrix is its transpose in column-major: hand b as A and a as B, m and n swapped.
     # The tuned shape is that column-major one, the problem the kernel actually runs.
@@ -175,23 +175,23 @@ def _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, de
         return call.product(op, a, b, (m, n), prec, c if c is not None and beta != 0 else None, out, alpha, beta)
 
 
-def _gemm_3m(dev: OpenDevice, a, b, c, alpha, beta, ta, tb, shape, config, db) -> np.ndarray:
-    """gemm's 3M product: the operands on the device as arrays, a Gemm of the complex
-    precision with complex_algorithm="3m" (its checks and memory estimates); at beta 0, c starts
-    as NaN where ``poisoned``, else uninitialised."""
+def _gemm_3m(dev: OpenDevice, a, b, c, alpha, beta, ta, tb, shape, config, db, out) -> np.ndarray:
+    """gemm's 3M product: a Gemm of the complex precision with complex_algorithm="3m" (its checks
+    and memory estimates) on device arrays over the call's buffers (call/host.py: the numpy
+    arrays themselves where the device computes in the host's memory)."""
     prec = operand_precision(a.dtype)
     queue = dev.queue
     with out_of_memory_as_error(f"the 3m product in precision {prec.code}"):
-        da, db_ = cla.to_device(queue, np.ascontiguousarray(a)), cla.to_device(queue, np.ascontiguousarray(b))
-        if c is not None and beta != 0:
-            dc = cla.to_device(queue, np.ascontiguousarray(c))
-        else:
-            dc = cla.empty(queue, shape, prec.dtype)
-            if is_poisoned():
-                dc.fill(prec.dtype.type(prec.nan))
-        Gemm(queue, prec, db=db, config=config, complex_algorithm="3m")(da, db_, dc, alpha=alpha, beta=beta,
-                                                                        trans_a=ta, trans_b=tb)
-        return dc.get()
+        with HostCall(dev.context, queue, in_host_memory(queue.device), views=True) as call:
+            def array(x):
+                buffer, at = call.operand(x)
+                return cla.Array(queue, x.shape, x.dtype, data=buffer, offset=at * x.itemsize)
+
+            start = c if c is not None and beta != 0 else None
+            dc = cla.Array(queue, shape, prec.dtype, data=call.result(shape, prec, start, out, reads=(a, b)))
+            Gemm(queue, prec, db=db, config=config, complex_algorithm="3m")(array(a), array(b), dc, alpha=alpha,
+                                                                            beta=beta, trans_a=ta, trans_b=tb)
+            return call.fetch()
 
 
 def verify_config(device, prec: Precision | str, m: int, n: int, k: int, *, config=None, alpha=1.0, beta=0.0,
