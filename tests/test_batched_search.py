@@ -167,7 +167,8 @@ def test_a_database_without_the_batch_column_reads_as_batch_1(tmp_path):
 
 
 def test_batched_classes_take_families_that_take_batches():
-    assert shape_class(16, 16, 16, 10_000) == shape_class(32, 32, 32, 2) == "batch_tiny"
+    assert shape_class(16, 16, 16, 10_000) == shape_class(1, 1, 4096, 2) == "batch_micro"
+    assert shape_class(17, 16, 16, 2) == shape_class(32, 32, 32, 2) == "batch_tiny"
     assert shape_class(33, 32, 32, 2) == shape_class(64, 64, 64, 1000) == "batch_small"
     assert shape_class(256, 256, 256, 50) == shape_class(65, 64, 64, 2) == "batch_medium"
     assert shape_class(16, 16, 16, 1) == "tiny"
@@ -267,3 +268,37 @@ def test_a_batch_searches_the_families_that_take_one_with_operands_in_place_on_a
                       max_work_item_sizes=(1024, 1024, 64))
     names = [f.family.name for f in batch_space(shipped_batch_space(gpu)).families]
     assert "xgemm_direct" in names and "xgemm_k5" not in names and "xgemm_thin" not in names
+
+
+def test_a_batch_takes_the_tile_that_fits_its_problems():
+    """A GPU's batch takes its class's default unless that tile covers more than FIT_PADDING
+    times the problems' area; then the first smaller class's that covers at most that, else the
+    one that covers least. A CPU's kernel pads nothing: its batches keep their class's."""
+    from gemmtune.space.defaults import FIT_PADDING, batch_fit, padding
+
+    gpu = make_device(type="GPU", local_mem_bytes=226 << 10, fp64_matrix=True, compute_units=132)
+    cpu = make_device(type="CPU", local_mem_bytes=1 << 20, max_work_group_size=4096, max_work_item_sizes=(4096,) * 3)
+    for code in "sd":
+        prec = get_precision(code)
+        entry = {cls: shipped_default("GPU", prec, cls) for cls in ("batch_micro", "batch_tiny", "batch_small",
+                                                                      "batch_medium")}
+        assert entry["batch_micro"].kernel == "xgemm_direct" and entry["batch_micro"].params["MWG"] == 16
+        expected = {(16, 16, 16): "batch_micro", (48, 48, 48): "batch_micro",      # 64 x 64 covers 1.78 times
+                    (96, 96, 96): "batch_tiny",                                     # 128 x 64: 1.78; 32 x 32: 1
+                    (128, 128, 128): "batch_medium", (300, 200, 150): "batch_medium",   # 1.64: kept
+                    (64, 64, 64): "batch_small", (32, 32, 32): "batch_tiny", (8, 8, 512): "batch_micro"}
+        for shape, cls in expected.items():
+            assert default_config(gpu, prec, shape, batch=100) == entry[cls], (code, shape)
+            assert padding(entry[cls], *shape[:2]) <= FIT_PADDING or shape == (8, 8, 512)
+            assert default_config(cpu, prec, shape, batch=100) == shipped_default("CPU", prec, shape_class(*shape, 100))
+    # the rule itself, on made-up tiles
+    tiles = {"batch_medium": 128, "batch_small": 64, "batch_tiny": 32, "batch_micro": 16}
+    made = {cls: Config.of("xgemm_direct", {**FAMILIES["xgemm_direct"].defaults, "MWG": t, "NWG": t, "MDIMC": 8,
+                                            "NDIMC": 8}) for cls, t in tiles.items()}
+    assert padding(made["batch_medium"], 96, 96) == pytest.approx(128 * 128 / 96 ** 2)
+    assert batch_fit(made.get, "batch_medium", 100, 100) is made["batch_medium"]   # 1.64: its own
+    assert batch_fit(made.get, "batch_medium", 96, 96) is made["batch_tiny"]       # the first that fits
+    assert batch_fit(made.get, "batch_small", 8, 300) is made["batch_micro"]       # none fits: least covered
+    assert batch_fit(made.get, "batch_micro", 4, 4) is made["batch_micro"]         # nothing smaller
+    same = {cls: Config.of("xgemm_direct", {**made["batch_small"].params, "PADL": i}) for i, cls in enumerate(tiles)}
+    assert batch_fit(same.get, "batch_small", 8, 8) is same["batch_small"]         # a tie keeps its own

@@ -442,6 +442,40 @@ def test_a_batch_takes_the_configuration_python_gives_it(built, handles, opened,
             assert FAMILIES[family].takes_batch
 
 
+def test_a_batch_takes_the_tile_that_fits_its_problems_as_python_does(opened, tmp_path):
+    """gt_batch_fit is space/defaults.py's batch_fit: PoCL's device, described to the export as a
+    GPU (its key and name kept, so that the library takes it for that device), gets the GPU's
+    batch defaults, and a batch whose class's tile covers its problems badly a smaller class's,
+    as default_config gives them. Its one tuned row is of a family that takes no batch."""
+    dev = opened[0]
+    info = dataclasses.replace(dev.info, type="GPU", local_mem_bytes=226 << 10, max_work_group_size=1024,
+                               fp64_matrix=True)
+    db = f"sqlite:///{tmp_path / 'gpu.db'}"
+    store = Store(db)
+    try:
+        store.save_device(info)
+        add_row(store, info, "s", (64, 64, 64, "N", "N"), cfg("xgemm_k5"), 100.0)
+    finally:
+        store.close()
+    result = CliRunner().invoke(cli, ["export", "--db", db, "--format", "c", "-o", str(tmp_path / "lib")])
+    assert result.exit_code == 0, result.output
+    lib = load(compile_library(tmp_path / "lib"))
+    handle = C.c_void_p()
+    assert lib.gemmtune_create(dev.context.int_ptr, dev.device.int_ptr, C.byref(handle)) == 0
+    try:
+        fitted = 0
+        for prec in "sd":
+            for m, n, k in ((16, 16, 16), (48, 48, 48), (96, 96, 96), (128, 128, 128), (300, 200, 150),
+                            (8, 8, 512), (1000, 20, 20), (20, 1000, 20)):
+                expected = default_config(info, PRECISIONS[prec], (m, n, k), batch=50)
+                family, params, source = plan_of(lib, handle, prec, (m, n, k, "N", "N"), batch=50)
+                assert (family, params, source) == (expected.kernel, dict(expected.params), "default"), (prec, m, n)
+                fitted += family == "xgemm_direct" or params.get("MWG") == 32
+        assert fitted == 12   # in s and d: 16³, 48³, 8 x 8 x 512 to 16 x 16 tiles, 96³ and 1000 x 20 to 32 x 32
+    finally:
+        assert lib.gemmtune_release(handle) == 0
+
+
 def test_bad_batches_are_statuses(built, handles, opened):
     _, _, lib = built
     dev, handle = opened[0], handles[0]

@@ -19,7 +19,8 @@ from gemmtune.space import Config, load_space, make_config, require_precision
 # Where nothing was tuned, a problem gets the default of its shape's class (defaults.toml says
 # which configurations serve which class, and docs/performance.md what they were measured on).
 TINY_VOLUME = 2**18     # m * n * k at most this (64^3): "tiny"
-BATCH_TINY_VOLUME = 2**15   # a batch's problems at most this (32^3): "batch_tiny"
+BATCH_MICRO_VOLUME = 2**12  # a batch's problems at most this (16^3): "batch_micro"
+BATCH_TINY_VOLUME = 2**15   # at most this (32^3): "batch_tiny"
 SMALL_VOLUME = 2**27    # at most this: "small"
 MEDIUM_VOLUME = 2**31   # at most this: "medium"; above: "large"
 SKINNY = 64             # m (or n) at most this with K at least LONG_K: "skinny_m" ("skinny_n")
@@ -27,22 +28,36 @@ LONG_K = 1024
 # m or n is 1 and the problem is not tiny: "vector"
 # A class without an entry of its own takes this one's.
 # A batch (more than one problem a launch) is a class of its own whatever its problems' shape:
-# "batch_tiny" (each problem at most BATCH_TINY_VOLUME), "batch_small" (at most TINY_VOLUME) or
-# "batch_medium": a GPU's best tiles for batches of 32^3 and of 64^3 problems differ twofold each
-# way. Without an entry, tiny takes the small class's, small the tiny class's and medium the
-# views' (``default_config`` then goes on to the views' family, which takes batches, where the one
-# found does not).
+# "batch_micro" (each problem at most BATCH_MICRO_VOLUME), "batch_tiny" (BATCH_TINY_VOLUME),
+# "batch_small" (TINY_VOLUME) or "batch_medium": a GPU's best tiles for batches of 32^3 and of
+# 64^3 problems differ twofold each way. Without an entry, micro takes the tiny class's, tiny the
+# small class's, small the tiny (single) class's and medium the views' (``default_config`` then
+# goes on to the views' family, which takes batches, where the one found does not).
 FALLBACK = {"tiny": "small", "small": "medium", "medium": "large", "skinny_m": "medium", "skinny_n": "medium",
-            "vector": "skinny_m", "batch_tiny": "batch_small", "batch_small": "tiny", "batch_medium": "views"}
-SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "vector", "views", "batch_tiny",
-                 "batch_small", "batch_medium")
+            "vector": "skinny_m", "batch_micro": "batch_tiny", "batch_tiny": "batch_small", "batch_small": "tiny",
+            "batch_medium": "views"}
+SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "vector", "views", "batch_micro",
+                 "batch_tiny", "batch_small", "batch_medium")
+# A batch's class is by its problems' volume, but a tile much larger than a problem computes
+# mostly padding: a batch takes the default of the first class of smaller problems whose
+# work-groups cover at most FIT_PADDING times its problems' m x n where its own class's cover
+# more (none: the one that covers least). On an H100, torch.matmul's time over gemmtune's went
+# from 0.64 to 1.01 (s) and 0.55 to 0.96 (d) for 1,000 x 96^3 (the 32 x 32 tile of batch_tiny
+# instead of batch_medium's 128 x 64), and 0.53 to 1.49 / 0.39 to 1.49 for 20,000 x 16^3
+# (docs/batched.md); 100 x 200 x 300 x 150, whose 128 x 64 tiles cover 1.64 times its area, ran
+# 4-12 % slower on the 64 x 64 tiles that cover 1.37 times it.
+BATCH_CLASSES = ("batch_medium", "batch_small", "batch_tiny", "batch_micro")   # larger problems first
+FIT_PADDING = 1.7
 
 
 def shape_class(m: int, n: int, k: int, batch: int = 1) -> str:
     if batch > 1:
         volume = m * n * k
-        return "batch_tiny" if volume <= BATCH_TINY_VOLUME else "batch_small" if volume <= TINY_VOLUME \
-            else "batch_medium"
+        for name, most in (("batch_micro", BATCH_MICRO_VOLUME), ("batch_tiny", BATCH_TINY_VOLUME),
+                           ("batch_small", TINY_VOLUME)):
+            if volume <= most:
+                return name
+        return "batch_medium"
     if min(m, n) == 1 and m * n * k > TINY_VOLUME:
         return "vector"
     if min(m, n) <= SKINNY and k >= LONG_K:
@@ -129,12 +144,52 @@ def nearest_valid(config: Config, dev: DeviceInfo, prec: Precision) -> Config | 
 def default_config(dev: DeviceInfo, prec: Precision, shape: tuple[int, int, int] | None = None,
                    views: bool = False, batch: int = 1) -> Config:
     """The shipped default for this device's type and the class of ``shape`` (None: large) and
-    ``batch``, or, where that breaks a constraint here, the valid configuration of its family
-    nearest to it (in log2 steps per parameter). ``views``: of a family that reads operands at
-    offsets; a batch (``batch`` > 1): of a family that takes batches."""
+    ``batch`` (``class_default``); a batch of problems its class's tile fits badly takes a
+    smaller class's (``batch_fit``)."""
+    if shape is None:
+        return class_default(dev, prec, "batch_medium" if batch > 1 else "large", views, batch)
+    cls = shape_class(*shape, batch)
+    if batch == 1:
+        return class_default(dev, prec, cls, views)
+    return batch_fit(lambda c: class_default(dev, prec, c, views, batch), cls, shape[0], shape[1])
+
+
+def padding(config: Config, m: int, n: int) -> float:
+    """How many times an m x n problem's area the work-groups of ``config`` cover (1: no padding)."""
+    if m * n == 0:
+        return 1.0
+    mp, np_, _ = FAMILIES[config.kernel].padded_shape(config.params, m, n, 1)
+    return mp * np_ / (m * n)
+
+
+def batch_fit(default_of, cls: str, m: int, n: int) -> Config:
+    """A batch's default: ``default_of(cls)``, its class's, unless that covers more than
+    FIT_PADDING times the problems' m x n; then the first of the classes of smaller problems
+    whose default covers at most that, else the one of them all that covers least (the class's
+    own on a tie). The exported C library (gt_batch_fit) makes the same choice."""
+    best = default_of(cls)
+    least = padding(best, m, n)
+    if least <= FIT_PADDING:
+        return best
+    for smaller in BATCH_CLASSES[BATCH_CLASSES.index(cls) + 1:]:
+        config = default_of(smaller)
+        covers = padding(config, m, n)
+        if covers <= FIT_PADDING:
+            return config
+        if covers < least:
+            best, least = config, covers
+    return best
+
+
+@lru_cache(maxsize=512)   # a repair scans the family's valid space: seconds for a GPU's
+def class_default(dev: DeviceInfo, prec: Precision, cls: str, views: bool = False, batch: int = 1) -> Config:
+    """The shipped default for this device's type and shape class ``cls``, or, where that breaks
+    a constraint here, the valid configuration of its family nearest to it (in log2 steps per
+    parameter). ``views``: of a family that reads operands at offsets; a batch (``batch`` > 1):
+    of a family that takes batches."""
     require_precision(dev, prec)
     found = shipped_defaults(table_name(dev), prec)
-    config = class_entry(found, shape_class(*shape, batch) if shape else "batch_medium" if batch > 1 else "large")
+    config = class_entry(found, cls)
 
     def fits(c: Config) -> bool:
         family = FAMILIES[c.kernel]

@@ -3,7 +3,7 @@
 
 What is data here is emitted as data: the kernel sources with their includes inlined, the
 configurations, the tuned problems per device name and precision, the shipped defaults per
-shape class (repaired for each described device as ``default_config`` repairs them), and the
+shape class (repaired for each described device as ``class_default`` repairs them), and the
 constants the plans read. What a family computes per problem (``Family.plan``) is ported once to
 C in ``gemmtune_impl.c``; tests/test_clib.py compares its plans with Python's, so that the two
 cannot drift apart unnoticed. Selection happens at run time from the device's name, never from
@@ -15,8 +15,9 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from gemmtune.space.defaults import (AVX2_TABLE, BATCH_TINY_VOLUME, LONG_K, MEDIUM_VOLUME, SKINNY, SMALL_VOLUME,
-                                     TINY_VOLUME, class_entry, default_config, shape_class, shipped_defaults)
+from gemmtune.space.defaults import (AVX2_TABLE, BATCH_MICRO_VOLUME, BATCH_TINY_VOLUME, FIT_PADDING, LONG_K,
+                                     MEDIUM_VOLUME, SKINNY, SMALL_VOLUME, TINY_VOLUME, class_default, class_entry,
+                                     shipped_defaults)
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import COPY_PER_ITEM, COPY_TILES, FAMILIES, IDLE_WORTH_SHARING, cpu, direct, thin
 from gemmtune.devices.info import DeviceInfo
@@ -35,15 +36,12 @@ DEVICE_TYPES = ("CPU", "GPU", "OTHER")   # gemmtune_impl.c's GT_TYPE_*
 # defaults.toml's table of a device of each type that was not described: a CPU's compiler may
 # target 256-bit vectors, on which the AVX-512 table's blocks spill (CPU-256's run on both)
 TYPE_TABLES = {"CPU": AVX2_TABLE, "GPU": "GPU", "OTHER": "OTHER"}
-CLASSES = ("tiny", "small", "medium", "large", "skinny_m", "skinny_n", "vector", "batch_tiny", "batch_small",
-           "batch_medium")
-# a problem of each class, for default_config, which takes a shape (and a batch)
-EXAMPLES = {"tiny": (1, 1, 1), "small": (64, 64, 65), "medium": (1024, 1024, 1024), "large": (2048, 2048, 1024),
-            "skinny_m": (1, 2, 1024), "skinny_n": (2, 1, 1024), "vector": (1, 1024, 1024),
-            "batch_tiny": (16, 16, 16), "batch_small": (64, 64, 64), "batch_medium": (128, 128, 128)}
+CLASSES = ("tiny", "small", "medium", "large", "skinny_m", "skinny_n", "vector", "batch_micro", "batch_tiny",
+           "batch_small", "batch_medium")
 
 
-def example_batch(cls: str) -> int:
+def class_batch(cls: str) -> int:
+    """A batch count of the class (any above 1 for a batch class), for class_default."""
     return 2 if cls.startswith("batch_") else 1
 
 
@@ -162,8 +160,6 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
     ``devices``: the stored description of each device key (None where there is none)."""
     from gemmtune import __version__
 
-    for cls, shape in EXAMPLES.items():
-        assert shape_class(*shape, example_batch(cls)) == cls, (cls, shape)
     emit = _Emitter()
     family_lines, family_index = _families()
     # Devices by name: keys that differ in the driver version alone are one device here. Per
@@ -186,10 +182,10 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
         if info is None:
             defaults = views = [[-1] * len(CLASSES) for _ in PRECISIONS]
         else:
-            defaults = _defaults(emit, lambda prec, cls: default_config(info, prec, EXAMPLES[cls],
-                                                                         batch=example_batch(cls)), None)
-            views = _defaults(emit, None, lambda prec, cls: default_config(info, prec, EXAMPLES[cls], views=True,
-                                                                           batch=example_batch(cls)))
+            # each class's own default: gt_select makes batch_fit's choice among them
+            defaults = _defaults(emit, lambda prec, cls: class_default(info, prec, cls, batch=class_batch(cls)), None)
+            views = _defaults(emit, None, lambda prec, cls: class_default(info, prec, cls, views=True,
+                                                                          batch=class_batch(cls)))
         device_lines.append(f"  /* {comment(name)} */")
         device_lines.append(f"  {{{c_string(name)}, {_brace(spans)}, {_brace(defaults)}, {_brace(views)}}},")
     type_defaults, type_views = [], []
@@ -197,7 +193,7 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
         found = {code: shipped_defaults(TYPE_TABLES[device_type], prec) for code, prec in PRECISIONS.items()}
 
         def entry(prec, cls, views=False, found=found):
-            # default_config's rule, without a device to repair for: a view takes a family that
+            # class_default's rule, without a device to repair for: a view takes a family that
             # reads views, a batch one that takes batches, else the views class's
             config = class_entry(found[prec.code], cls)
             family = FAMILIES[config.kernel]
@@ -216,7 +212,8 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
                f"#define GT_PRECISION_DOUBLE {_brace([int(p.needs_double) for p in PRECISIONS.values()])}",
                *(f"#define GT_CLASS_{cls.upper()} {i}" for i, cls in enumerate(CLASSES)),
                f"#define GT_TINY_VOLUME {TINY_VOLUME}.0", f"#define GT_SMALL_VOLUME {SMALL_VOLUME}.0",
-               f"#define GT_BATCH_TINY_VOLUME {BATCH_TINY_VOLUME}.0",
+               f"#define GT_BATCH_MICRO_VOLUME {BATCH_MICRO_VOLUME}.0", f"#define GT_BATCH_TINY_VOLUME {BATCH_TINY_VOLUME}.0",
+               f"#define GT_FIT_PADDING {FIT_PADDING!r}",
                f"#define GT_MEDIUM_VOLUME {MEDIUM_VOLUME}.0", f"#define GT_SKINNY {SKINNY}",
                f"#define GT_LONG_K {LONG_K}", f"#define GT_OTHER_OPS {OTHER_OPS!r}",
                f"#define GT_BUILD_OPTIONS {c_string(' '.join(BUILD_OPTIONS))}",

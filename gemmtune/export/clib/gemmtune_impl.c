@@ -593,15 +593,48 @@ static int gt_make_plan(const gt_cfg *c, const gt_problem *p, const gemmtune_dev
 static int gt_shape_class(int64_t m, int64_t n, int64_t k, int64_t batch) {
   double volume = (double)m * (double)n * (double)k;
   if (batch > 1)
-    return volume <= GT_BATCH_TINY_VOLUME ? GT_CLASS_BATCH_TINY
-         : volume <= GT_TINY_VOLUME      ? GT_CLASS_BATCH_SMALL
-                                         : GT_CLASS_BATCH_MEDIUM;
+    return volume <= GT_BATCH_MICRO_VOLUME ? GT_CLASS_BATCH_MICRO
+         : volume <= GT_BATCH_TINY_VOLUME  ? GT_CLASS_BATCH_TINY
+         : volume <= GT_TINY_VOLUME        ? GT_CLASS_BATCH_SMALL
+                                           : GT_CLASS_BATCH_MEDIUM;
   if (min64(m, n) == 1 && volume > GT_TINY_VOLUME) return GT_CLASS_VECTOR;
   if (min64(m, n) <= GT_SKINNY && k >= GT_LONG_K) return m <= n ? GT_CLASS_SKINNY_M : GT_CLASS_SKINNY_N;
   if (volume <= GT_TINY_VOLUME) return GT_CLASS_TINY;
   if (volume <= GT_SMALL_VOLUME) return GT_CLASS_SMALL;
   if (volume <= GT_MEDIUM_VOLUME) return GT_CLASS_MEDIUM;
   return GT_CLASS_LARGE;
+}
+
+/* space/defaults.py's padding: how many times an m x n problem's area the work-groups of a
+ * configuration cover (the CPU family's kernel pads nothing) */
+static double gt_padding(int config, int64_t m, int64_t n) {
+  const gt_family *f = &gt_families[gt_configs[config].family];
+  gt_cfg c = {f, gt_configs[config].values, 0};
+  if (f->kind == GT_CPU || m == 0 || n == 0) return 1.0;
+  return (double)roundup(m, gt_param(&c, f->tile[0])) * (double)roundup(n, gt_param(&c, f->tile[1]))
+         / ((double)m * (double)n);
+}
+
+/* space/defaults.py's batch_fit: a batch's class default (defaults[cls]), unless it covers more
+ * than GT_FIT_PADDING times the problems' area; then the first class of smaller problems whose
+ * default covers at most that, else the one of them all that covers least */
+static int gt_batch_fit(const int *defaults, int cls, int64_t m, int64_t n) {
+  static const int order[] = {GT_CLASS_BATCH_MEDIUM, GT_CLASS_BATCH_SMALL, GT_CLASS_BATCH_TINY, GT_CLASS_BATCH_MICRO};
+  int best = defaults[cls], i = 0;
+  double least;
+  if (best < 0) return best;
+  least = gt_padding(best, m, n);
+  if (least <= GT_FIT_PADDING) return best;
+  while (order[i] != cls) i++;
+  for (i++; i < (int)(sizeof order / sizeof order[0]); i++) {
+    int config = defaults[order[i]];
+    double covers;
+    if (config < 0) continue;
+    covers = gt_padding(config, m, n);
+    if (covers <= GT_FIT_PADDING) return config;
+    if (covers < least) { best = config; least = covers; }
+  }
+  return best;
 }
 
 typedef struct { int config; const char *source; int64_t shape[3]; } gt_choice;
@@ -634,7 +667,7 @@ static gt_choice gt_select(int device, int type, int prec, const gt_problem *p) 
       choice.config = gt_tuned_rows[best].config;
       choice.shape[0] = gt_tuned_rows[best].m; choice.shape[1] = gt_tuned_rows[best].n; choice.shape[2] = gt_tuned_rows[best].k;
     } else {
-      choice.config = d->defaults[prec][cls];
+      choice.config = batched ? gt_batch_fit(d->defaults[prec], cls, p->m, p->n) : d->defaults[prec][cls];
     }
     if (!batched && p->views && choice.config >= 0 && !gt_families[gt_configs[choice.config].family].takes_views) {
       choice.config = d->views[prec][cls];
@@ -643,7 +676,8 @@ static gt_choice gt_select(int device, int type, int prec, const gt_problem *p) 
     }
   }
   if (choice.config < 0) {   /* a device not exported, or not described: its type's defaults */
-    choice.config = p->views && !batched ? gt_type_views[type][prec][cls] : gt_type_defaults[type][prec][cls];
+    choice.config = batched ? gt_batch_fit(gt_type_defaults[type][prec], cls, p->m, p->n)
+                  : p->views ? gt_type_views[type][prec][cls] : gt_type_defaults[type][prec][cls];
     choice.source = "default";
   }
   return choice;
