@@ -147,11 +147,11 @@ def default_config(dev: DeviceInfo, prec: Precision, shape: tuple[int, int, int]
     ``batch`` (``class_default``); a batch of problems its class's tile fits badly takes a
     smaller class's (``batch_fit``)."""
     if shape is None:
-        return class_default(dev, prec, "batch_medium" if batch > 1 else "large", views, batch)
+        return class_default(dev, prec, "batch_medium" if batch > 1 else "large", views, batch > 1)
     cls = shape_class(*shape, batch)
     if batch == 1:
         return class_default(dev, prec, cls, views)
-    return batch_fit(lambda c: class_default(dev, prec, c, views, batch), cls, shape[0], shape[1])
+    return batch_fit(lambda c: class_default(dev, prec, c, views, True), cls, shape[0], shape[1])
 
 
 def padding(config: Config, m: int, n: int) -> float:
@@ -182,18 +182,18 @@ def batch_fit(default_of, cls: str, m: int, n: int) -> Config:
 
 
 @lru_cache(maxsize=512)   # a repair scans the family's valid space: seconds for a GPU's
-def class_default(dev: DeviceInfo, prec: Precision, cls: str, views: bool = False, batch: int = 1) -> Config:
+def class_default(dev: DeviceInfo, prec: Precision, cls: str, views: bool = False, batched: bool = False) -> Config:
     """The shipped default for this device's type and shape class ``cls``, or, where that breaks
     a constraint here, the valid configuration of its family nearest to it (in log2 steps per
-    parameter). ``views``: of a family that reads operands at offsets; a batch (``batch`` > 1):
-    of a family that takes batches."""
+    parameter). ``views``: of a family that reads operands at offsets; ``batched``: of a family
+    that takes batches."""
     require_precision(dev, prec)
     found = shipped_defaults(table_name(dev), prec)
     config = class_entry(found, cls)
 
     def fits(c: Config) -> bool:
         family = FAMILIES[c.kernel]
-        return (family.takes_views or not views) and (family.takes_batch or batch == 1)
+        return (family.takes_views or not views) and (family.takes_batch or not batched)
 
     if not fits(config):
         config = class_entry(found, "views")

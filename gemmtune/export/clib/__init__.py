@@ -40,11 +40,6 @@ CLASSES = ("tiny", "small", "medium", "large", "skinny_m", "skinny_n", "vector",
            "batch_small", "batch_medium")
 
 
-def class_batch(cls: str) -> int:
-    """A batch count of the class (any above 1 for a batch class), for class_default."""
-    return 2 if cls.startswith("batch_") else 1
-
-
 def parameters(family) -> list[str]:
     """The family's tunable parameters, in its source's order (PRECISION is the build's own)."""
     return [name for name in family.defaults if name not in RESERVED]
@@ -183,9 +178,10 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
             defaults = views = [[-1] * len(CLASSES) for _ in PRECISIONS]
         else:
             # each class's own default: gt_select makes batch_fit's choice among them
-            defaults = _defaults(emit, lambda prec, cls: class_default(info, prec, cls, batch=class_batch(cls)), None)
+            defaults = _defaults(emit, lambda prec, cls: class_default(info, prec, cls,
+                                                                       batched=cls.startswith("batch_")), None)
             views = _defaults(emit, None, lambda prec, cls: class_default(info, prec, cls, views=True,
-                                                                          batch=class_batch(cls)))
+                                                                          batched=cls.startswith("batch_")))
         device_lines.append(f"  /* {comment(name)} */")
         device_lines.append(f"  {{{c_string(name)}, {_brace(spans)}, {_brace(defaults)}, {_brace(views)}}},")
     type_defaults, type_views = [], []
