@@ -289,6 +289,17 @@ def test_gemm_estimates_host_memory_before_allocating(monkeypatch, no_buffers):
         gemmtune.gemm(x.T, x, config=DIRECT, device=0)
 
 
+def test_batched_gemm_estimates_host_memory_before_allocating(monkeypatch, no_buffers):
+    """A batch's stacks and result and, on a CPU device, its buffers but those it uses in place
+    (the stacked operands and the result): the device's scratch alone."""
+    monkeypatch.setattr(inputs, "available_host_bytes", lambda: 2**20)
+    x = np.ones((8, 128, 128), np.float32)   # 512 KiB
+    with pytest.raises(GemmtuneError, match=r"^8x128x128 times 8x128x128 in precision s needs 1\.5 MiB of host memory "
+                                            r"\(result 0\.5 MiB, stacked a 0\.5 MiB, stacked b 0\.5 MiB, "
+                                            r"device work 0\.0 MiB\), more than the 1\.0 MiB available$"):
+        gemmtune.gemm(x, x, config=DIRECT, device=0)
+
+
 def test_gemm_refuses_a_problem_beyond_the_device(no_buffers):
     """The issue's case on the real device's figures: the operands (broadcast, so that the test
     itself holds none of them) would take 64 GiB each."""

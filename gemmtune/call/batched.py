@@ -22,7 +22,8 @@ from gemmtune.families import FAMILIES
 from gemmtune.launch.operation import GemmOperation, Prepared
 from gemmtune.launch.plan import Problem
 from gemmtune.call.host import HostCall, in_host_memory
-from gemmtune.call.operands import (batch_view, check_device_memory, check_host_memory, check_out, deliver, op_flag,
+from gemmtune.call.operands import (batch_view, check_device_memory, check_host_memory, check_out, deliver,
+                                    device_buffers_in_host, op_flag,
                                     out_of_memory, out_of_memory_as_error, overlap, product_shape, view)
 from gemmtune.space import Config, shipped_families
 from gemmtune.db.tuned import best_config
@@ -110,10 +111,9 @@ def host_gemm(dev, a: np.ndarray, b: np.ndarray, c, alpha, beta, ta: str, tb: st
     buffers = {**operands, **{s.name: s.nbytes for s in plan.scratch}}
     check_device_memory(dev.info, what, buffers)
     in_place = in_host_memory(dev.queue.device)
-    device_buffers = {k: v for k, v in buffers.items() if not (in_place and k in operands)}
     check_host_memory(what, {"result": count * m * n * prec.bytes, "stacked a": operands["a"],
                              "stacked b": operands["b"], **({"stacked c": operands["c"]} if with_c else {}),
-                             **({f"device {k}": v for k, v in device_buffers.items()} if dev.info.type == "CPU" else {})})
+                             **device_buffers_in_host(dev.info, buffers, operands if in_place else ())})
     with out_of_memory_as_error(what):
         op = _operation(dev.queue, dev.info, cfg, prec, problem, what, _operations)
         call = HostCall(dev.context, dev.queue, in_place, FAMILIES[cfg.kernel].takes_views)

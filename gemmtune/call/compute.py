@@ -22,9 +22,8 @@ from gemmtune.call.complex3m import Complex3M, check_algorithm
 from gemmtune.call.host import HostCall, in_host_memory, poisoned
 from gemmtune.errors import GemmtuneError, OperandError, OperandTypeError
 from gemmtune.call.operands import (BufferFacts, check_device_memory, check_host_memory, check_out, deliver,
-                                    host_operand, op_flag,
-                                    operand_precision, out_of_memory, out_of_memory_as_error, overlap, product_shape,
-                                    view)
+                                    device_buffers_in_host, host_operand, op_flag, operand_precision, out_of_memory,
+                                    out_of_memory_as_error, overlap, product_shape, view)
 from gemmtune.precision import Precision, get_precision
 from gemmtune.space import Config, check_config, load_space, make_config, require_precision, shipped_families
 from gemmtune.db.tuned import best_config
@@ -166,8 +165,7 @@ def _gemm_2d(a, b, c, alpha, beta, ta, tb, m, n, ka, prec, algorithm, config, de
     host = {"result": m * n * prec.bytes,
             **{f"contiguous {name}": x.nbytes for name, x in (("a", a), ("b", b), ("c", c))
                if x is not None and not x.flags.c_contiguous},
-            **({f"device {name}": size for name, size in buffers.items() if not (in_place and name in operands)}
-               if dev.info.type == "CPU" else {})}
+            **device_buffers_in_host(dev.info, buffers, operands if in_place else ())}
     check_host_memory(what, host)
     with out_of_memory_as_error(what):
         op = operation(dev, cfg, shipped_families().family(cfg.kernel).source, prec, n, m, ka, tb, ta)

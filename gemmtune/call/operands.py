@@ -65,6 +65,14 @@ def check_device_memory(info: DeviceInfo, what: str, buffers: Mapping[str, int])
                             f"{info.index} allows in one allocation ({_size(info.max_alloc_bytes)})")
 
 
+def device_buffers_in_host(info, buffers: Mapping[str, int], over_arrays=()) -> dict[str, int]:
+    """The host memory a call's device buffers take ("device NAME": bytes): on a CPU device all but
+    those built over the caller's own arrays (``over_arrays``, by name); elsewhere none."""
+    if info.type != "CPU":
+        return {}
+    return {f"device {name}": size for name, size in buffers.items() if name not in over_arrays}
+
+
 def check_host_memory(what: str, needs: Mapping[str, int]) -> None:
     """GemmtuneError where ``needs`` (name: bytes) exceed the memory the host can give now."""
     free = inputs.available_host_bytes()
