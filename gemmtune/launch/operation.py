@@ -200,7 +200,6 @@ class GemmOperation:
             self.launches.append((kernel, launch, args))
         self.kernel_events = self.plan.kernel_launches
         self.in_order = not queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
-        self._scalar = prec.dtype.type
         self._bound = None
 
     def bind(self, a: cl.Buffer, b: cl.Buffer, c: cl.Buffer, alpha, beta, offsets=(0, 0, 0),
@@ -210,7 +209,7 @@ class GemmOperation:
         call = (a, b, c, alpha, beta, *offsets, table)
         if call == self._bound:
             return
-        values = {A: a, B: b, C: c, ALPHA: self._scalar(alpha), BETA: self._scalar(beta),
+        values = {A: a, B: b, C: c, ALPHA: alpha, BETA: beta,   # set_args converts to the declared dtypes
                   OFFSET_A: offsets[0], OFFSET_B: offsets[1], OFFSET_C: offsets[2], BATCH_OFFSETS: table}
         for kernel, _, args in self.launches:
             kernel.set_args(*(values[arg] if isinstance(arg, str) else arg for arg in args))
