@@ -43,6 +43,28 @@ def check(result, a, b, c=None, alpha=1.0, beta=0.0, ta="N", tb="N"):
     assert np.abs(result - ref).max() <= worst_case_tolerance(result.dtype, k, scale)
 
 
+def check_normwise(result, a, b, c=None, alpha=1.0, beta=0.0, ta="N", tb="N"):
+    """The 3M product's bound: normwise, not componentwise."""
+    ref, _ = numpy_product(a, b, c, alpha, beta, ta, tb)
+    assert result.shape == ref.shape and not np.isnan(result).any()
+    k = a.shape[-1] if ta == "N" else a.shape[-2]
+    assert np.linalg.norm(result - ref) <= 8 * (k + 2) * np.finfo(result.dtype).eps * np.linalg.norm(ref)
+
+
+@pytest.fixture
+def buffers_made(monkeypatch) -> list:
+    """The flags of every OpenCL buffer made from here on, in order."""
+    made = []
+    real = cl.Buffer
+
+    def buffer(*args, **kwargs):
+        made.append(args[1] if len(args) > 1 else kwargs.get("flags"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cl, "Buffer", buffer)
+    return made
+
+
 @pytest.mark.parametrize("code", "sdcz")
 def test_operands_at_every_offset_from_the_alignment(implementation, code):
     """Every element offset from the device's alignment an operand may start at (numpy's own
@@ -130,23 +152,15 @@ def test_batched_operands_in_place_with_a_shared_one(implementation):
         assert get_precision(code).dtype == result.dtype
 
 
-def test_a_device_with_memory_of_its_own_gets_copies(monkeypatch):
+def test_a_device_with_memory_of_its_own_gets_copies(monkeypatch, buffers_made):
     """Where the device does not compute in the host's memory (a discrete GPU), the operands are
     copied to it and the result back: the same call, on PoCL told it has memory of its own, and
     no buffer of the call is over a host array."""
     import gemmtune.call.batched as batched
     import gemmtune.call.compute as compute
 
-    made = []
-    real = cl.Buffer
-
-    def buffer(*args, **kwargs):
-        made.append(args[1] if len(args) > 1 else kwargs.get("flags"))
-        return real(*args, **kwargs)
-
     for module in (compute, batched):
         monkeypatch.setattr(module, "in_host_memory", lambda device: False)
-    monkeypatch.setattr("gemmtune.call.host.cl.Buffer", buffer)
     rng = np.random.default_rng()
     align = alignment(get_device(0).queue.device)
     for code in "dc":
@@ -160,10 +174,8 @@ def test_a_device_with_memory_of_its_own_gets_copies(monkeypatch):
         assert gemmtune.gemm(a, stack, c, beta=2.0, out=out, device=0) is out   # read back into out itself
         check(out, a, stack, c, 1.0, 2.0)
     square = uniform((20, 20), np.complex64, rng)
-    got = gemmtune.gemm(square, square, complex_algorithm="3m", device=0)
-    ref, _ = numpy_product(square, square, None, 1.0, 0.0, "N", "N")
-    assert np.linalg.norm(got - ref) <= 8 * 22 * np.finfo(np.float32).eps * np.linalg.norm(ref)
-    assert made and not any(flags & cl.mem_flags.USE_HOST_PTR for flags in made)
+    check_normwise(gemmtune.gemm(square, square, complex_algorithm="3m", device=0), square, square)
+    assert buffers_made and not any(flags & cl.mem_flags.USE_HOST_PTR for flags in buffers_made)
 
 
 def test_a_driver_refusing_the_deprecated_query_gets_copies():
@@ -273,43 +285,27 @@ def test_verify_config_checks_a_result_that_started_as_nan(monkeypatch):
 
 
 @pytest.mark.parametrize("code", "cz")
-def test_the_3m_product_reads_and_writes_the_arrays_in_place(implementation, code, monkeypatch):
+def test_the_3m_product_reads_and_writes_the_arrays_in_place(implementation, code, buffers_made):
     """complex_algorithm="3m" on numpy arrays takes the same buffers: operands at element offsets
     from the alignment read where they lie, an aligned ``out`` written in place, c at beta != 0,
     and an ``out`` that is an operand still right."""
-    import gemmtune.call.host as host
-
-    made = []
-    real = cl.Buffer
-
-    def buffer(*args, **kwargs):
-        made.append(args[1] if len(args) > 1 else kwargs.get("flags"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(host.cl, "Buffer", buffer)
     dev = get_device(implementation.index)
     align, dtype = alignment(dev.queue.device), np.dtype(DTYPES[code])
     rng = np.random.default_rng()
     m, n, k = 23, 17, 30
-    eps = np.finfo(dtype).eps
-
-    def close(got, a, b, c=None, alpha=1.0, beta=0.0, ta="N", tb="N"):
-        ref, _ = numpy_product(a, b, c, alpha, beta, ta, tb)
-        assert got.shape == ref.shape and not np.isnan(got).any()
-        assert np.linalg.norm(got - ref) <= 8 * (k + 2) * eps * np.linalg.norm(ref)   # normwise, as 3M is
 
     a = shifted(uniform((m, k), dtype, rng), dtype.itemsize, align)
     b = shifted(uniform((n, k), dtype, rng), 3 * dtype.itemsize % align, align)
     out = shifted(np.full((m, n), np.nan, dtype), 0, align)
     got = gemmtune.gemm(a, b, trans_b="C", out=out, complex_algorithm="3m", device=implementation.index)
     assert got is out
-    close(out, a, b, tb="C")
+    check_normwise(out, a, b, tb="C")
     # a, b and the result over the arrays (the split parts and the three products are scratch)
-    assert len(made) > 3 and all(flags & cl.mem_flags.USE_HOST_PTR for flags in made[:3])
+    assert len(buffers_made) > 3 and all(flags & cl.mem_flags.USE_HOST_PTR for flags in buffers_made[:3])
     c = uniform((m, n), dtype, rng)
-    close(gemmtune.gemm(a, b, c, alpha=0.5 - 1j, beta=2j, trans_b="T", complex_algorithm="3m",
-                        device=implementation.index), a, b, c, 0.5 - 1j, 2j, "N", "T")
+    check_normwise(gemmtune.gemm(a, b, c, alpha=0.5 - 1j, beta=2j, trans_b="T", complex_algorithm="3m",
+                                 device=implementation.index), a, b, c, 0.5 - 1j, 2j, "N", "T")
     square = shifted(uniform((k, k), dtype, rng), 0, align)
     before = square.copy()
     assert gemmtune.gemm(square, square, out=square, complex_algorithm="3m", device=implementation.index) is square
-    close(square, before, before)
+    check_normwise(square, before, before)
