@@ -278,7 +278,7 @@ def test_a_batch_takes_the_tile_that_fits_its_problems():
 
     gpu = make_device(type="GPU", local_mem_bytes=226 << 10, fp64_matrix=True, compute_units=132)
     cpu = make_device(type="CPU", local_mem_bytes=1 << 20, max_work_group_size=4096, max_work_item_sizes=(4096,) * 3)
-    for code in "sd":
+    for code in "sdcz":
         prec = get_precision(code)
         entry = {cls: shipped_default("GPU", prec, cls) for cls in ("batch_micro", "batch_tiny", "batch_small",
                                                                       "batch_medium")}
@@ -291,6 +291,28 @@ def test_a_batch_takes_the_tile_that_fits_its_problems():
             assert default_config(gpu, prec, shape, batch=100) == entry[cls], (code, shape)
             assert padding(entry[cls], *shape[:2]) <= FIT_PADDING or shape == (8, 8, 512)
             assert default_config(cpu, prec, shape, batch=100) == shipped_default("CPU", prec, shape_class(*shape, 100))
+        # 100 problems are below WHOLE_GROUPS_PER_UNIT a compute unit; 1,000 are not: a batch whose
+        # fitted tile takes several work-groups a problem, or pads more than FIT_PADDING, takes the
+        # direct tile of its whole problem (24 and below: 8 x 8 work-items, slices of 8; above:
+        # 16 x 8 work-items, slices of 16, the tile a multiple of 16)
+        whole = {(48, 48, 48): (48, 48, 16, 8, 16), (40, 40, 40): (48, 48, 16, 8, 16), (20, 20, 20): (24, 24, 8, 8, 8),
+                 (8, 8, 512): (8, 8, 8, 8, 8), (48, 24, 40): (48, 32, 16, 8, 16), (12, 40, 7): (16, 48, 16, 8, 16),
+                 (12, 12, 12): (16, 16, 8, 8, 8)}
+        for shape, (mwg, nwg, mdimc, ndimc, kwg) in whole.items():
+            got = default_config(gpu, prec, shape, batch=1000)
+            assert got == Config.of("xgemm_direct", {**entry["batch_micro"].params, "MWG": mwg, "NWG": nwg,
+                                                     "MDIMC": mdimc, "NDIMC": ndimc, "KWG": kwg}), (code, shape)
+            assert FAMILIES[got.kernel].broken(got.params, gpu, prec) is None
+            assert default_config(gpu, prec, shape, batch=100) != got
+            assert default_config(cpu, prec, shape, batch=1000) == shipped_default("CPU", prec, shape_class(*shape, 2))
+        # one work-group a problem, padding at most FIT_PADDING: kept; larger than WHOLE: kept
+        for shape in ((16, 16, 16), (32, 32, 32), (28, 28, 28), (64, 64, 64), (56, 56, 56), (49, 49, 49), (96, 96, 96)):
+            assert default_config(gpu, prec, shape, batch=1000) == default_config(gpu, prec, shape, batch=100), shape
+    # a GPU whose work-groups hold 64 work-items takes no whole tile: its largest would not fit
+    narrow = make_device(type="GPU", local_mem_bytes=226 << 10, compute_units=132, max_work_group_size=64)
+    s = get_precision("s")
+    assert default_config(narrow, s, (48, 48, 48), batch=1000) == default_config(narrow, s, (48, 48, 48), batch=100)
+    assert default_config(narrow, s, (48, 48, 48), batch=1000).kernel == "xgemm_direct"
     # the rule itself, on made-up tiles
     tiles = {"batch_medium": 128, "batch_small": 64, "batch_tiny": 32, "batch_micro": 16}
     made = {cls: Config.of("xgemm_direct", {**FAMILIES["xgemm_direct"].defaults, "MWG": t, "NWG": t, "MDIMC": 8,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes as C
 import dataclasses
+import itertools
 import os
 import random
 import shutil
@@ -463,15 +464,20 @@ def test_a_batch_takes_the_tile_that_fits_its_problems_as_python_does(opened, tm
     handle = C.c_void_p()
     assert lib.gemmtune_create(dev.context.int_ptr, dev.device.int_ptr, C.byref(handle)) == 0
     try:
-        fitted = 0
-        for prec in "sd":
-            for m, n, k in ((16, 16, 16), (48, 48, 48), (96, 96, 96), (128, 128, 128), (300, 200, 150),
-                            (8, 8, 512), (1000, 20, 20), (20, 1000, 20)):
-                expected = default_config(info, PRECISIONS[prec], (m, n, k), batch=50)
-                family, params, source = plan_of(lib, handle, prec, (m, n, k, "N", "N"), batch=50)
-                assert (family, params, source) == (expected.kernel, dict(expected.params), "default"), (prec, m, n)
+        fitted, widened = 0, {50: 0, 3: 0}
+        for prec in "sdcz":
+            for (m, n, k), batch in itertools.product(
+                    ((16, 16, 16), (48, 48, 48), (96, 96, 96), (128, 128, 128), (300, 200, 150), (8, 8, 512),
+                     (1000, 20, 20), (20, 1000, 20), (20, 20, 20), (40, 40, 40), (48, 24, 40), (12, 48, 9)), (50, 3)):
+                expected = default_config(info, PRECISIONS[prec], (m, n, k), batch=batch)
+                family, params, source = plan_of(lib, handle, prec, (m, n, k, "N", "N"), batch=batch)
+                assert (family, params, source) == (expected.kernel, dict(expected.params), "default"), (prec, m, n, batch)
                 fitted += family == "xgemm_direct" or params.get("MWG") == 32
-        assert fitted == 12   # in s and d: 16³, 48³, 8 x 8 x 512 to 16 x 16 tiles, 96³ and 1000 x 20 to 32 x 32
+                widened[batch] += params.get("MWG") in (24, 48) or params.get("NWG") in (24, 48)
+        # all but 128³ and 300 x 200 x 150 to smaller tiles than their class's; in batches of 50 (25 a
+        # compute unit) 48³, 20³, 40³, 48 x 24 and 12 x 48 to tiles of their whole problems, in
+        # batches of 3 (below 4 a compute unit) none
+        assert fitted == 4 * 2 * 10 and widened == {50: 4 * 5, 3: 0}
     finally:
         assert lib.gemmtune_release(handle) == 0
 

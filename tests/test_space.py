@@ -397,7 +397,7 @@ def test_every_shape_class_default_is_valid_on_pocl_and_a_gpu(device_type, code,
             # fewer local buffers.
             assert FAMILIES[config.kernel].broken(config.params, dev, get_precision(code)).number == 5
             assert not breaks(config, H200_LIKE, code)
-            shape = {"batch_medium": (128, 128, 128)}[cls]
+            shape = {"batch_small": (64, 64, 64), "batch_medium": (128, 128, 128)}[cls]
             fallback = default_config(dev, get_precision(code), shape, batch=2)
             assert {k for k in config.params if fallback.params[k] != config.params[k]} == {"PIPE"}
             continue
@@ -405,7 +405,7 @@ def test_every_shape_class_default_is_valid_on_pocl_and_a_gpu(device_type, code,
 
 
 # Class entries that take more than 48 KiB of local memory (as the large z entry does)
-MORE_LOCAL_MEMORY = {("GPU", "d", "batch_medium")}
+MORE_LOCAL_MEMORY = {("GPU", "d", "batch_medium"), ("GPU", "z", "batch_small"), ("GPU", "z", "batch_medium")}
 
 
 def test_a_class_without_an_entry_takes_the_next_larger_ones():

@@ -48,6 +48,17 @@ SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "ve
 # 4-12 % slower on the 64 x 64 tiles that cover 1.37 times it.
 BATCH_CLASSES = ("batch_medium", "batch_small", "batch_tiny", "batch_micro")   # larger problems first
 FIT_PADDING = 1.7
+# A batch of problems of at most WHOLE x WHOLE results moves more bytes than it computes: what it
+# costs is reading the operands, and a tile smaller than the problem reads each panel once per
+# tile. Where its fitted default takes several work-groups a problem (or one that pads more than
+# FIT_PADDING), it takes the direct family's tile widened to the whole problem (``whole_tile``):
+# on an H100, torch.matmul's time over gemmtune's went from 0.73 to 0.99 (s) and 0.56 to 0.90 (d)
+# at 5,000 x 48^3, 0.67 / 0.48 to 0.90 / 0.78 at 5,000 x 40^3 and 0.72 / 0.42 to 1.46 / 1.03 at
+# 20,000 x 24^3 (docs/batched.md). One work-group a problem needs problems enough to fill the
+# device: at least WHOLE_GROUPS_PER_UNIT a compute unit, which keeps several in flight on each to
+# hide the memory's latency (a rule of thumb: every batch measured had over 30 a unit).
+WHOLE = 48
+WHOLE_GROUPS_PER_UNIT = 4
 
 
 def shape_class(m: int, n: int, k: int, batch: int = 1) -> str:
@@ -151,7 +162,10 @@ def default_config(dev: DeviceInfo, prec: Precision, shape: tuple[int, int, int]
     cls = shape_class(*shape, batch)
     if batch == 1:
         return class_default(dev, prec, cls, views)
-    return batch_fit(lambda c: class_default(dev, prec, c, views, True), cls, shape[0], shape[1])
+    fitted = batch_fit(lambda c: class_default(dev, prec, c, views, True), cls, shape[0], shape[1])
+    if batch < WHOLE_GROUPS_PER_UNIT * max(1, dev.compute_units) or not whole_tiles_fit(dev, prec):
+        return fitted
+    return whole_tile(fitted, class_default(dev, prec, "batch_micro", views, True), shape[0], shape[1])
 
 
 def padding(config: Config, m: int, n: int) -> float:
@@ -179,6 +193,38 @@ def batch_fit(default_of, cls: str, m: int, n: int) -> Config:
         if covers < least:
             best, least = config, covers
     return best
+
+
+def whole_tile(fitted: Config, micro: Config, m: int, n: int) -> Config:
+    """``fitted``, a batch's default, where its problems are larger than WHOLE x WHOLE, ``micro``
+    (the batch_micro class's default) is not of the direct family, or ``fitted`` computes a
+    problem in one work-group and pads at most FIT_PADDING; else ``micro``'s tile widened to the
+    problem: to a multiple of 8 on 8 x 8 work-items, slices of 8 deep, up to 24 x 24, and to a
+    multiple of 16 on 16 x 8 work-items (each 3 x 6 results at most), slices of 16, above. The
+    exported C library (gt_whole_tile) chooses alike."""
+    if max(m, n) > WHOLE or min(m, n) < 1 or micro.kernel != "xgemm_direct":
+        return fitted
+    mt, nt, _ = FAMILIES[fitted.kernel].tile(fitted.params)
+    if m <= mt and n <= nt and padding(fitted, m, n) <= FIT_PADDING:
+        return fitted
+    return _widened(micro, m, n)
+
+
+def _widened(micro: Config, m: int, n: int) -> Config:
+    step, threads, depth = (8, (8, 8), 8) if max(m, n) <= 24 else (16, (16, 8), 16)
+    return Config.of(micro.kernel, {**micro.params, "MWG": -(-m // step) * step, "NWG": -(-n // step) * step,
+                                    "MDIMC": threads[0], "NDIMC": threads[1], "KWG": depth})
+
+
+@lru_cache(maxsize=64)
+def whole_tiles_fit(dev: DeviceInfo, prec: Precision) -> bool:
+    """Whether every tile ``whole_tile`` may widen to is valid here: the largest of each layout is
+    (a smaller one takes less local memory and fewer registers on the same work-items)."""
+    micro = class_default(dev, prec, "batch_micro", False, True)
+    if micro.kernel != "xgemm_direct":
+        return False
+    family = FAMILIES[micro.kernel]
+    return all(family.broken(_widened(micro, size, size).params, dev, prec) is None for size in (24, WHOLE))
 
 
 @lru_cache(maxsize=512)   # a repair scans the family's valid space: seconds for a GPU's

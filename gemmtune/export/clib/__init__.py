@@ -16,8 +16,8 @@ from importlib.resources import files
 from pathlib import Path
 
 from gemmtune.space.defaults import (AVX2_TABLE, BATCH_MICRO_VOLUME, BATCH_TINY_VOLUME, FIT_PADDING, LONG_K,
-                                     MEDIUM_VOLUME, SKINNY, SMALL_VOLUME, TINY_VOLUME, class_default, class_entry,
-                                     shipped_defaults)
+                                     MEDIUM_VOLUME, SKINNY, SMALL_VOLUME, TINY_VOLUME, WHOLE, WHOLE_GROUPS_PER_UNIT,
+                                     class_default, class_entry, shipped_defaults, whole_tiles_fit)
 from gemmtune.errors import GemmtuneError
 from gemmtune.families import COPY_PER_ITEM, COPY_TILES, FAMILIES, IDLE_WORTH_SHARING, cpu, direct, thin
 from gemmtune.devices.info import DeviceInfo
@@ -122,6 +122,13 @@ def _defaults(emit: _Emitter, found_of, views_of) -> list[list[int]]:
     return table
 
 
+def _whole_fits(info: DeviceInfo, prec) -> bool:
+    try:
+        return whole_tiles_fit(info, prec)
+    except GemmtuneError:   # a precision the device cannot do
+        return False
+
+
 def _brace(table) -> str:
     return "{" + ", ".join(_brace(x) if isinstance(x, (list, tuple)) else str(x) for x in table) + "}"
 
@@ -176,15 +183,18 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
         info = device["info"]
         if info is None:
             defaults = views = [[-1] * len(CLASSES) for _ in PRECISIONS]
+            whole = [0] * len(PRECISIONS)
         else:
+            whole = [int(_whole_fits(info, prec)) for prec in PRECISIONS.values()]
             # each class's own default: gt_select makes batch_fit's choice among them
             defaults = _defaults(emit, lambda prec, cls: class_default(info, prec, cls,
                                                                        batched=cls.startswith("batch_")), None)
             views = _defaults(emit, None, lambda prec, cls: class_default(info, prec, cls, views=True,
                                                                           batched=cls.startswith("batch_")))
         device_lines.append(f"  /* {comment(name)} */")
-        device_lines.append(f"  {{{c_string(name)}, {_brace(spans)}, {_brace(defaults)}, {_brace(views)}}},")
-    type_defaults, type_views = [], []
+        device_lines.append(f"  {{{c_string(name)}, {_brace(spans)}, {_brace(defaults)}, {_brace(views)}, "
+                            f"{_brace(whole)}}},")
+    type_defaults, type_views, type_whole = [], [], []
     for device_type in DEVICE_TYPES:
         found = {code: shipped_defaults(TYPE_TABLES[device_type], prec) for code, prec in PRECISIONS.items()}
 
@@ -197,6 +207,8 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
             return config if fits else class_entry(found[prec.code], "views")
 
         type_defaults.append(_defaults(emit, entry, None))
+        # without a device to check them on, as its type's defaults: where batch_micro's is direct
+        type_whole.append([int(entry(prec, "batch_micro").kernel == "xgemm_direct") for prec in PRECISIONS.values()])
         type_views.append(_defaults(emit, None, lambda prec, cls, entry=entry: entry(prec, cls, views=True)))
     configs = sorted(emit.configs.items(), key=lambda item: item[1])
     defines = [f"#define GT_VERSION {c_string(__version__)}",
@@ -211,6 +223,7 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
                f"#define GT_BATCH_MICRO_VOLUME {BATCH_MICRO_VOLUME}.0",
                f"#define GT_BATCH_TINY_VOLUME {BATCH_TINY_VOLUME}.0",
                f"#define GT_FIT_PADDING {FIT_PADDING!r}",
+               f"#define GT_WHOLE {WHOLE}", f"#define GT_WHOLE_GROUPS_PER_UNIT {WHOLE_GROUPS_PER_UNIT}",
                f"#define GT_MEDIUM_VOLUME {MEDIUM_VOLUME}.0", f"#define GT_SKINNY {SKINNY}",
                f"#define GT_LONG_K {LONG_K}", f"#define GT_OTHER_OPS {OTHER_OPS!r}",
                f"#define GT_BUILD_OPTIONS {c_string(' '.join(BUILD_OPTIONS))}",
@@ -232,10 +245,11 @@ def generate(ranked: list[dict], devices: dict[str, DeviceInfo | None], database
         "/* the tuned problems of each device and precision, best first (tuned.py's order for ties) */",
         "static const gt_tuned gt_tuned_rows[] = {", *tuned_lines, "  {0, 0, 0, 'N', 'N', -1}  /* end */", "};",
         "static const gt_device gt_devices[] = {", *device_lines,
-        "  {\"\", {{0, 0}}, {{-1}}, {{-1}}}  /* end */", "};",
+        "  {\"\", {{0, 0}}, {{-1}}, {{-1}}, {0}}  /* end */", "};",
         f"/* the defaults of a device not described here, by type ({', '.join(DEVICE_TYPES)}), precision and class */",
         f"static const int gt_type_defaults[3][4][GT_NCLASSES] = {_brace(type_defaults)};",
         f"static const int gt_type_views[3][4][GT_NCLASSES] = {_brace(type_views)};",
+        f"static const int gt_type_whole[3][4] = {_brace(type_whole)};",
     ]
     impl = template("gemmtune_impl.c")
     if "/* @DATA@ */" not in impl:

@@ -38,6 +38,7 @@ typedef struct {
   int tuned[4][2];
   int defaults[4][GT_NCLASSES];
   int views[4][GT_NCLASSES];
+  int whole[4];                 /* space/defaults.py's whole_tiles_fit, per precision */
 } gt_device;
 
 /* @DATA@ */
@@ -637,7 +638,38 @@ static int gt_batch_fit(const int *defaults, int cls, int64_t m, int64_t n) {
   return best;
 }
 
-typedef struct { int config; const char *source; int64_t shape[3]; } gt_choice;
+/* space/defaults.py's whole_tile: a batch of problems of at most GT_WHOLE x GT_WHOLE whose fitted
+ * default takes several work-groups a problem, or pads more than GT_FIT_PADDING, takes the
+ * batch_micro default's direct tile widened to the problem; 1 with its values in `values` */
+static int gt_whole_tile(int fitted, int micro, int64_t m, int64_t n, int *values) {
+  const gt_family *f, *d;
+  gt_cfg c;
+  int i, big = max64(m, n) > 24;
+  int64_t step = big ? 16 : 8;
+  if (fitted < 0 || micro < 0 || max64(m, n) > GT_WHOLE || min64(m, n) < 1) return 0;
+  d = &gt_families[gt_configs[micro].family];
+  if (d->kind != GT_DIRECT) return 0;
+  f = &gt_families[gt_configs[fitted].family];
+  c.family = f; c.values = gt_configs[fitted].values; c.prec = 0;
+  if (f->kind == GT_CPU
+      || (m <= gt_param(&c, f->tile[0]) && n <= gt_param(&c, f->tile[1]) && gt_padding(fitted, m, n) <= GT_FIT_PADDING))
+    return 0;
+  for (i = 0; i < d->nparams; i++) {
+    const char *name = d->params[i];
+    values[i] = strcmp(name, "MWG") == 0 ? (int)roundup(m, step) : strcmp(name, "NWG") == 0 ? (int)roundup(n, step)
+              : strcmp(name, "MDIMC") == 0 ? (big ? 16 : 8) : strcmp(name, "NDIMC") == 0 ? 8
+              : strcmp(name, "KWG") == 0 ? (int)step : gt_configs[micro].values[i];   /* slices as deep as the step */
+  }
+  return 1;
+}
+
+typedef struct {
+  int config;                   /* index into gt_configs */
+  const char *source;
+  int64_t shape[3];
+  int widened;                  /* gt_whole_tile's: the configuration is `values` of its family */
+  int values[GEMMTUNE_MAX_PARAMS];
+} gt_choice;
 
 /* best_config: the tuned problem itself, else the nearest in log size (other ops count
  * GT_OTHER_OPS, ties to the larger shape), else the default of the shape's class; a view takes
@@ -645,9 +677,23 @@ typedef struct { int config; const char *source; int64_t shape[3]; } gt_choice;
  * a family that takes batches (the tuned problems are single ones: at the same distance in
  * batch), else the default of its batch class (whose family takes batches, views too). device:
  * an index into gt_devices, or -1. */
-static gt_choice gt_select(int device, int type, int prec, const gt_problem *p) {
-  gt_choice choice = {-1, "default", {0, 0, 0}};
+/* A batch's default widened where gt_whole_tile says, the batch being at least
+ * GT_WHOLE_GROUPS_PER_UNIT problems a compute unit and `whole` (whole_tiles_fit) set */
+static void gt_widen(gt_choice *choice, const int *defaults, int whole, const gt_problem *p, int64_t units) {
+  int micro = defaults[GT_CLASS_BATCH_MICRO];
+  if (whole && p->batch >= GT_WHOLE_GROUPS_PER_UNIT * max64(1, units)
+      && gt_whole_tile(choice->config, micro, p->m, p->n, choice->values)) {
+    choice->config = micro;   /* its family, with the widened values */
+    choice->widened = 1;
+  }
+}
+
+static gt_choice gt_select(int device, int type, int prec, const gt_problem *p, int64_t units) {
+  gt_choice choice;
   int cls = gt_shape_class(p->m, p->n, p->k, p->batch), batched = p->batch > 1;
+  memset(&choice, 0, sizeof choice);
+  choice.config = -1;
+  choice.source = "default";
   if (device >= 0) {
     const gt_device *d = &gt_devices[device];
     int i, best = -1;
@@ -668,6 +714,7 @@ static gt_choice gt_select(int device, int type, int prec, const gt_problem *p) 
       choice.shape[0] = gt_tuned_rows[best].m; choice.shape[1] = gt_tuned_rows[best].n; choice.shape[2] = gt_tuned_rows[best].k;
     } else {
       choice.config = batched ? gt_batch_fit(d->defaults[prec], cls, p->m, p->n) : d->defaults[prec][cls];
+      if (batched) gt_widen(&choice, d->defaults[prec], d->whole[prec], p, units);
     }
     if (!batched && p->views && choice.config >= 0 && !gt_families[gt_configs[choice.config].family].takes_views) {
       choice.config = d->views[prec][cls];
@@ -679,6 +726,7 @@ static gt_choice gt_select(int device, int type, int prec, const gt_problem *p) 
     choice.config = batched ? gt_batch_fit(gt_type_defaults[type][prec], cls, p->m, p->n)
                   : p->views ? gt_type_views[type][prec][cls] : gt_type_defaults[type][prec][cls];
     choice.source = "default";
+    if (batched) gt_widen(&choice, gt_type_defaults[type][prec], gt_type_whole[type][prec], p, units);
   }
   return choice;
 }
@@ -947,10 +995,12 @@ static int gt_same_problem(const gt_problem *a, const gt_problem *b) {
          && a->table == b->table && memcmp(a->strides, b->strides, sizeof a->strides) == 0;
 }
 
-static int gt_config_of(int index, int prec, gt_cfg *c) {
-  if (index < 0) return GEMMTUNE_INVALID_CONFIGURATION;
-  c->family = &gt_families[gt_configs[index].family];
-  c->values = gt_configs[index].values;
+/* c: the configuration `choice` names (its widened values where gt_whole_tile widened it; c
+ * points into choice, which must outlive it) */
+static int gt_config_of(const gt_choice *choice, int prec, gt_cfg *c) {
+  if (choice->config < 0) return GEMMTUNE_INVALID_CONFIGURATION;
+  c->family = &gt_families[gt_configs[choice->config].family];
+  c->values = choice->widened ? choice->values : gt_configs[choice->config].values;
   c->prec = prec;
   return GEMMTUNE_SUCCESS;
 }
@@ -968,8 +1018,8 @@ static int gt_operation_of(gemmtune_handle h, int prec, const gt_problem *p, gt_
     if (!op || (op->used && (!o->used || o->stamp < op->stamp))) op = o;
   }
   if (op->used) gt_release_operation(op);
-  choice = gt_select(h->device_index, h->type, prec, p);
-  status = gt_config_of(choice.config, prec, &c);
+  choice = gt_select(h->device_index, h->type, prec, p, h->facts.compute_units);
+  status = gt_config_of(&choice, prec, &c);
   if (status == GEMMTUNE_SUCCESS) status = gt_make_plan(&c, p, &h->facts, &op->plan);
   if (status == GEMMTUNE_SUCCESS) {
     op->used = 1;
@@ -1395,8 +1445,8 @@ int gemmtune_plan_batched(gemmtune_handle h, char precision, int trans_a, int tr
   if (m == 0 || n == 0 || k == 0) return GEMMTUNE_INVALID_SIZE;   /* no kernel of a family runs */
   status = gt_batch_problem(&p, views, batch_count, strides, table);
   if (status != GEMMTUNE_SUCCESS) return status;
-  choice = gt_select(h->device_index, h->type, prec, &p);
-  status = gt_config_of(choice.config, prec, &c);
+  choice = gt_select(h->device_index, h->type, prec, &p, h->facts.compute_units);
+  status = gt_config_of(&choice, prec, &c);
   if (status == GEMMTUNE_SUCCESS) status = gt_make_plan(&c, &p, &h->facts, plan);
   if (status != GEMMTUNE_SUCCESS) return status;
   snprintf(plan->source, sizeof plan->source, "%s", choice.source);
