@@ -671,12 +671,6 @@ typedef struct {
   int values[GEMMTUNE_MAX_PARAMS];
 } gt_choice;
 
-/* best_config: the tuned problem itself, else the nearest in log size (other ops count
- * GT_OTHER_OPS, ties to the larger shape), else the default of the shape's class; a view takes
- * a family that reads views. A batch (batched.batch_config) takes the nearest tuned problem of
- * a family that takes batches (the tuned problems are single ones: at the same distance in
- * batch), else the default of its batch class (whose family takes batches, views too). device:
- * an index into gt_devices, or -1. */
 /* A batch's default widened where gt_whole_tile says, the batch being at least
  * GT_WHOLE_GROUPS_PER_UNIT problems a compute unit and `whole` (whole_tiles_fit) set */
 static void gt_widen(gt_choice *choice, const int *defaults, int whole, const gt_problem *p, int64_t units) {
@@ -688,6 +682,12 @@ static void gt_widen(gt_choice *choice, const int *defaults, int whole, const gt
   }
 }
 
+/* best_config: the tuned problem itself, else the nearest in log size (other ops count
+ * GT_OTHER_OPS, ties to the larger shape), else the default of the shape's class; a view takes
+ * a family that reads views. A batch (batched.batch_config) takes the nearest tuned problem of
+ * a family that takes batches (the tuned problems are single ones: at the same distance in
+ * batch), else the default of its batch class (whose family takes batches, views too). device:
+ * an index into gt_devices, or -1; units: its compute units (gt_widen). */
 static gt_choice gt_select(int device, int type, int prec, const gt_problem *p, int64_t units) {
   gt_choice choice;
   int cls = gt_shape_class(p->m, p->n, p->k, p->batch), batched = p->batch > 1;
