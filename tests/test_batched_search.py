@@ -170,7 +170,8 @@ def test_batched_classes_take_families_that_take_batches():
     assert shape_class(16, 16, 16, 10_000) == shape_class(1, 1, 4096, 2) == "batch_micro"
     assert shape_class(17, 16, 16, 2) == shape_class(32, 32, 32, 2) == "batch_tiny"
     assert shape_class(33, 32, 32, 2) == shape_class(64, 64, 64, 1000) == "batch_small"
-    assert shape_class(256, 256, 256, 50) == shape_class(65, 64, 64, 2) == "batch_medium"
+    assert shape_class(256, 256, 256, 50) == shape_class(65, 64, 64, 2) == shape_class(512, 512, 512, 2) == "batch_medium"
+    assert shape_class(513, 512, 512, 2) == shape_class(4096, 4096, 16, 2) == "batch_large"
     assert shape_class(16, 16, 16, 1) == "tiny"
     cpu = make_device(type="CPU", local_mem_bytes=1 << 20, max_work_group_size=4096, max_work_item_sizes=(4096,) * 3)
     gpu = make_device(type="GPU", local_mem_bytes=48 << 10, max_work_group_size=1024,
@@ -281,12 +282,20 @@ def test_a_batch_takes_the_tile_that_fits_its_problems():
     for code in "sdcz":
         prec = get_precision(code)
         entry = {cls: shipped_default("GPU", prec, cls) for cls in ("batch_micro", "batch_tiny", "batch_small",
-                                                                      "batch_medium")}
+                                                                      "batch_medium", "batch_large")}
+        # batch_large: d's large entry without stream-K; the others take their batch_medium entry
+        if code == "d":
+            large = shipped_default("GPU", prec, "large")
+            assert {k for k, v in large.params.items() if entry["batch_large"].params[k] != v} == {"STREAMK"}
+        else:
+            assert entry["batch_large"] == entry["batch_medium"]
         assert entry["batch_micro"].kernel == "xgemm_direct" and entry["batch_micro"].params["MWG"] == 16
         expected = {(16, 16, 16): "batch_micro", (48, 48, 48): "batch_micro",      # 64 x 64 covers 1.78 times
                     (96, 96, 96): "batch_tiny",                                     # 128 x 64: 1.78; 32 x 32: 1
                     (128, 128, 128): "batch_medium", (300, 200, 150): "batch_medium",   # 1.64: kept
-                    (64, 64, 64): "batch_small", (32, 32, 32): "batch_tiny", (8, 8, 512): "batch_micro"}
+                    (64, 64, 64): "batch_small", (32, 32, 32): "batch_tiny", (8, 8, 512): "batch_micro",
+                    (1024, 1024, 1024): "batch_large", (600, 520, 500): "batch_large",   # 1.18: kept
+                    (700, 40, 5000): "batch_small"}                                     # 64 x 64: 1.61
         for shape, cls in expected.items():
             assert default_config(gpu, prec, shape, batch=100) == entry[cls], (code, shape)
             assert padding(entry[cls], *shape[:2]) <= FIT_PADDING or shape == (8, 8, 512)

@@ -468,13 +468,14 @@ def test_a_batch_takes_the_tile_that_fits_its_problems_as_python_does(opened, tm
         for prec in "sdcz":
             for (m, n, k), batch in itertools.product(
                     ((16, 16, 16), (48, 48, 48), (96, 96, 96), (128, 128, 128), (300, 200, 150), (8, 8, 512),
-                     (1000, 20, 20), (20, 1000, 20), (20, 20, 20), (40, 40, 40), (48, 24, 40), (12, 48, 9)), (50, 3)):
+                     (1000, 20, 20), (20, 1000, 20), (20, 20, 20), (40, 40, 40), (48, 24, 40), (12, 48, 9),
+                     (600, 520, 500)), (50, 3)):
                 expected = default_config(info, PRECISIONS[prec], (m, n, k), batch=batch)
                 family, params, source = plan_of(lib, handle, prec, (m, n, k, "N", "N"), batch=batch)
                 assert (family, params, source) == (expected.kernel, dict(expected.params), "default"), (prec, m, n, batch)
                 fitted += family == "xgemm_direct" or params.get("MWG") == 32
                 widened[batch] += params.get("MWG") in (24, 48) or params.get("NWG") in (24, 48)
-        # all but 128³ and 300 x 200 x 150 to smaller tiles than their class's; in batches of 50 (25 a
+        # all but 128³, 300 x 200 x 150 and 600 x 520 x 500 (batch_large) to smaller tiles than their class's; in batches of 50 (25 a
         # compute unit) 48³, 20³, 40³, 48 x 24 and 12 x 48 to tiles of their whole problems, in
         # batches of 3 (below 4 a compute unit) none
         assert fitted == 4 * 2 * 10 and widened == {50: 4 * 5, 3: 0}

@@ -354,9 +354,10 @@ def test_batched_gpu_defaults_on_the_gpu(queue, gpu, code):
                                                ((96, 96, 96), 60, "NT"), ((48, 48, 48), 90, "NC"),
                                                ((128, 128, 128), 40, "NN"), ((200, 100, 300), 7, "NC"),
                                                ((20, 20, 20), 600, "TN"), ((40, 37, 45), 600, "NC"),
-                                               ((48, 24, 40), 600, "NT"), ((48, 48, 48), 600, "NN")])
+                                               ((48, 24, 40), 600, "NT"), ((48, 48, 48), 600, "NN"),
+                                               ((600, 520, 500), 3, "NT")])
 def test_the_batch_classes_defaults_on_the_gpu(queue, gpu, code, shape, count, ops):
-    """The shipped entries of batch_micro, batch_tiny, batch_small and batch_medium (or the
+    """The shipped entries of batch_micro, batch_tiny, batch_small, batch_medium and batch_large (or the
     classes they fall back to), whole tiles and remainders, and those a batch's fit takes instead
     of its class's (96³: batch_tiny's, 48³: batch_micro's), as the batched call takes them; in
     batches of 600 (over 4 a compute unit on a GPU of up to 150), the direct tiles of whole

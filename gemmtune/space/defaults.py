@@ -29,15 +29,16 @@ LONG_K = 1024
 # A class without an entry of its own takes this one's.
 # A batch (more than one problem a launch) is a class of its own whatever its problems' shape:
 # "batch_micro" (each problem at most BATCH_MICRO_VOLUME), "batch_tiny" (BATCH_TINY_VOLUME),
-# "batch_small" (TINY_VOLUME) or "batch_medium": a GPU's best tiles for batches of 32^3 and of
-# 64^3 problems differ twofold each way. Without an entry, micro takes the tiny class's, tiny the
-# small class's, small the tiny (single) class's and medium the views' (``default_config`` then
-# goes on to the views' family, which takes batches, where the one found does not).
+# "batch_small" (TINY_VOLUME), "batch_medium" (SMALL_VOLUME) or "batch_large": a GPU's best tiles
+# for batches of 32^3 and of 64^3 problems differ twofold each way. Without an entry, micro takes
+# the tiny class's, tiny the small class's, small the tiny (single) class's, medium the views' (
+# ``default_config`` then goes on to the views' family, which takes batches, where the one found
+# does not) and large the medium one's.
 FALLBACK = {"tiny": "small", "small": "medium", "medium": "large", "skinny_m": "medium", "skinny_n": "medium",
             "vector": "skinny_m", "batch_micro": "batch_tiny", "batch_tiny": "batch_small", "batch_small": "tiny",
-            "batch_medium": "views"}
+            "batch_medium": "views", "batch_large": "batch_medium"}
 SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "vector", "views", "batch_micro",
-                 "batch_tiny", "batch_small", "batch_medium")
+                 "batch_tiny", "batch_small", "batch_medium", "batch_large")
 # A batch's class is by its problems' volume, but a tile much larger than a problem computes
 # mostly padding: a batch takes the default of the first class of smaller problems whose
 # work-groups cover at most FIT_PADDING times its problems' m x n where its own class's cover
@@ -46,7 +47,7 @@ SHAPE_CLASSES = ("large", "tiny", "small", "medium", "skinny_m", "skinny_n", "ve
 # instead of batch_medium's 128 x 64), and 0.53 to 1.49 / 0.39 to 1.49 for 20,000 x 16^3
 # (docs/batched.md); 100 x 200 x 300 x 150, whose 128 x 64 tiles cover 1.64 times its area, ran
 # 4-12 % slower on the 64 x 64 tiles that cover 1.37 times it.
-BATCH_CLASSES = ("batch_medium", "batch_small", "batch_tiny", "batch_micro")   # larger problems first
+BATCH_CLASSES = ("batch_large", "batch_medium", "batch_small", "batch_tiny", "batch_micro")   # larger problems first
 FIT_PADDING = 1.7
 # A batch of problems of at most WHOLE x WHOLE results moves more bytes than it computes: what it
 # costs is reading the operands, and a tile smaller than the problem reads each panel once per
@@ -65,10 +66,10 @@ def shape_class(m: int, n: int, k: int, batch: int = 1) -> str:
     if batch > 1:
         volume = m * n * k
         for name, most in (("batch_micro", BATCH_MICRO_VOLUME), ("batch_tiny", BATCH_TINY_VOLUME),
-                           ("batch_small", TINY_VOLUME)):
+                           ("batch_small", TINY_VOLUME), ("batch_medium", SMALL_VOLUME)):
             if volume <= most:
                 return name
-        return "batch_medium"
+        return "batch_large"
     if min(m, n) == 1 and m * n * k > TINY_VOLUME:
         return "vector"
     if min(m, n) <= SKINNY and k >= LONG_K:

@@ -37,7 +37,7 @@ DEVICE_TYPES = ("CPU", "GPU", "OTHER")   # gemmtune_impl.c's GT_TYPE_*
 # target 256-bit vectors, on which the AVX-512 table's blocks spill (CPU-256's run on both)
 TYPE_TABLES = {"CPU": AVX2_TABLE, "GPU": "GPU", "OTHER": "OTHER"}
 CLASSES = ("tiny", "small", "medium", "large", "skinny_m", "skinny_n", "vector", "batch_micro", "batch_tiny",
-           "batch_small", "batch_medium")
+           "batch_small", "batch_medium", "batch_large")
 
 
 def parameters(family) -> list[str]:

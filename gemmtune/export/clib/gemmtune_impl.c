@@ -597,7 +597,8 @@ static int gt_shape_class(int64_t m, int64_t n, int64_t k, int64_t batch) {
     return volume <= GT_BATCH_MICRO_VOLUME ? GT_CLASS_BATCH_MICRO
          : volume <= GT_BATCH_TINY_VOLUME  ? GT_CLASS_BATCH_TINY
          : volume <= GT_TINY_VOLUME        ? GT_CLASS_BATCH_SMALL
-                                           : GT_CLASS_BATCH_MEDIUM;
+         : volume <= GT_SMALL_VOLUME       ? GT_CLASS_BATCH_MEDIUM
+                                           : GT_CLASS_BATCH_LARGE;
   if (min64(m, n) == 1 && volume > GT_TINY_VOLUME) return GT_CLASS_VECTOR;
   if (min64(m, n) <= GT_SKINNY && k >= GT_LONG_K) return m <= n ? GT_CLASS_SKINNY_M : GT_CLASS_SKINNY_N;
   if (volume <= GT_TINY_VOLUME) return GT_CLASS_TINY;
@@ -620,7 +621,8 @@ static double gt_padding(int config, int64_t m, int64_t n) {
  * than GT_FIT_PADDING times the problems' area; then the first class of smaller problems whose
  * default covers at most that, else the one of them all that covers least */
 static int gt_batch_fit(const int *defaults, int cls, int64_t m, int64_t n) {
-  static const int order[] = {GT_CLASS_BATCH_MEDIUM, GT_CLASS_BATCH_SMALL, GT_CLASS_BATCH_TINY, GT_CLASS_BATCH_MICRO};
+  static const int order[] = {GT_CLASS_BATCH_LARGE, GT_CLASS_BATCH_MEDIUM, GT_CLASS_BATCH_SMALL, GT_CLASS_BATCH_TINY,
+                              GT_CLASS_BATCH_MICRO};
   int best = defaults[cls], i = 0;
   double least;
   if (best < 0) return best;
