@@ -206,6 +206,29 @@ def test_programs_are_cached(monkeypatch):
     assert built == []
 
 
+def test_a_cached_program_is_its_contexts_whichever_object_names_it():
+    """The cache goes by the OpenCL context, not by the Python object naming it: two wrappers of
+    one context share its program, and every program built is of the context it was asked for
+    (keyed by the wrapper's id, a context made after another was freed could get that one's)."""
+    import gc
+
+    import pyopencl as cl
+
+    from gemmtune.devices.opencl import open_device
+    from gemmtune.launch.operation import build
+
+    _, device = open_device(0)
+    source = "__kernel void k(__global int* x) { x[0] = VALUE; }"
+    context = cl.Context([device])
+    program = build(context, source, {"VALUE": 7})
+    assert build(cl.Context.from_int_ptr(context.int_ptr), source, {"VALUE": 7}) is program
+    for _ in range(20):
+        other = cl.Context([device])
+        assert build(other, source, {"VALUE": 7}).get_info(cl.program_info.CONTEXT).int_ptr == other.int_ptr
+        del other
+        gc.collect()
+
+
 def test_a_work_group_larger_than_the_built_kernel_allows_is_refused(monkeypatch):
     # How many work-items a built kernel runs per group depends on the registers its compiler
     # gave it (NVIDIA's driver launched larger groups with no error, wrongly); PoCL allows its

@@ -63,7 +63,11 @@ def build_options(defs: dict[str, int], device: cl.Device | None = None) -> list
     return [*BUILD_OPTIONS, *(f"-D{k}={v}" for k, v in defs.items())]
 
 
-_programs: dict[tuple, cl.Program] = {}
+# Programs by context (its cl_context's address), source and defines. Each entry keeps its context
+# too, so that no later context can take over its address while the entry lives: keyed by the
+# Python object's id, a context made after another was freed could be handed that one's program,
+# and its kernels then failed with INVALID_CONTEXT.
+_programs: dict[tuple, tuple[cl.Program, cl.Context]] = {}
 
 
 def build(context: cl.Context, source: str, defs: dict[str, int], binary: bytes | None = None) -> cl.Program:
@@ -73,8 +77,8 @@ def build(context: cl.Context, source: str, defs: dict[str, int], binary: bytes 
     another process), the program is loaded from it instead of compiled; if the driver refuses
     the binary, it is compiled from source after all.
     """
-    key = (id(context), hashlib.sha1(source.encode()).hexdigest(), tuple(sorted(defs.items())))
-    program = _programs.get(key)
+    key = (context.int_ptr, hashlib.sha1(source.encode()).hexdigest(), tuple(sorted(defs.items())))
+    program, _ = _programs.get(key, (None, None))
     if program is None:
         options = build_options(defs, context.devices[0])
         with warnings.catch_warnings():
@@ -94,7 +98,7 @@ def build(context: cl.Context, source: str, defs: dict[str, int], binary: bytes 
             # Seen with PoCL 3.0: a program that built once came back from its kernel cache
             # empty (kernels/xgemm_cpu.cl says which); a failed trial, not a missing-kernel crash.
             raise BuildError("build failed: the driver returned a program with no kernels", "")
-        _programs[key] = program
+        _programs[key] = program, context
     return program
 
 
