@@ -115,6 +115,29 @@ def test_gemm_batched_default_configuration(device):
     assert_close(gemmtune.gemm(a, b, device=device), reference(s, a, b, None, 1.0, 0.0), s)
 
 
+@pytest.mark.parametrize("device", [0, 1])
+@pytest.mark.parametrize("code", "sdcz")
+def test_the_whole_problem_tiles_a_gpu_takes_compute_what_numpy_does(device, code):
+    """The direct tiles of whole problems a GPU's batches take (``whole_tile``; an H100 as it
+    described itself), run on PoCL and on Intel's runtime: 24 x 24 on 8 x 8 work-items, 48 x 32
+    and 48 x 48 on 16 x 8, tiles overhanging their problems, ops transposed and conjugated."""
+    from gemmtune.devices.info import read_device_info
+    from gemmtune.space.defaults import default_config
+
+    h100 = read_device_info(Path(__file__).resolve().parent.parent / "docs" / "landscapes" / "nvidia-h100.json")
+    prec, rng = get_precision(code), np.random.default_rng()
+    for (m, n, k), ops, tile in (((20, 20, 20), "TN", (24, 24)), ((48, 24, 40), "NC", (48, 32)),
+                                 ((40, 37, 45), "CT", (48, 48))):
+        config = default_config(h100, prec, (m, n, k), batch=600)
+        assert (config.kernel, config.params["MWG"], config.params["NWG"]) == ("xgemm_direct", *tile)
+        ta, tb = (op if code in "cz" or op != "C" else "T" for op in ops)
+        a = random_matrix(prec, (30, m, k) if ta == "N" else (30, k, m), rng)
+        b = random_matrix(prec, (30, k, n) if tb == "N" else (30, n, k), rng)
+        got = gemmtune.gemm(a, b, alpha=0.75, trans_a=ta, trans_b=tb, config={"KERNEL": config.kernel, **config.params},
+                            device=device)
+        assert_close(got, reference(prec, a, b, None, 0.75, 0.0, ta, tb), prec)
+
+
 @pytest.mark.parametrize("ta", "NTC")
 @pytest.mark.parametrize("tb", "NTC")
 def test_gemm_class_on_3d_views_every_op(queue, ta, tb):

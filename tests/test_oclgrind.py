@@ -226,8 +226,12 @@ def direct_batches(code: str) -> list[dict]:
     or N of 1, a K the first configuration cuts into 4 parts alone), views at offsets on every
     other one, every op pair across them."""
     shapes = [(7, 13, 5, 3), (17, 3, 11, 4), (33, 17, 9, 2), (1, 19, 4, 3), (5, 3, 133, 3)]
+    # and a GPU's tile of a whole problem (space/defaults.py whole_tile): 48 x 32 on 16 x 8
+    # work-items over 40 x 23 problems
+    whole = dict(MWG=48, NWG=32, KWG=16, MDIMC=16, NDIMC=8, PADL=1, KSPLIT=1)
     return [batched("xgemm_direct", code, config, (m, n, k), count, len(shapes) * c + i)
-            for c, config in enumerate(CONFIGS["xgemm_direct"]) for i, (m, n, k, count) in enumerate(shapes)]
+            for c, config in enumerate(CONFIGS["xgemm_direct"]) for i, (m, n, k, count) in enumerate(shapes)] + [
+        batched("xgemm_direct", code, whole, (40, 23, 37), 2, 2 * len(shapes))]
 
 
 @pytest.mark.parametrize("code", PRECISIONS)
